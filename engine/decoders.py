@@ -1,0 +1,264 @@
+"""Plain and lookahead decoding behind one interface.
+
+A decoder turns the pending tokens (committed, not yet in the KV cache) into
+one forward pass and reports what it committed. ``Engine`` (runtime.py) owns
+the loop, the stop rules and the text; decoders own the batch and the cache
+clean-up of their step.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .native import Batch, Context, Sampler
+from .plan import ALL_SEQS, N_SEQ, StepPlan, build_step
+from .pool import NgramPool
+from .settings import MAX_NGRAM, LookaheadConfig
+
+
+@dataclass
+class KvState:
+    """What the cache holds: ``tokens`` at positions 0..n-1, in every sequence."""
+
+    tokens: list[int] = field(default_factory=list)
+
+    @property
+    def n(self) -> int:
+        return len(self.tokens)
+
+
+@dataclass
+class StepOutcome:
+    committed: list[int]
+    batch_size: int
+    n_logits: int
+    n_drafted: int  # candidate tokens verified this step
+    n_accepted: int  # of those, accepted
+    n_reevaluated: int  # accepted drafts of the previous step evaluated again
+    window: int
+    ngram: int
+    guesses: int
+    n_cached: int = 0  # leading committed tokens already in the KV cache
+    top2_gaps: list[float] = field(default_factory=list)
+    decode_s: float = 0.0
+
+
+class TokenDrawer:
+    """Draws emitted tokens: argmax when greedy, else the seeded sampler chain.
+
+    Each emitted position is drawn exactly once, in order, in every decoder, so
+    a fixed seed gives the same stream whatever the decoding mode.
+    """
+
+    def __init__(self, ctx: Context, sampler: Sampler | None) -> None:
+        self.ctx = ctx
+        self.sampler = sampler
+
+    def draw(self, batch_index: int, logits_row: np.ndarray) -> int:
+        if self.sampler is None:
+            return int(np.argmax(logits_row))
+        return self.sampler.sample(self.ctx, batch_index)
+
+
+def top2_gap(row: np.ndarray) -> float:
+    top = np.partition(row, -2)[-2:]
+    return float(abs(top[1] - top[0]))
+
+
+class PlainDecoder:
+    """One token per forward pass: the reference the lookahead output must equal."""
+
+    name = "plain"
+
+    def __init__(self, ctx: Context, batch: Batch, drawer: TokenDrawer, record_gaps: bool = True) -> None:
+        self.ctx = ctx
+        self.batch = batch
+        self.drawer = drawer
+        self.record_gaps = record_gaps
+
+    def step(self, kv: KvState, pending: list[int], budget: int) -> StepOutcome:
+        self.batch.set_single_seq(pending, kv.n, ALL_SEQS, last_logits=True)
+        t0 = time.perf_counter()
+        self.ctx.decode(self.batch)
+        decode_s = time.perf_counter() - t0
+        kv.tokens.extend(pending)
+        row = self.ctx.logits_rows(1)[0]
+        tok = self.drawer.draw(len(pending) - 1, row)
+        gaps = [top2_gap(row)] if self.record_gaps else []
+        return StepOutcome(
+            committed=[tok],
+            batch_size=len(pending),
+            n_logits=1,
+            n_drafted=0,
+            n_accepted=0,
+            n_reevaluated=len(pending) - 1,
+            window=0,
+            ngram=0,
+            guesses=0,
+            top2_gaps=gaps,
+            decode_s=decode_s,
+        )
+
+
+class JacobiWindow:
+    """W columns x (N-1) levels of Jacobi guesses, kept aligned to positions.
+
+    Level j of column i guesses the token at P + j + i (P = the input token's
+    position); level 0 of column 0 is the input token itself.
+    """
+
+    def __init__(self, seed_tokens: list[int], rng_seed: int = 0) -> None:
+        self._rng = np.random.default_rng(rng_seed)
+        self._seed_tokens = np.asarray(seed_tokens or [0], dtype=np.int32)
+        self.levels = np.zeros((0, 0), dtype=np.int32)
+
+    def _fresh(self, shape: tuple[int, int]) -> np.ndarray:
+        return self._rng.choice(self._seed_tokens, size=shape).astype(np.int32)
+
+    def reseed(self, tokens: list[int]) -> None:
+        if tokens:
+            self._seed_tokens = np.asarray(tokens, dtype=np.int32)
+
+    def resize(self, window: int, ngram: int) -> None:
+        shape = (ngram - 1, window) if window > 0 else (0, 0)
+        if self.levels.shape == shape:
+            return
+        fresh = self._fresh(shape)
+        lv, w = min(self.levels.shape[0], shape[0]), min(self.levels.shape[1], shape[1]) if shape[0] else 0
+        if lv and w:
+            fresh[:lv, :w] = self.levels[:lv, :w]
+        self.levels = fresh
+
+    def harvest(self, input_token: int, preds: np.ndarray, pool: NgramPool) -> None:
+        """Each column's trajectory is an n-gram: the token it starts from, its levels, its prediction."""
+        levels, W = self.levels.shape
+        self.levels[0, 0] = input_token
+        for i in range(W):
+            cont = [int(t) for t in self.levels[1:, i]] + [int(preds[i])]
+            pool.add(int(self.levels[0, i]), cont)
+
+    def advance(self, preds: np.ndarray, shift: int) -> None:
+        """Move the window ``shift`` positions on: column i takes column i + shift - 1's next levels."""
+        levels, W = self.levels.shape
+        new = self._fresh((levels, W))
+        src = np.arange(W) + shift - 1
+        ok = src < W
+        if levels > 1:
+            new[: levels - 1, ok] = self.levels[1:, src[ok]]
+        new[levels - 1, ok] = preds[src[ok]]
+        self.levels = new
+
+
+class LookaheadDecoder:
+    """One forward pass holding the Jacobi window and the verification candidates.
+
+    The accepted prefix is the longest run of candidate tokens that equal what
+    the model itself draws at each position; a step commits 1 + that many.
+    """
+
+    name = "lookahead"
+
+    def __init__(
+        self,
+        ctx: Context,
+        batch: Batch,
+        drawer: TokenDrawer,
+        pool: NgramPool,
+        window: JacobiWindow,
+    ) -> None:
+        self.ctx = ctx
+        self.batch = batch
+        self.drawer = drawer
+        self.pool = pool
+        self.window = window
+
+    def step(self, kv: KvState, pending: list[int], budget: int, cfg: LookaheadConfig) -> StepOutcome:
+        """One step; ``budget`` caps the batch so it fits the free cache and batch."""
+        n_draft = min(cfg.draft_len, MAX_NGRAM - 1)
+        input_token = pending[-1]
+        room = budget - len(pending)
+        guesses = cfg.guesses
+        W = cfg.window
+        # Shrink the step until it fits: first the window, then the candidates.
+        while W > 0 and (W - 1) + W * (cfg.ngram - 2) + guesses * n_draft > room:
+            W -= 1
+        candidates = self.pool.candidates(input_token, guesses, n_draft) if guesses else []
+        while candidates and sum(len(c) for c in candidates) > room:
+            candidates.pop()
+        self.window.resize(W, cfg.ngram)
+        plan = build_step(pending, kv.n, candidates, self.window.levels if W else None)
+
+        self.batch.set_plan(plan.tokens, plan.positions, plan.seq_ids, plan.logits)
+        t0 = time.perf_counter()
+        self.ctx.decode(self.batch)
+        decode_s = time.perf_counter() - t0
+        rows = plan.output_rows()
+        logits = self.ctx.logits_rows(plan.n_logits)
+
+        committed, path = self._verify(plan, rows, logits)
+
+        if plan.window:
+            preds = np.argmax(logits[rows[plan.window_pred_index]], axis=1)
+            self.window.harvest(input_token, preds, self.pool)
+            self.window.advance(preds, len(committed))
+        if path:
+            self.pool.observe_accepted(input_token, committed[: len(path)])
+
+        n_kept = self._clean_cache(plan, path)
+        kv.tokens.extend(pending)
+        kv.tokens.extend(committed[:n_kept])
+        return StepOutcome(
+            committed=committed,
+            batch_size=plan.size,
+            n_logits=plan.n_logits,
+            n_drafted=len(plan.nodes),
+            n_accepted=len(path),
+            n_reevaluated=len(pending) - 1,
+            window=plan.window,
+            ngram=cfg.ngram if plan.window else (n_draft + 1 if candidates else 0),
+            guesses=len(candidates),
+            n_cached=n_kept,
+            decode_s=decode_s,
+        )
+
+    def _verify(self, plan: StepPlan, rows: np.ndarray, logits: np.ndarray) -> tuple[list[int], list[int]]:
+        """Walk the candidate tree along the model's own draws."""
+        committed: list[int] = []
+        path: list[int] = []
+        idx = plan.input_index
+        children = plan.root_children
+        while True:
+            tok = self.drawer.draw(idx, logits[rows[idx]])
+            committed.append(tok)
+            child = children.get(tok)
+            if child is None:
+                return committed, path
+            path.append(child)
+            node = plan.nodes[child]
+            idx = node.batch_index
+            children = node.children
+
+    def _clean_cache(self, plan: StepPlan, path: list[int]) -> int:
+        """Drop every speculative entry; keep accepted drafts that sit in position order.
+
+        Returns how many accepted drafts stayed in the cache; the rest are
+        re-evaluated at the front of the next step.
+        """
+        P = plan.input_pos
+        if plan.size == plan.n_pending:
+            return 0
+        in_place = plan.in_place_prefix(path)
+        keep_to = P + 1 + in_place
+        self.ctx.seq_rm(-1, keep_to, -1)
+        if in_place:
+            best = plan.nodes[path[in_place - 1]].seqs[0]
+            for s in range(1, N_SEQ):
+                if s != best:
+                    self.ctx.seq_rm(s, P + 1, keep_to)
+            for s in range(N_SEQ):
+                if s != best:
+                    self.ctx.seq_cp(best, s, P + 1, keep_to)
+        return in_place

@@ -1,0 +1,370 @@
+"""The only module that touches llama.cpp through ctypes.
+
+One Python owner per native object (model, context, sampler); each frees its
+object in ``close()`` and a context is always freed before its model. A
+non-zero status from llama.cpp raises ``NativeError`` with the code in the
+message. Everything above this module works with Python ints and numpy arrays.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+import llama_cpp as ll
+
+from .plan import N_SEQ
+
+
+class NativeError(RuntimeError):
+    """llama.cpp refused or failed an operation."""
+
+
+# --- backend and logging -----------------------------------------------------
+
+_backend_lock = threading.Lock()
+_backend_ready = False
+_log_lines: deque[str] = deque(maxlen=50)
+
+
+@ll.llama_log_callback
+def _log_callback(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
+    # llama.cpp logs a great deal to stderr; keep the tail so errors can quote it.
+    if text:
+        _log_lines.append(text.decode("utf-8", errors="replace"))
+
+
+def _ensure_backend() -> None:
+    global _backend_ready
+    with _backend_lock:
+        if not _backend_ready:
+            if not os.environ.get("LOOKAHEAD_LLAMA_LOG"):
+                ll.llama_log_set(_log_callback, ctypes.c_void_p(0))
+            ll.llama_backend_init()
+            _backend_ready = True
+
+
+def last_log_error() -> str:
+    """The last line llama.cpp logged that looks like an error (or '')."""
+    for line in reversed(_log_lines):
+        if "error" in line.lower() or "failed" in line.lower():
+            return line.strip()
+    return ""
+
+
+def max_parallel_sequences() -> int:
+    return int(ll.llama_max_parallel_sequences())
+
+
+# --- model --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    path: str
+    description: str
+    n_params: int
+    size_bytes: int
+    n_ctx_train: int
+    n_vocab: int
+    recurrent: bool
+    hybrid: bool
+
+
+class Model:
+    """A loaded GGUF model and its vocabulary."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        progress: Callable[[float], bool] | None = None,
+    ) -> None:
+        _ensure_backend()
+        self.path = str(path)
+        params = ll.llama_model_default_params()
+        params.n_gpu_layers = 0
+        self._progress_cb = None
+        if progress is not None:
+
+            def _cb(fraction: float, _user: ctypes.c_void_p) -> bool:
+                try:
+                    return bool(progress(float(fraction)))
+                except Exception:  # a failing listener must not abort the load
+                    return True
+
+            self._progress_cb = ll.llama_progress_callback(_cb)
+            params.progress_callback = self._progress_cb
+        self._ptr = ll.llama_model_load_from_file(self.path.encode("utf-8"), params)
+        if not self._ptr:
+            detail = last_log_error()
+            raise NativeError(f"llama.cpp could not load {self.path}" + (f": {detail}" if detail else ""))
+        self._vocab = ll.llama_model_get_vocab(self._ptr)
+        self.n_vocab = int(ll.llama_vocab_n_tokens(self._vocab))
+        self._piece_buf = ctypes.create_string_buffer(256)
+
+    @property
+    def ptr(self) -> ll.llama_model_p:
+        if not self._ptr:
+            raise NativeError("model is closed")
+        return self._ptr
+
+    def close(self) -> None:
+        if self._ptr:
+            ll.llama_model_free(self._ptr)
+            self._ptr = None
+
+    def info(self) -> ModelInfo:
+        buf = ctypes.create_string_buffer(256)
+        ll.llama_model_desc(self.ptr, buf, ctypes.sizeof(buf))
+        return ModelInfo(
+            path=self.path,
+            description=buf.value.decode("utf-8", errors="replace"),
+            n_params=int(ll.llama_model_n_params(self.ptr)),
+            size_bytes=int(ll.llama_model_size(self.ptr)),
+            n_ctx_train=int(ll.llama_model_n_ctx_train(self.ptr)),
+            n_vocab=self.n_vocab,
+            recurrent=bool(ll.llama_model_is_recurrent(self.ptr)),
+            hybrid=bool(ll.llama_model_is_hybrid(self.ptr)),
+        )
+
+    def meta(self, key: str) -> str | None:
+        buf = ctypes.create_string_buffer(4096)
+        n = ll.llama_model_meta_val_str(self.ptr, key.encode(), buf, ctypes.sizeof(buf))
+        if n < 0:
+            return None
+        if n >= ctypes.sizeof(buf):
+            buf = ctypes.create_string_buffer(n + 1)
+            ll.llama_model_meta_val_str(self.ptr, key.encode(), buf, ctypes.sizeof(buf))
+        return buf.value.decode("utf-8", errors="replace")
+
+    def chat_template(self) -> str | None:
+        raw = ll.llama_model_chat_template(self.ptr, None)
+        return raw.decode("utf-8", errors="replace") if raw else None
+
+    # --- vocabulary ---
+
+    def tokenize(self, text: str, add_special: bool = False, parse_special: bool = True) -> list[int]:
+        data = text.encode("utf-8")
+        cap = len(data) + 8
+        arr = (ll.llama_token * cap)()
+        n = ll.llama_tokenize(self._vocab, data, len(data), arr, cap, add_special, parse_special)
+        if n < 0:
+            cap = -n
+            arr = (ll.llama_token * cap)()
+            n = ll.llama_tokenize(self._vocab, data, len(data), arr, cap, add_special, parse_special)
+            if n < 0:
+                raise NativeError(f"tokenize failed ({n})")
+        return list(arr[:n])
+
+    def token_bytes(self, token: int, special: bool = False) -> bytes:
+        buf = self._piece_buf
+        n = ll.llama_token_to_piece(self._vocab, int(token), buf, len(buf), 0, special)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = ll.llama_token_to_piece(self._vocab, int(token), buf, len(buf), 0, special)
+        return bytes(buf.raw[:n])
+
+    def is_eog(self, token: int) -> bool:
+        return bool(ll.llama_vocab_is_eog(self._vocab, int(token)))
+
+    def bos(self) -> int:
+        return int(ll.llama_vocab_bos(self._vocab))
+
+    def eos(self) -> int:
+        return int(ll.llama_vocab_eos(self._vocab))
+
+    def add_bos(self) -> bool:
+        return bool(ll.llama_vocab_get_add_bos(self._vocab))
+
+    def token_text(self, token: int) -> str:
+        raw = ll.llama_vocab_get_text(self._vocab, int(token))
+        return raw.decode("utf-8", errors="replace") if raw else ""
+
+
+# --- batch ----------------------------------------------------------------------
+
+
+class Batch:
+    """A llama_batch whose buffers are numpy arrays owned here.
+
+    Each token may belong to up to ``N_SEQ`` sequences. Filling is numpy slice
+    assignment; the struct handed to ``llama_decode`` points into the arrays.
+    """
+
+    def __init__(self, capacity: int, n_seq: int = N_SEQ) -> None:
+        self.capacity = capacity
+        self.n_seq = n_seq
+        self.token = np.zeros(capacity, dtype=np.int32)
+        self.pos = np.zeros(capacity, dtype=np.int32)
+        self.n_seq_id = np.zeros(capacity, dtype=np.int32)
+        self.seq_matrix = np.zeros((capacity, n_seq), dtype=np.int32)
+        self.logits = np.zeros(capacity, dtype=np.int8)
+        row_bytes = self.seq_matrix.strides[0]
+        base = self.seq_matrix.ctypes.data
+        self._seq_ptrs = (ctypes.POINTER(ll.llama_seq_id) * capacity)(
+            *[ctypes.cast(base + k * row_bytes, ctypes.POINTER(ll.llama_seq_id)) for k in range(capacity)]
+        )
+        self._struct = ll.llama_batch()
+        self._struct.token = self.token.ctypes.data_as(ctypes.POINTER(ll.llama_token))
+        self._struct.embd = ctypes.POINTER(ctypes.c_float)()
+        self._struct.pos = self.pos.ctypes.data_as(ctypes.POINTER(ll.llama_pos))
+        self._struct.n_seq_id = self.n_seq_id.ctypes.data_as(ctypes.POINTER(ctypes.c_int32))
+        self._struct.seq_id = self._seq_ptrs
+        self._struct.logits = self.logits.ctypes.data_as(ctypes.POINTER(ctypes.c_int8))
+        self._struct.n_tokens = 0
+        self.n_tokens = 0
+
+    def set_single_seq(self, tokens: Sequence[int] | np.ndarray, start_pos: int, seqs: Sequence[int], last_logits: bool) -> None:
+        """Consecutive tokens at start_pos.., each in all of ``seqs``."""
+        n = len(tokens)
+        self._check(n)
+        self.token[:n] = tokens
+        self.pos[:n] = np.arange(start_pos, start_pos + n, dtype=np.int32)
+        self.n_seq_id[:n] = len(seqs)
+        self.seq_matrix[:n, : len(seqs)] = np.asarray(seqs, dtype=np.int32)
+        self.logits[:n] = 0
+        if last_logits and n:
+            self.logits[n - 1] = 1
+        self.n_tokens = n
+
+    def set_plan(self, tokens: np.ndarray, positions: np.ndarray, seq_ids: Sequence[Sequence[int]], logits: np.ndarray) -> None:
+        n = int(tokens.shape[0])
+        self._check(n)
+        self.token[:n] = tokens
+        self.pos[:n] = positions
+        self.logits[:n] = logits
+        for k, seqs in enumerate(seq_ids):
+            m = len(seqs)
+            self.n_seq_id[k] = m
+            self.seq_matrix[k, :m] = seqs
+        self.n_tokens = n
+
+    def _check(self, n: int) -> None:
+        if n < 1 or n > self.capacity:
+            raise NativeError(f"batch of {n} tokens does not fit the capacity {self.capacity}")
+
+    def struct(self) -> ll.llama_batch:
+        self._struct.n_tokens = self.n_tokens
+        return self._struct
+
+
+# --- context ----------------------------------------------------------------------
+
+
+class Context:
+    """A llama.cpp context made for lookahead: N_SEQ sequences in one unified KV cache."""
+
+    def __init__(self, model: Model, n_ctx: int, n_batch: int, n_threads: int) -> None:
+        self.model = model
+        params = ll.llama_context_default_params()
+        params.n_ctx = n_ctx
+        params.n_batch = n_batch
+        params.n_ubatch = n_batch  # one ubatch per step: no split inside a step
+        params.n_seq_max = N_SEQ
+        params.kv_unified = True
+        params.n_threads = n_threads
+        params.n_threads_batch = n_threads
+        params.no_perf = True
+        self._ptr = ll.llama_init_from_model(model.ptr, params)
+        if not self._ptr:
+            detail = last_log_error()
+            raise NativeError(
+                f"llama.cpp could not create a context of {n_ctx} tokens" + (f": {detail}" if detail else "")
+            )
+        self.n_ctx = int(ll.llama_n_ctx(self._ptr))
+        self.n_batch = n_batch
+        self.n_threads = n_threads
+        self._mem = ll.llama_get_memory(self._ptr)
+        self.n_vocab = model.n_vocab
+
+    @property
+    def ptr(self) -> ll.llama_context_p:
+        if not self._ptr:
+            raise NativeError("context is closed")
+        return self._ptr
+
+    def close(self) -> None:
+        if self._ptr:
+            ll.llama_free(self._ptr)
+            self._ptr = None
+
+    def decode(self, batch: Batch) -> None:
+        rc = ll.llama_decode(self.ptr, batch.struct())
+        if rc != 0:
+            reason = {1: "no room in the KV cache", 2: "aborted"}.get(rc, "error")
+            detail = last_log_error()
+            raise NativeError(f"llama_decode failed with code {rc} ({reason})" + (f": {detail}" if detail else ""))
+
+    def logits_rows(self, n_rows: int) -> np.ndarray:
+        """The logits of the last decode as a [n_rows, n_vocab] view (rows in batch order)."""
+        ptr = ll.llama_get_logits(self.ptr)
+        return np.ctypeslib.as_array(ptr, shape=(n_rows, self.n_vocab))
+
+    def logits_at(self, batch_index: int) -> np.ndarray:
+        ptr = ll.llama_get_logits_ith(self.ptr, batch_index)
+        if not ptr:
+            raise NativeError(f"no logits for batch index {batch_index}")
+        return np.ctypeslib.as_array(ptr, shape=(self.n_vocab,))
+
+    # --- KV cache (llama_memory_*) ---
+
+    def seq_rm(self, seq: int, p0: int, p1: int) -> None:
+        if not ll.llama_memory_seq_rm(self._mem, seq, p0, p1):
+            raise NativeError(f"this model's memory cannot remove positions {p0}..{p1} of sequence {seq}")
+
+    def seq_cp(self, src: int, dst: int, p0: int, p1: int) -> None:
+        ll.llama_memory_seq_cp(self._mem, src, dst, p0, p1)
+
+    def seq_keep(self, seq: int) -> None:
+        ll.llama_memory_seq_keep(self._mem, seq)
+
+    def seq_pos_max(self, seq: int) -> int:
+        return int(ll.llama_memory_seq_pos_max(self._mem, seq))
+
+    def seq_pos_min(self, seq: int) -> int:
+        return int(ll.llama_memory_seq_pos_min(self._mem, seq))
+
+    def clear(self) -> None:
+        ll.llama_memory_clear(self._mem, True)
+
+
+# --- sampler ----------------------------------------------------------------------
+
+
+class Sampler:
+    """A llama.cpp sampler chain: greedy, or temperature/top-k/top-p/min-p with a seeded draw."""
+
+    def __init__(self, temperature: float, top_k: int, top_p: float, min_p: float, seed: int) -> None:
+        params = ll.llama_sampler_chain_default_params()
+        params.no_perf = True
+        self._ptr = ll.llama_sampler_chain_init(params)
+        if temperature <= 0:
+            ll.llama_sampler_chain_add(self._ptr, ll.llama_sampler_init_greedy())
+        else:
+            if top_k > 0:
+                ll.llama_sampler_chain_add(self._ptr, ll.llama_sampler_init_top_k(top_k))
+            ll.llama_sampler_chain_add(self._ptr, ll.llama_sampler_init_top_p(top_p, 1))
+            if min_p > 0:
+                ll.llama_sampler_chain_add(self._ptr, ll.llama_sampler_init_min_p(min_p, 1))
+            ll.llama_sampler_chain_add(self._ptr, ll.llama_sampler_init_temp(temperature))
+            ll.llama_sampler_chain_add(self._ptr, ll.llama_sampler_init_dist(seed))
+
+    def sample(self, ctx: Context, batch_index: int) -> int:
+        """Draw the token at ``batch_index`` of the last decode (and accept it)."""
+        return int(ll.llama_sampler_sample(self._ptr, ctx.ptr, batch_index))
+
+    def close(self) -> None:
+        if self._ptr:
+            ll.llama_sampler_free(self._ptr)
+            self._ptr = None
+
+
+def model_file_exists(path: str | os.PathLike[str]) -> bool:
+    return Path(path).is_file()

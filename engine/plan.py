@@ -1,0 +1,216 @@
+"""Layout of one lookahead step: which token goes where in the batch.
+
+Sequence-id plan (fixed, whatever W and G are this step):
+
+    seq 0                        committed tokens
+    seq 1 .. MAX_GUESSES         verification candidates (candidate g -> 1 + g)
+    seq 1 + MAX_GUESSES + i      lookahead column i
+
+Every committed token carries all of these ids, so each speculative sequence
+sees the whole committed prefix. One step's batch, in order:
+
+    1. pending tokens: committed but not yet in the KV cache (normally just the
+       last committed token; more when accepted drafts had to be re-evaluated).
+       Logits on the last one, the "input" token at position P.
+    2. the candidate tree, depth first, best candidate's path first: one batch
+       token per tree node at position P + depth, its sequence ids the
+       candidates passing through it, logits on every node.
+    3. the Jacobi window: level 0 columns 1..W-1 at P + i (column 0 of level 0
+       is the input token), seen by the columns at and after them; levels
+       1..N-2 of column i at P + j + i in column i's sequence only. Logits on
+       the last level.
+
+The KV cache places a batch in consecutive free cells after the committed ones,
+so the best candidate's path lands exactly where plain decoding would have put
+those tokens: accepting along it keeps the cache in position order. Accepted
+tokens from any other branch are dropped from the cache after the step and
+re-evaluated at the front of the next batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .settings import MAX_GUESSES, MAX_WINDOW
+
+N_SEQ = 1 + MAX_GUESSES + MAX_WINDOW
+ALL_SEQS = tuple(range(N_SEQ))
+
+
+def candidate_seq(g: int) -> int:
+    return 1 + g
+
+
+def window_seq(i: int) -> int:
+    return 1 + MAX_GUESSES + i
+
+
+@dataclass
+class TreeNode:
+    token: int
+    depth: int  # 1 = drafts position P + 1
+    parent: int  # node index, -1 for the input token
+    batch_index: int
+    seqs: list[int] = field(default_factory=list)
+    children: dict[int, int] = field(default_factory=dict)  # token -> node index
+
+
+@dataclass
+class StepPlan:
+    """A step's batch in arrays plus what is needed to read its results."""
+
+    tokens: np.ndarray  # int32 [n]
+    positions: np.ndarray  # int32 [n]
+    seq_ids: list[tuple[int, ...]]  # per batch token
+    logits: np.ndarray  # bool [n]
+    input_index: int  # batch index of the last pending token
+    input_pos: int  # its position P
+    n_pending: int
+    nodes: list[TreeNode]
+    root_children: dict[int, int]  # token -> node index (depth 1)
+    window_pred_index: np.ndarray  # int [W]: batch index whose logits predict column i's next level
+    window: int
+    ngram: int
+
+    @property
+    def size(self) -> int:
+        return int(self.tokens.shape[0])
+
+    @property
+    def n_logits(self) -> int:
+        return int(self.logits.sum())
+
+    def output_rows(self) -> np.ndarray:
+        """Row of the logits matrix for each batch index (-1 where none)."""
+        rows = np.cumsum(self.logits) - 1
+        return np.where(self.logits, rows, -1)
+
+    def in_place_prefix(self, path: Sequence[int]) -> int:
+        """How many nodes of an accepted ``path`` sit right after the input token."""
+        n = 0
+        for k, node_idx in enumerate(path):
+            if self.nodes[node_idx].batch_index != self.input_index + k + 1:
+                break
+            n += 1
+        return n
+
+
+def build_tree(candidates: Sequence[Sequence[int]]) -> tuple[list[TreeNode], dict[int, int]]:
+    """Merge candidates into a prefix tree; nodes are listed depth first, first candidate first."""
+    nodes: list[TreeNode] = []
+    root: dict[int, int] = {}
+    for g, cand in enumerate(candidates):
+        children = root
+        parent = -1
+        for depth, tok in enumerate(cand, start=1):
+            tok = int(tok)
+            idx = children.get(tok)
+            if idx is None:
+                idx = len(nodes)
+                nodes.append(TreeNode(token=tok, depth=depth, parent=parent, batch_index=-1))
+                children[tok] = idx
+            nodes[idx].seqs.append(candidate_seq(g))
+            parent = idx
+            children = nodes[idx].children
+    # Depth-first order from the first candidate: its path is contiguous.
+    order: list[int] = []
+
+    def visit(children: dict[int, int]) -> None:
+        for idx in children.values():  # dicts keep insertion order = candidate rank
+            order.append(idx)
+            visit(nodes[idx].children)
+
+    visit(root)
+    remap = {old: new for new, old in enumerate(order)}
+    ordered = [nodes[old] for old in order]
+    for node in ordered:
+        node.parent = remap[node.parent] if node.parent >= 0 else -1
+        node.children = {t: remap[i] for t, i in node.children.items()}
+    root = {t: remap[i] for t, i in root.items()}
+    return ordered, root
+
+
+def build_step(
+    pending: Sequence[int],
+    n_kv: int,
+    candidates: Sequence[Sequence[int]],
+    window_levels: np.ndarray | None,
+) -> StepPlan:
+    """Lay out one step.
+
+    pending:       committed tokens not yet in the cache (at least one).
+    n_kv:          number of tokens already in the cache (position of pending[0]).
+    candidates:    draft continuations of pending[-1], best first (at most MAX_GUESSES).
+    window_levels: int array [N-1, W] of Jacobi guesses (level 0 column 0 is
+                   ignored: the input token stands there), or None / W=0.
+    """
+    if not pending:
+        raise ValueError("a step needs at least one pending token")
+    if len(candidates) > MAX_GUESSES:
+        raise ValueError(f"at most {MAX_GUESSES} candidates")
+    tokens: list[int] = []
+    positions: list[int] = []
+    seq_ids: list[tuple[int, ...]] = []
+    logits: list[bool] = []
+
+    r = len(pending)
+    for k, tok in enumerate(pending):
+        tokens.append(int(tok))
+        positions.append(n_kv + k)
+        seq_ids.append(ALL_SEQS)
+        logits.append(k == r - 1)
+    input_index = r - 1
+    P = n_kv + r - 1
+
+    nodes, root_children = build_tree(candidates)
+    for node in nodes:
+        node.batch_index = len(tokens)
+        tokens.append(node.token)
+        positions.append(P + node.depth)
+        seq_ids.append(tuple(node.seqs))
+        logits.append(True)
+
+    if window_levels is None or window_levels.size == 0:
+        W, levels = 0, 0
+        pred_index = np.zeros(0, dtype=np.int64)
+    else:
+        levels, W = window_levels.shape
+        if W > MAX_WINDOW:
+            raise ValueError(f"at most {MAX_WINDOW} window columns")
+        pred_index = np.full(W, -1, dtype=np.int64)
+        last = levels - 1
+        if last == 0:
+            pred_index[0] = input_index
+        for i in range(1, W):
+            if last == 0:
+                pred_index[i] = len(tokens)
+            tokens.append(int(window_levels[0, i]))
+            positions.append(P + i)
+            seq_ids.append(tuple(window_seq(c) for c in range(i, W)))
+            logits.append(last == 0)
+        for j in range(1, levels):
+            for i in range(W):
+                if j == last:
+                    pred_index[i] = len(tokens)
+                tokens.append(int(window_levels[j, i]))
+                positions.append(P + j + i)
+                seq_ids.append((window_seq(i),))
+                logits.append(j == last)
+
+    return StepPlan(
+        tokens=np.asarray(tokens, dtype=np.int32),
+        positions=np.asarray(positions, dtype=np.int32),
+        seq_ids=seq_ids,
+        logits=np.asarray(logits, dtype=bool),
+        input_index=input_index,
+        input_pos=P,
+        n_pending=r,
+        nodes=nodes,
+        root_children=root_children,
+        window_pred_index=pred_index,
+        window=W,
+        ngram=levels + 1 if W else 0,
+    )

@@ -1,0 +1,104 @@
+"""The n-gram pool: draft continuations keyed by the token they follow.
+
+Two sources fill it: Jacobi trajectories harvested from the lookahead window,
+and the prompt and chat history (prompt lookup). Both land in the same pool and
+are ranked the same way, by how often they were verified and how recently they
+were seen. Pure Python; no model needed to use or test it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+
+@dataclass
+class _Entry:
+    hits: int = 0
+    last_seen: int = 0
+
+
+class NgramPool:
+    """Up to ``capacity`` continuations per first token, each at most ``max_len`` long.
+
+    When a key is full the entry that is least useful (fewest hits, then
+    oldest) is evicted.
+    """
+
+    def __init__(self, max_len: int, capacity: int = 32) -> None:
+        if max_len < 1 or capacity < 1:
+            raise ValueError("max_len and capacity must be >= 1")
+        self.max_len = max_len
+        self.capacity = capacity
+        self._entries: dict[int, dict[tuple[int, ...], _Entry]] = {}
+        self._clock = 0
+
+    def __len__(self) -> int:
+        return sum(len(v) for v in self._entries.values())
+
+    def clear(self) -> None:
+        self._entries.clear()
+        self._clock = 0
+
+    def add(self, key: int, continuation: Sequence[int]) -> None:
+        """Record that ``continuation`` was seen right after ``key``."""
+        cont = tuple(int(t) for t in continuation[: self.max_len])
+        if not cont:
+            return
+        self._clock += 1
+        bucket = self._entries.setdefault(int(key), {})
+        entry = bucket.get(cont)
+        if entry is None:
+            if len(bucket) >= self.capacity:
+                worst = min(bucket.items(), key=lambda kv: (kv[1].hits, kv[1].last_seen))[0]
+                del bucket[worst]
+            entry = bucket[cont] = _Entry()
+        entry.last_seen = self._clock
+
+    def add_tokens(self, tokens: Sequence[int], start: int = 0) -> None:
+        """Add the n-grams of a token sequence whose first token is at ``start`` or later.
+
+        Continuations shorter than ``max_len`` near the end are added too, so a
+        freshly read prompt is useful at once.
+        """
+        n = len(tokens)
+        for i in range(max(start, 0), n - 1):
+            self.add(tokens[i], tokens[i + 1 : i + 1 + self.max_len])
+
+    def observe_accepted(self, key: int, accepted: Sequence[int]) -> None:
+        """Credit the entries of ``key`` whose continuation starts with ``accepted``."""
+        if not accepted:
+            return
+        prefix = tuple(int(t) for t in accepted)
+        bucket = self._entries.get(int(key))
+        if not bucket:
+            return
+        k = len(prefix)
+        for cont, entry in bucket.items():
+            if cont[:k] == prefix[: len(cont)]:
+                entry.hits += 1
+
+    def candidates(self, key: int, count: int, length: int) -> list[tuple[int, ...]]:
+        """The ``count`` best distinct continuations of ``key``, cut to ``length`` tokens.
+
+        Best first: most verified hits, then most recently seen. A continuation
+        that is a prefix of a better-ranked one adds nothing and is skipped.
+        """
+        if count <= 0 or length <= 0:
+            return []
+        bucket = self._entries.get(int(key))
+        if not bucket:
+            return []
+        ranked = sorted(bucket.items(), key=lambda kv: (kv[1].hits, kv[1].last_seen), reverse=True)
+        out: list[tuple[int, ...]] = []
+        for cont, _ in ranked:
+            cut = cont[:length]
+            if any(c[: len(cut)] == cut for c in out):
+                continue
+            out.append(cut)
+            if len(out) == count:
+                break
+        return out
+
+    def keys(self) -> Iterable[int]:
+        return self._entries.keys()

@@ -1,0 +1,93 @@
+"""Settings of a generation: lookahead shape, sampling, stopping.
+
+All of them are frozen dataclasses, so a running generation can be handed a new
+value between two steps by plain assignment.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# The context is created once for the largest shape these limits allow: the
+# number of sequences (1 + G + W) and the batch size are fixed at creation.
+MAX_WINDOW = 16
+MAX_NGRAM = 8
+MAX_GUESSES = 16
+
+
+class SettingsError(ValueError):
+    """A setting is out of range; the message says which and why."""
+
+
+@dataclass(frozen=True)
+class LookaheadConfig:
+    """Shape of one lookahead step.
+
+    window:  W, Jacobi columns (0 turns the lookahead branch off).
+    ngram:   N, n-gram length; each column carries N-1 levels and each
+             verification candidate N-1 draft tokens.
+    guesses: G, how many pool n-grams are verified per step (0 turns the
+             verification branch off).
+    auto:    let the decoder pick W, N and G each step (window, ngram and
+             guesses are then the largest it may use).
+    """
+
+    window: int = 0
+    ngram: int = 4
+    guesses: int = 3
+    auto: bool = False
+
+    def validate(self) -> "LookaheadConfig":
+        if not 0 <= self.window <= MAX_WINDOW:
+            raise SettingsError(f"window W={self.window} is out of range 0..{MAX_WINDOW}")
+        if not 2 <= self.ngram <= MAX_NGRAM:
+            raise SettingsError(f"n-gram size N={self.ngram} is out of range 2..{MAX_NGRAM}")
+        if not 0 <= self.guesses <= MAX_GUESSES:
+            raise SettingsError(f"guesses G={self.guesses} is out of range 0..{MAX_GUESSES}")
+        return self
+
+    @property
+    def draft_len(self) -> int:
+        """Draft tokens per candidate (N-1)."""
+        return self.ngram - 1
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    """Sampling settings; temperature 0 means greedy (argmax)."""
+
+    temperature: float = 0.0
+    top_k: int = 40
+    top_p: float = 0.95
+    min_p: float = 0.05
+    seed: int = 0
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= 0.0
+
+    def validate(self) -> "SamplingConfig":
+        if self.temperature < 0 or self.temperature > 5:
+            raise SettingsError(f"temperature {self.temperature} is out of range 0..5")
+        if self.top_k < 0:
+            raise SettingsError(f"top-k {self.top_k} must be >= 0")
+        if not 0.0 < self.top_p <= 1.0:
+            raise SettingsError(f"top-p {self.top_p} is out of range (0, 1]")
+        if not 0.0 <= self.min_p < 1.0:
+            raise SettingsError(f"min-p {self.min_p} is out of range [0, 1)")
+        if not 0 <= self.seed < 2**32:
+            raise SettingsError(f"seed {self.seed} is out of range 0..2^32-1")
+        return self
+
+
+@dataclass(frozen=True)
+class StopConfig:
+    """When a generation ends (besides end-of-generation tokens and cancel)."""
+
+    max_tokens: int = 256
+    stop_strings: tuple[str, ...] = field(default_factory=tuple)
+
+    def validate(self) -> "StopConfig":
+        if self.max_tokens < 1:
+            raise SettingsError(f"max tokens {self.max_tokens} must be >= 1")
+        return self

@@ -1,0 +1,129 @@
+"""Text in and out: the model's chat template, streaming detokenization, stop strings."""
+
+from __future__ import annotations
+
+import codecs
+import datetime
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from jinja2.exceptions import SecurityError, TemplateError
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+# Used when a GGUF carries no chat template: ChatML is what most small
+# instruction-tuned models without one were trained on.
+CHATML_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+
+class TemplateRenderError(ValueError):
+    """The model's chat template could not be rendered."""
+
+
+@dataclass(frozen=True)
+class Message:
+    role: str  # "system" | "user" | "assistant"
+    content: str
+
+
+def _raise_exception(message: str) -> None:
+    raise TemplateError(message)
+
+
+def _strftime_now(fmt: str) -> str:
+    return datetime.datetime.now().strftime(fmt)
+
+
+class ChatTemplate:
+    """A chat template from GGUF metadata, rendered in Jinja2's immutable sandbox.
+
+    Templates come from model files, which are untrusted input: the sandbox
+    refuses attribute access to Python internals and mutation of arguments.
+    """
+
+    def __init__(self, source: str | None, bos_token: str = "", eos_token: str = "") -> None:
+        self.is_fallback = not source
+        self.source = source or CHATML_TEMPLATE
+        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+        env.globals["raise_exception"] = _raise_exception
+        env.globals["strftime_now"] = _strftime_now
+        try:
+            self._template = env.from_string(self.source)
+        except TemplateError as exc:
+            raise TemplateRenderError(f"the model's chat template does not parse: {exc}") from exc
+        self.bos_token = bos_token
+        self.eos_token = eos_token
+
+    def render(self, messages: Sequence[Message], add_generation_prompt: bool = True) -> str:
+        try:
+            return self._template.render(
+                messages=[{"role": m.role, "content": m.content} for m in messages],
+                add_generation_prompt=add_generation_prompt,
+                bos_token=self.bos_token,
+                eos_token=self.eos_token,
+            )
+        except SecurityError as exc:
+            raise TemplateRenderError(f"the model's chat template tried an unsafe operation: {exc}") from exc
+        except (TemplateError, TypeError, ValueError, KeyError, AttributeError) as exc:
+            raise TemplateRenderError(f"the model's chat template failed: {exc}") from exc
+
+
+class TextStream:
+    """Turns token ids into text deltas, never splitting a UTF-8 character.
+
+    Bytes of a character split across tokens are held until it is complete.
+    """
+
+    def __init__(self, token_bytes: Callable[[int], bytes]) -> None:
+        self._token_bytes = token_bytes
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def feed(self, token: int) -> str:
+        return self._decoder.decode(self._token_bytes(token))
+
+    def flush(self) -> str:
+        return self._decoder.decode(b"", final=True)
+
+
+class StopMatcher:
+    """Finds stop strings in streamed text and holds back what might start one."""
+
+    def __init__(self, stops: Sequence[str]) -> None:
+        self.stops = tuple(s for s in stops if s)
+        self._held = ""
+        self.text = ""  # everything released so far
+
+    def push(self, delta: str) -> tuple[str, bool]:
+        """Returns (text safe to show now, whether a stop string was hit)."""
+        if not self.stops:
+            self.text += delta
+            return delta, False
+        buf = self._held + delta
+        # The stop may straddle the boundary: search the held tail too.
+        hits = [(buf.find(s), s) for s in self.stops]
+        hits = [(i, s) for i, s in hits if i >= 0]
+        if hits:
+            i = min(i for i, _ in hits)
+            out = buf[:i]
+            self._held = ""
+            self.text += out
+            return out, True
+        keep = 0
+        for s in self.stops:
+            for k in range(min(len(s) - 1, len(buf)), 0, -1):
+                if buf.endswith(s[:k]):
+                    keep = max(keep, k)
+                    break
+        out = buf[: len(buf) - keep]
+        self._held = buf[len(buf) - keep :]
+        self.text += out
+        return out, False
+
+    def flush(self) -> str:
+        out, self._held = self._held, ""
+        self.text += out
+        return out
