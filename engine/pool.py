@@ -82,7 +82,8 @@ class NgramPool:
         """The ``count`` best distinct continuations of ``key``, cut to ``length`` tokens.
 
         Best first: most verified hits, then most recently seen. A continuation
-        that is a prefix of a better-ranked one adds nothing and is skipped.
+        that is a prefix of a better-ranked one adds nothing and is skipped; one
+        that extends a better-ranked one takes its place (the tree shares the prefix).
         """
         if count <= 0 or length <= 0:
             return []
@@ -95,9 +96,13 @@ class NgramPool:
             cut = cont[:length]
             if any(c[: len(cut)] == cut for c in out):
                 continue
-            out.append(cut)
-            if len(out) == count:
-                break
+            for k, c in enumerate(out):
+                if cut[: len(c)] == c:
+                    out[k] = cut
+                    break
+            else:
+                if len(out) < count:
+                    out.append(cut)
         return out
 
     def keys(self) -> Iterable[int]:

@@ -91,3 +91,7 @@ class StopConfig:
         if self.max_tokens < 1:
             raise SettingsError(f"max tokens {self.max_tokens} must be >= 1")
         return self
+
+
+# Default for this kind of machine (2 cores): see README "Choosing W, N, G".
+DEFAULT_LOOKAHEAD = LookaheadConfig(window=0, ngram=4, guesses=3)

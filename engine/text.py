@@ -86,7 +86,9 @@ class TextStream:
         return self._decoder.decode(self._token_bytes(token))
 
     def flush(self) -> str:
-        return self._decoder.decode(b"", final=True)
+        """End of the stream: an incomplete trailing character is dropped, not shown as U+FFFD."""
+        self._decoder.reset()
+        return ""
 
 
 class StopMatcher:

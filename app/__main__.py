@@ -1,0 +1,75 @@
+"""Entry point: ``python -m app`` / ``lookahead-chat``.
+
+``--self-test`` opens the real window, types a fixed prompt and presses Send
+with the bundled model, waits for the reply, optionally saves a screenshot,
+prints the reply and its stats, and exits 0 (non-zero on any failure). It uses
+a temporary data dir unless ``LOOKAHEAD_CHAT_HOME`` is set, so the user's chats
+are never touched.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+SELF_TEST_PROMPT = "Write a haiku about the sea."
+
+
+def _parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="lookahead-chat", description="Chat with a local GGUF model, faster.")
+    parser.add_argument("--self-test", action="store_true", help="send one prompt through the window and exit")
+    parser.add_argument("--screenshot", metavar="PATH", help="with --self-test: save the window to PATH")
+    parser.add_argument("--prompt", default=SELF_TEST_PROMPT, help="with --self-test: the prompt to send")
+    parser.add_argument("--timeout", type=float, default=120.0, help="with --self-test: seconds to wait")
+    parser.add_argument("--max-tokens", type=int, default=128, help="with --self-test: longest reply")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse_args(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    from . import paths
+
+    if args.self_test and not os.environ.get(paths.HOME_ENV):
+        os.environ[paths.HOME_ENV] = tempfile.mkdtemp(prefix="lookahead-chat-selftest-")
+
+    # Qt is imported only now, so --help works without a display.
+    from PySide6.QtGui import QIcon
+    from PySide6.QtWidgets import QApplication
+
+    from .main_window import MainWindow
+    from .qt_compat import binding_problem
+
+    problem = binding_problem()
+    if problem:
+        print(f"lookahead-chat: {problem}", file=sys.stderr)
+        return 3
+    app = QApplication.instance() or QApplication(sys.argv[:1])
+    app.setApplicationName("Lookahead Chat")
+    app.setDesktopFileName("lookahead-chat")
+    icon = paths.resources_dir() / "icons" / "lookahead-chat.svg"
+    if icon.is_file():
+        app.setWindowIcon(QIcon(str(icon)))
+    style = paths.resources_dir() / "styles" / "app.qss"
+    if style.is_file():
+        app.setStyleSheet(style.read_text(encoding="utf-8"))
+
+    window = MainWindow()
+    window.show()
+    if not args.self_test:
+        code = app.exec()
+        window.close()
+        return int(code)
+    from .self_test import SelfTest
+
+    screenshot = Path(args.screenshot) if args.screenshot else None
+    test = SelfTest(window, args.prompt, screenshot, args.timeout, args.max_tokens)
+    return test.run(app)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

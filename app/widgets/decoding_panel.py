@@ -1,0 +1,250 @@
+"""The right-hand panel: live stats, lookahead shape, sampling, model options, system prompt."""
+
+from __future__ import annotations
+
+import os
+
+from PySide6.QtCore import Signal, Slot
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QDoubleSpinBox,
+    QFormLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QLabel,
+    QPlainTextEdit,
+    QPushButton,
+    QSpinBox,
+    QVBoxLayout,
+    QWidget,
+)
+
+from engine import LookaheadConfig, SamplingConfig, StopConfig
+
+from ..settings import AppSettings
+from .stats_view import LiveStatsView
+
+# Engine limits (engine/settings.py): the spin boxes cannot leave them.
+WINDOW_RANGE = (0, 16)
+NGRAM_RANGE = (2, 8)
+GUESSES_RANGE = (0, 16)
+
+
+class DecodingPanel(QWidget):
+    """Controls for how replies are decoded, and the live view of the running one.
+
+    Signals:
+        lookaheadChanged(object): the lookahead setting now in effect (``LookaheadConfig`` or None).
+        settingsChanged(): any control changed (the owner persists them).
+        systemPromptEdited(str): the open chat's system prompt was edited.
+        makeDefaultPromptRequested(str): use this system prompt for new chats.
+        reloadRequested(): reload the model with the new context size / threads.
+    """
+
+    lookaheadChanged = Signal(object)
+    settingsChanged = Signal()
+    systemPromptEdited = Signal(str)
+    makeDefaultPromptRequested = Signal(str)
+    reloadRequested = Signal()
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._block_reason: str | None = None
+
+        self.live = LiveStatsView(self)
+        live_box = QGroupBox("Live: tokens per forward pass")
+        QVBoxLayout(live_box).addWidget(self.live)
+
+        # --- lookahead ---
+        self.lookahead_check = QCheckBox("Lookahead decoding")
+        self.lookahead_check.setToolTip("Guess several tokens ahead and verify them in the same forward pass")
+        self.auto_check = QCheckBox("Auto (the engine picks W, N, G each step)")
+        self.window_spin = self._spin(*WINDOW_RANGE, "Window W: Jacobi columns guessing ahead (0 = none)")
+        self.ngram_spin = self._spin(*NGRAM_RANGE, "N-gram size N: tokens per guess + 1")
+        self.guesses_spin = self._spin(*GUESSES_RANGE, "Guesses G: n-grams verified per step (0 = none)")
+        self.block_label = QLabel()
+        self.block_label.setWordWrap(True)
+        self.block_label.setVisible(False)
+        shape = QHBoxLayout()
+        for name, spin in (("W", self.window_spin), ("N", self.ngram_spin), ("G", self.guesses_spin)):
+            shape.addWidget(QLabel(name))
+            shape.addWidget(spin, 1)
+        la_box = QGroupBox("Decoding")
+        la_layout = QVBoxLayout(la_box)
+        la_layout.addWidget(self.lookahead_check)
+        la_layout.addWidget(self.auto_check)
+        la_layout.addLayout(shape)
+        la_layout.addWidget(self.block_label)
+
+        # --- sampling ---
+        self.temperature_spin = QDoubleSpinBox()
+        self.temperature_spin.setRange(0.0, 2.0)
+        self.temperature_spin.setSingleStep(0.1)
+        self.temperature_spin.setSpecialValueText("0 (greedy)")
+        self.top_p_spin = QDoubleSpinBox()
+        self.top_p_spin.setRange(0.05, 1.0)
+        self.top_p_spin.setSingleStep(0.05)
+        self.seed_spin = self._spin(0, 2**31 - 1, "Random seed (sampling only)")
+        self.max_tokens_spin = self._spin(1, 32768, "Longest reply, in tokens")
+        sampling_box = QGroupBox("Sampling")
+        form = QFormLayout(sampling_box)
+        form.addRow("Temperature", self.temperature_spin)
+        form.addRow("Top-p", self.top_p_spin)
+        form.addRow("Seed", self.seed_spin)
+        form.addRow("Max tokens", self.max_tokens_spin)
+
+        # --- model ---
+        self.n_ctx_spin = self._spin(256, 131072, "Context size in tokens (applies on the next model load)")
+        self.n_ctx_spin.setSingleStep(256)
+        self.threads_spin = self._spin(0, max(1, os.cpu_count() or 1) * 2, "CPU threads (applies on the next load)")
+        self.threads_spin.setSpecialValueText("auto")
+        self.reload_button = QPushButton("Reload model")
+        self.reload_button.setToolTip("Load the model again with this context size and thread count")
+        model_box = QGroupBox("Model (applies on next load)")
+        form = QFormLayout(model_box)
+        form.addRow("Context", self.n_ctx_spin)
+        form.addRow("Threads", self.threads_spin)
+        form.addRow(self.reload_button)
+
+        # --- chat ---
+        self.system_prompt_edit = QPlainTextEdit()
+        self.system_prompt_edit.setPlaceholderText("System prompt for this chat")
+        self.system_prompt_edit.setMaximumHeight(self.fontMetrics().lineSpacing() * 4 + 14)
+        self.default_prompt_button = QPushButton("Use for new chats")
+        chat_box = QGroupBox("System prompt (this chat)")
+        chat_layout = QVBoxLayout(chat_box)
+        chat_layout.addWidget(self.system_prompt_edit)
+        chat_layout.addWidget(self.default_prompt_button)
+
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(live_box, 1)
+        layout.addWidget(la_box)
+        layout.addWidget(sampling_box)
+        layout.addWidget(model_box)
+        layout.addWidget(chat_box)
+
+        for box in (self.lookahead_check, self.auto_check):
+            box.toggled.connect(self._on_lookahead_controls_changed)
+        for spin in (self.window_spin, self.ngram_spin, self.guesses_spin):
+            spin.valueChanged.connect(self._on_lookahead_controls_changed)
+        for spin in (self.temperature_spin, self.top_p_spin):
+            spin.valueChanged.connect(self._on_setting_changed)
+        for spin in (self.seed_spin, self.max_tokens_spin, self.n_ctx_spin, self.threads_spin):
+            spin.valueChanged.connect(self._on_setting_changed)
+        self.reload_button.clicked.connect(self.reloadRequested)
+        self.system_prompt_edit.textChanged.connect(self._on_system_prompt_changed)
+        self.default_prompt_button.clicked.connect(self._on_make_default_prompt)
+        self._update_enabled()
+
+    @staticmethod
+    def _spin(low: int, high: int, tip: str) -> QSpinBox:
+        spin = QSpinBox()
+        spin.setRange(low, high)
+        spin.setToolTip(tip)
+        return spin
+
+    # --- reading and writing the controls ---
+
+    def load_settings(self, s: AppSettings) -> None:
+        """Show ``s`` without emitting change signals."""
+        widgets = (
+            self.lookahead_check, self.auto_check, self.window_spin, self.ngram_spin, self.guesses_spin,
+            self.temperature_spin, self.top_p_spin, self.seed_spin, self.max_tokens_spin, self.n_ctx_spin,
+            self.threads_spin,
+        )
+        for w in widgets:
+            w.blockSignals(True)
+        try:
+            self.lookahead_check.setChecked(s.lookahead_on)
+            self.auto_check.setChecked(s.auto)
+            self.window_spin.setValue(s.window)
+            self.ngram_spin.setValue(s.ngram)
+            self.guesses_spin.setValue(s.guesses)
+            self.temperature_spin.setValue(s.temperature)
+            self.top_p_spin.setValue(s.top_p)
+            self.seed_spin.setValue(s.seed)
+            self.max_tokens_spin.setValue(s.max_tokens)
+            self.n_ctx_spin.setValue(s.n_ctx)
+            self.threads_spin.setValue(s.threads)
+        finally:
+            for w in widgets:
+                w.blockSignals(False)
+        self._update_enabled()
+
+    def store_settings(self, s: AppSettings) -> None:
+        s.lookahead_on = self.lookahead_check.isChecked()
+        s.auto = self.auto_check.isChecked()
+        s.window, s.ngram, s.guesses = self.window_spin.value(), self.ngram_spin.value(), self.guesses_spin.value()
+        s.temperature = self.temperature_spin.value()
+        s.top_p = self.top_p_spin.value()
+        s.seed = self.seed_spin.value()
+        s.max_tokens = self.max_tokens_spin.value()
+        s.n_ctx = self.n_ctx_spin.value()
+        s.threads = self.threads_spin.value()
+
+    def lookahead_config(self) -> LookaheadConfig | None:
+        """The lookahead setting in effect; None = plain decoding (switched off or unavailable)."""
+        if self._block_reason or not self.lookahead_check.isChecked():
+            return None
+        return LookaheadConfig(
+            window=self.window_spin.value(),
+            ngram=self.ngram_spin.value(),
+            guesses=self.guesses_spin.value(),
+            auto=self.auto_check.isChecked(),
+        )
+
+    def sampling_config(self) -> SamplingConfig:
+        return SamplingConfig(
+            temperature=round(self.temperature_spin.value(), 2),
+            top_p=round(self.top_p_spin.value(), 2),
+            seed=self.seed_spin.value(),
+        )
+
+    def stop_config(self) -> StopConfig:
+        return StopConfig(max_tokens=self.max_tokens_spin.value())
+
+    def set_lookahead_blocked(self, reason: str | None) -> None:
+        """Disable lookahead for a model that cannot do it, saying why."""
+        self._block_reason = reason
+        self.block_label.setText(reason or "")
+        self.block_label.setVisible(bool(reason))
+        self._update_enabled()
+
+    def set_system_prompt(self, text: str) -> None:
+        """Show the open chat's system prompt (without emitting systemPromptEdited)."""
+        self.system_prompt_edit.blockSignals(True)
+        self.system_prompt_edit.setPlainText(text)
+        self.system_prompt_edit.blockSignals(False)
+
+    def system_prompt(self) -> str:
+        return self.system_prompt_edit.toPlainText()
+
+    def _update_enabled(self) -> None:
+        available = self._block_reason is None
+        on = available and self.lookahead_check.isChecked()
+        self.lookahead_check.setEnabled(available)
+        self.auto_check.setEnabled(on)
+        manual = on and not self.auto_check.isChecked()
+        for spin in (self.window_spin, self.ngram_spin, self.guesses_spin):
+            spin.setEnabled(manual)
+
+    # --- slots ---
+
+    @Slot()
+    def _on_lookahead_controls_changed(self) -> None:
+        self._update_enabled()
+        self.lookaheadChanged.emit(self.lookahead_config())
+        self.settingsChanged.emit()
+
+    @Slot()
+    def _on_setting_changed(self) -> None:
+        self.settingsChanged.emit()
+
+    @Slot()
+    def _on_system_prompt_changed(self) -> None:
+        self.systemPromptEdited.emit(self.system_prompt())
+
+    @Slot()
+    def _on_make_default_prompt(self) -> None:
+        self.makeDefaultPromptRequested.emit(self.system_prompt())

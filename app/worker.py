@@ -1,0 +1,309 @@
+"""The engine's thread: one ``EngineWorker`` on one ``QThread`` owns the engine.
+
+The GUI never calls the engine. It emits signals that are queued to the
+worker's thread (load a model, generate a reply); the worker answers with
+signals that are queued back. Two requests must reach the worker *while* it is
+inside a generation loop, when its event loop cannot run queued slots: stop
+and a new lookahead shape. Those slots are connected with
+``Qt.DirectConnection`` and only touch thread-safe state (an Event, a value
+under a lock) that the worker reads between two steps.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import weakref
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from PySide6.QtCore import QObject, Qt, QThread, Signal, Slot
+
+from engine import (
+    ChatSession,
+    Engine,
+    GenerationControls,
+    LookaheadConfig,
+    LookaheadUnsupportedError,
+    Message,
+    ModelFileError,
+    NativeError,
+    PromptTooLongError,
+    SamplingConfig,
+    SettingsError,
+    StepEvent,
+    StopConfig,
+    TemplateRenderError,
+    default_model_path,
+)
+
+log = logging.getLogger(__name__)
+
+_USER_ERRORS = (
+    ModelFileError,
+    NativeError,
+    PromptTooLongError,
+    SettingsError,
+    LookaheadUnsupportedError,
+    TemplateRenderError,
+)
+
+# Every engine thread the app starts; tests check none is left running.
+LIVE_THREADS: "weakref.WeakSet[QThread]" = weakref.WeakSet()
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """Facts about the model now in use, for the status bar and the stats lines."""
+
+    path: str
+    display_name: str
+    gguf_name: str
+    architecture: str
+    file_type: str
+    n_ctx: int
+    n_params: int
+    n_threads: int
+    lookahead_block_reason: str | None
+    load_s: float
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """One reply to generate: the whole conversation so far, ending with the user's turn."""
+
+    request_id: int
+    messages: tuple[Message, ...]
+    lookahead: LookaheadConfig | None
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    stop: StopConfig = field(default_factory=StopConfig)
+
+
+@dataclass(frozen=True)
+class StepUpdate:
+    """One step event, with the lookahead setting the worker handed the engine for that step."""
+
+    request_id: int
+    event: StepEvent
+    requested: LookaheadConfig | None
+    after_stop: bool  # the stop request was already set when this event was emitted
+
+
+@dataclass(frozen=True)
+class ReplyOutcome:
+    """How a generation ended (the text and statistics come with the step updates)."""
+
+    request_id: int
+    stop_reason: str | None
+    n_tokens: int
+    steps_after_stop: int  # committing steps emitted after Stop was pressed (at most the one in flight)
+    error: str | None = None
+
+
+class EngineWorker(QObject):
+    """Owns the engine; lives on its own QThread.
+
+    Signals:
+        modelLoading(float): load progress, 0..1.
+        modelLoaded(object): a ``LoadedModel``; the new engine is in use.
+        modelFailed(str): loading failed; the previous engine (if any) is still in use.
+        replyStarted(int): the request with this id was accepted (its prompt fits); steps follow.
+        stepUpdate(object): a ``StepUpdate`` for every forward pass.
+        replyFinished(object): a ``ReplyOutcome``; the generation is over (also after an error mid-way).
+        replyFailed(int, str): the request with this id failed; the message is for the user.
+    """
+
+    modelLoading = Signal(float)
+    modelLoaded = Signal(object)
+    modelFailed = Signal(str)
+    replyStarted = Signal(int)
+    stepUpdate = Signal(object)
+    replyFinished = Signal(object)
+    replyFailed = Signal(int, str)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._engine: Engine | None = None
+        self._session: ChatSession | None = None
+        self._lock = threading.Lock()
+        self._controls: GenerationControls | None = None
+        self._pending_lookahead: tuple[LookaheadConfig | None] | None = None  # 1-tuple: None is a valid value
+        self._shutting_down = threading.Event()
+
+    # --- slots run on the worker thread (queued) ---
+
+    @Slot(str, int, int)
+    def loadModel(self, path: str, n_ctx: int, n_threads: int) -> None:
+        """Load ``path`` ("" = the bundled model); keep the current engine if it fails."""
+        t0 = time.perf_counter()
+        self.modelLoading.emit(0.0)
+
+        def progress(frac: float) -> bool:
+            self.modelLoading.emit(float(frac))
+            return not self._shutting_down.is_set()  # False aborts the load
+
+        try:
+            model_path = Path(path) if path else default_model_path()
+            engine = Engine(model_path, n_ctx=n_ctx, n_threads=n_threads or None, progress=progress)
+        except Exception as exc:  # every failure becomes a message for the user
+            log.warning("model load failed: %s", exc)
+            self.modelFailed.emit(_describe(exc))
+            return
+        old, self._engine, self._session = self._engine, engine, ChatSession(engine)
+        if old is not None:
+            old.close()
+        s = engine.summary
+        loaded = LoadedModel(
+            path=str(model_path),
+            display_name=model_path.stem,
+            gguf_name=s.name,
+            architecture=s.architecture,
+            file_type=s.file_type,
+            n_ctx=engine.n_ctx,
+            n_params=engine.info.n_params,
+            n_threads=engine.n_threads,
+            lookahead_block_reason=engine.lookahead_block_reason,
+            load_s=time.perf_counter() - t0,
+        )
+        self.modelLoaded.emit(loaded)
+
+    @Slot(object)
+    def generate(self, request: GenerationRequest) -> None:
+        """Generate one reply, emitting a ``StepUpdate`` per step; ends with replyFinished or replyFailed."""
+        if self._session is None:
+            self.replyFailed.emit(request.request_id, "No model is loaded. Open a model with File → Open model….")
+            return
+        controls = GenerationControls(lookahead=request.lookahead)
+        with self._lock:
+            self._controls = controls
+            self._pending_lookahead = None
+        started = False
+        n_tokens = 0
+        steps_after_stop = 0
+        stop_reason: str | None = None
+        try:
+            events = self._session.reply(
+                list(request.messages), controls=controls, sampling=request.sampling, stop=request.stop
+            )
+            started = True
+            self.replyStarted.emit(request.request_id)
+            while True:
+                requested = self._apply_pending_lookahead(controls)
+                ev = next(events, None)  # the engine reads controls.lookahead here, for this step
+                if ev is None:
+                    break
+                after_stop = controls.cancel.is_set()
+                if after_stop and ev.n_committed:
+                    steps_after_stop += 1
+                n_tokens += len(ev.token_ids)
+                stop_reason = ev.stop_reason or stop_reason
+                self.stepUpdate.emit(StepUpdate(request.request_id, ev, requested, after_stop))
+        except Exception as exc:  # every failure becomes a message for the user
+            log.warning("generation failed: %s", exc)
+            if not started:
+                self.replyFailed.emit(request.request_id, _describe(exc))
+            else:
+                outcome = ReplyOutcome(
+                    request.request_id, stop_reason, n_tokens, steps_after_stop, error=_describe(exc)
+                )
+                self.replyFinished.emit(outcome)
+            return
+        finally:
+            with self._lock:
+                self._controls = None
+        self.replyFinished.emit(ReplyOutcome(request.request_id, stop_reason, n_tokens, steps_after_stop))
+
+    def _apply_pending_lookahead(self, controls: GenerationControls) -> LookaheadConfig | None:
+        with self._lock:
+            if self._pending_lookahead is not None:
+                controls.lookahead = self._pending_lookahead[0]
+                self._pending_lookahead = None
+            return controls.lookahead
+
+    @Slot()
+    def shutdown(self) -> None:
+        """Free the engine on its own thread, then end the thread's event loop."""
+        if self._engine is not None:
+            self._engine.close()
+            self._engine = self._session = None
+        thread = self.thread()
+        if thread is not None:
+            thread.quit()
+
+    # --- slots connected directly: run on the caller's thread, touch only thread-safe state ---
+
+    @Slot()
+    def stop(self) -> None:
+        """Ask the running generation to stop before its next step."""
+        with self._lock:
+            if self._controls is not None:
+                self._controls.cancel.set()
+
+    @Slot(object)
+    def setLookahead(self, config: LookaheadConfig | None) -> None:
+        """Use ``config`` (None = plain decoding) from the running generation's next step on."""
+        if config is not None:
+            config.validate()
+        with self._lock:
+            if self._controls is not None:
+                self._pending_lookahead = (config,)
+
+    def requestShutdown(self) -> None:
+        """Thread-safe: abort a running load and the running generation."""
+        self._shutting_down.set()
+        self.stop()
+
+
+def _describe(exc: BaseException) -> str:
+    """The user-facing text of an exception.
+
+    The engine's own errors already say what and why; anything else is
+    unexpected, so its type is kept to make a bug report useful.
+    """
+    if isinstance(exc, _USER_ERRORS):
+        return str(exc)
+    return f"{type(exc).__name__}: {exc}"
+
+
+class EngineThread(QObject):
+    """Starts the worker's thread, wires the direct connections, and stops it cleanly.
+
+    Signals:
+        loadRequested(str, int, int): queued to ``EngineWorker.loadModel``.
+        generateRequested(object): queued to ``EngineWorker.generate``.
+        stopRequested(): direct to ``EngineWorker.stop``.
+        lookaheadChanged(object): direct to ``EngineWorker.setLookahead``.
+    """
+
+    loadRequested = Signal(str, int, int)
+    generateRequested = Signal(object)
+    stopRequested = Signal()
+    lookaheadChanged = Signal(object)
+    _shutdownRequested = Signal()
+
+    def __init__(self, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.worker = EngineWorker()
+        self.thread = QThread()
+        self.thread.setObjectName("engine")
+        self.worker.moveToThread(self.thread)
+        self.loadRequested.connect(self.worker.loadModel, Qt.ConnectionType.QueuedConnection)
+        self.generateRequested.connect(self.worker.generate, Qt.ConnectionType.QueuedConnection)
+        self._shutdownRequested.connect(self.worker.shutdown, Qt.ConnectionType.QueuedConnection)
+        # Direct: the worker's event loop is busy inside the generation these two must reach.
+        self.stopRequested.connect(self.worker.stop, Qt.ConnectionType.DirectConnection)
+        self.lookaheadChanged.connect(self.worker.setLookahead, Qt.ConnectionType.DirectConnection)
+        LIVE_THREADS.add(self.thread)
+        self.thread.start()
+
+    def shutdown(self, timeout_s: float = 2.0) -> bool:
+        """Stop a running generation or load, free the engine, end the thread; True if it ended in time."""
+        if not self.thread.isRunning():
+            return True
+        self.worker.requestShutdown()
+        self._shutdownRequested.emit()
+        finished = self.thread.wait(int(timeout_s * 1000))
+        if not finished:
+            log.error("the engine thread did not stop within %.1f s", timeout_s)
+        return bool(finished)

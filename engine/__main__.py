@@ -1,0 +1,8 @@
+"""``python -m engine``: see engine/cli.py."""
+
+import sys
+
+from .cli import main
+
+if __name__ == "__main__":
+    sys.exit(main())

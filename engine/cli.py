@@ -1,0 +1,287 @@
+"""Command line: ``python -m engine generate | bench | chat``.
+
+Bad input (missing or broken model, prompt too long, invalid settings) ends
+with one line on stderr and a non-zero exit, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+from .bench import load_workloads, parse_grid, run_bench, run_grid
+from .models import ModelFileError, default_model_path
+from .native import NativeError
+from .runtime import Engine, GenerationControls, GenerationSummary, LookaheadUnsupportedError, PromptTooLongError
+from .session import ChatSession
+from .settings import DEFAULT_LOOKAHEAD, LookaheadConfig, SamplingConfig, SettingsError, StopConfig
+from .text import Message, TemplateRenderError
+
+EXIT_BAD_INPUT = 2
+EXIT_FAILED = 1
+
+
+class CliError(Exception):
+    """A user-facing error: printed as one line, exit code attached."""
+
+    def __init__(self, message: str, code: int = EXIT_BAD_INPUT) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, not usage + error
+        raise CliError(f"{self.prog}: {message}")
+
+
+def _add_model_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", help="GGUF model file (default: the bundled SmolLM2-135M-Instruct)")
+    p.add_argument("--threads", type=int, default=None, help="CPU threads (default: all cores, at most 8)")
+    p.add_argument("--ctx", type=int, default=4096, help="context size in tokens (default 4096)")
+
+
+def _add_lookahead_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--mode", choices=["plain", "lookahead", "auto"], default="lookahead")
+    p.add_argument("--window", type=int, default=None, help="lookahead window W (0..16)")
+    p.add_argument("--ngram", type=int, default=None, help="n-gram size N (2..8)")
+    p.add_argument("--guesses", type=int, default=None, help="verification candidates G (0..16)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="python -m engine", description="Lookahead Chat decoding engine")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    g = sub.add_parser("generate", help="generate text for one prompt")
+    _add_model_args(g)
+    src = g.add_mutually_exclusive_group(required=True)
+    src.add_argument("--prompt")
+    src.add_argument("--prompt-file")
+    g.add_argument("--chat", action="store_true", help="send the prompt as a user message with the chat template")
+    g.add_argument("--system", default="", help="system prompt (with --chat)")
+    _add_lookahead_args(g)
+    g.add_argument("--max-tokens", type=int, default=256)
+    g.add_argument("--temperature", type=float, default=0.0)
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
+
+    b = sub.add_parser("bench", help="plain vs lookahead on a prompts file")
+    _add_model_args(b)
+    b.add_argument("--prompts", help="JSONL of {id, cat, prompt} (default: the repo's workloads)")
+    b.add_argument("--max-tokens", type=int, default=128)
+    _add_lookahead_args(b)
+    b.add_argument("--json", action="store_true")
+    b.add_argument("--grid", help='measure a grid of fixed settings instead, e.g. "W=0,1,2;N=2,3,4;G=0,1,2"')
+    b.add_argument("--only", help="comma-separated workload ids or categories to run")
+
+    c = sub.add_parser("chat", help="chat in the terminal")
+    _add_model_args(c)
+    _add_lookahead_args(c)
+    c.add_argument("--system", default="")
+    c.add_argument("--max-tokens", type=int, default=512)
+    c.add_argument("--temperature", type=float, default=0.0)
+    c.add_argument("--seed", type=int, default=0)
+    return parser
+
+
+def lookahead_from_args(args: argparse.Namespace) -> LookaheadConfig | None:
+    if args.mode == "plain":
+        return None
+    base = DEFAULT_LOOKAHEAD
+    cfg = LookaheadConfig(
+        window=base.window if args.window is None else args.window,
+        ngram=base.ngram if args.ngram is None else args.ngram,
+        guesses=base.guesses if args.guesses is None else args.guesses,
+        auto=args.mode == "auto" or (base.auto and args.window is None and args.ngram is None and args.guesses is None),
+    )
+    return cfg.validate()
+
+
+def open_engine(args: argparse.Namespace) -> Engine:
+    path = Path(args.model) if args.model else default_model_path()
+    if args.threads is not None and args.threads < 1:
+        raise CliError(f"--threads must be >= 1, got {args.threads}")
+    return Engine(path, n_ctx=args.ctx, n_threads=args.threads)
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    if args.prompt_file:
+        try:
+            prompt_text = Path(args.prompt_file).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise CliError(f"cannot read prompt file {args.prompt_file}: {exc}") from exc
+    else:
+        prompt_text = args.prompt
+    lookahead = lookahead_from_args(args)
+    sampling = SamplingConfig(temperature=args.temperature, seed=args.seed).validate()
+    stop = StopConfig(max_tokens=args.max_tokens).validate()
+    with open_engine(args) as eng:
+        controls = GenerationControls(lookahead=lookahead)
+        if args.chat:
+            messages = ([Message("system", args.system)] if args.system else []) + [Message("user", prompt_text)]
+            events = ChatSession(eng).reply(messages, controls=controls, sampling=sampling, stop=stop)
+        else:
+            events = eng.generate(eng.tokenize(prompt_text), controls=controls, sampling=sampling, stop=stop)
+        summary = GenerationSummary()
+        shapes = []
+        for ev in events:
+            summary.observe(ev)
+            if ev.mode != "none":
+                shapes.append((ev.window, ev.ngram, ev.guesses))
+            if not args.json and ev.text:
+                sys.stdout.write(ev.text)
+                sys.stdout.flush()
+        if args.json:
+            w, n, g = shapes[-1] if shapes else (0, 0, 0)
+            print(
+                json.dumps(
+                    {
+                        "text": summary.text,
+                        "token_ids": summary.token_ids,
+                        "n_tokens": summary.n_tokens,
+                        "steps": summary.steps,
+                        "tokens_per_step": round(summary.tokens_per_step, 4),
+                        "elapsed_s": round(summary.elapsed_s, 4),
+                        "prefill_s": round(summary.prefill_s, 4),
+                        "first_token_s": round(summary.first_token_s or 0.0, 4),
+                        "tokens_per_s": round(summary.tokens_per_s, 2),
+                        "mode": "plain" if lookahead is None else ("auto" if lookahead.auto else "lookahead"),
+                        "window": lookahead.window if lookahead else 0,
+                        "ngram": lookahead.ngram if lookahead else 0,
+                        "guesses": lookahead.guesses if lookahead else 0,
+                        "last_step_shape": {"window": w, "ngram": n, "guesses": g},
+                        "n_drafted": summary.n_drafted,
+                        "n_accepted": summary.n_accepted,
+                        "stop_reason": summary.stop_reason,
+                        "model": eng.summary.path,
+                    },
+                    ensure_ascii=False,
+                )
+            )
+        else:
+            sys.stdout.write("\n")
+            print(
+                f"[{summary.n_tokens} tokens, {summary.steps} steps, {summary.tokens_per_step:.2f} tokens/step, "
+                f"{summary.tokens_per_s:.1f} tokens/s, stop: {summary.stop_reason}]",
+                file=sys.stderr,
+            )
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    lookahead = lookahead_from_args(args)
+    if lookahead is None:
+        raise CliError("bench compares plain against lookahead: --mode plain makes no sense here")
+    try:
+        workloads = load_workloads(args.prompts)
+    except (OSError, ValueError) as exc:
+        raise CliError(f"cannot read prompts: {exc}") from exc
+    if args.only:
+        keep = {x.strip() for x in args.only.split(",")}
+        workloads = [w for w in workloads if w.id in keep or w.cat in keep]
+        if not workloads:
+            raise CliError(f"--only {args.only} matches no workload")
+    if args.grid:
+        return _bench_grid(args, workloads)
+    with open_engine(args) as eng:
+        def progress(r) -> None:
+            if not args.json:
+                print(
+                    f"{r.id:<18} {r.cat:<7} speedup {r.speedup:.3f}  tokens/step {r.tokens_per_step:.2f}  "
+                    f"{'identical' if r.identical else 'DIFFERS at ' + str(r.first_divergence['index'])}",
+                    file=sys.stderr,
+                )
+
+        report = run_bench(eng, workloads, lookahead, max_tokens=args.max_tokens, on_result=progress)
+    if args.json:
+        print(json.dumps(report.to_json(), ensure_ascii=False))
+    else:
+        print(report.table())
+    return 0
+
+
+def _bench_grid(args: argparse.Namespace, workloads: list) -> int:
+    try:
+        configs = parse_grid(args.grid)
+    except ValueError as exc:
+        raise CliError(str(exc)) from exc
+    with open_engine(args) as eng:
+        rows = run_grid(eng, workloads, configs, max_tokens=args.max_tokens,
+                        on_prompt=lambda i: print(f"done {i}", file=sys.stderr))
+    rows.sort(key=lambda r: r.geomean, reverse=True)
+    if args.json:
+        print(json.dumps([asdict(r) for r in rows]))
+        return 0
+    cats = sorted({c for r in rows for c in r.by_cat})
+    print(f"{'W':>2} {'N':>2} {'G':>2} {'geomean':>8} " + " ".join(f"{c:>7}" for c in cats) + "  tok/step  same")
+    for r in rows:
+        print(f"{r.window:>2} {r.ngram:>2} {r.guesses:>2} {r.geomean:>8.3f} "
+              + " ".join(f"{r.by_cat.get(c, 0):>7.3f}" for c in cats)
+              + f"  {r.tokens_per_step:>8.2f}  {r.identical}/{r.n}")
+    return 0
+
+
+def cmd_chat(args: argparse.Namespace) -> int:
+    lookahead = lookahead_from_args(args)
+    sampling = SamplingConfig(temperature=args.temperature, seed=args.seed).validate()
+    stop = StopConfig(max_tokens=args.max_tokens).validate()
+    with open_engine(args) as eng:
+        session = ChatSession(eng)
+        messages = [Message("system", args.system)] if args.system else []
+        print(f"Model: {eng.summary.name} ({eng.summary.file_type}). Empty line or Ctrl+D to quit.", file=sys.stderr)
+        while True:
+            try:
+                line = input("> ")
+            except EOFError:
+                break
+            if not line.strip():
+                break
+            messages.append(Message("user", line))
+            controls = GenerationControls(lookahead=lookahead)
+            summary = GenerationSummary()
+            try:
+                for ev in session.reply(messages, controls=controls, sampling=sampling, stop=stop):
+                    summary.observe(ev)
+                    if ev.notice:
+                        print(f"[{ev.notice}]", file=sys.stderr)
+                    sys.stdout.write(ev.text)
+                    sys.stdout.flush()
+            except KeyboardInterrupt:
+                controls.cancel.set()
+            except PromptTooLongError as exc:
+                print(f"error: {exc}", file=sys.stderr)
+                messages.pop()
+                continue
+            messages.append(Message("assistant", summary.text))
+            print(
+                f"\n[{summary.tokens_per_s:.1f} tokens/s, {summary.tokens_per_step:.2f} tokens/step]",
+                file=sys.stderr,
+            )
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        handler = {"generate": cmd_generate, "bench": cmd_bench, "chat": cmd_chat}[args.command]
+        return handler(args)
+    except CliError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.code
+    except (ModelFileError, SettingsError, PromptTooLongError, TemplateRenderError, LookaheadUnsupportedError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except NativeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+    except MemoryError:
+        print("error: out of memory (try a smaller --ctx)", file=sys.stderr)
+        return EXIT_FAILED

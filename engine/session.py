@@ -1,0 +1,77 @@
+"""Chat turns on top of the engine: template, context policy, cache reuse.
+
+The conversation is passed in whole each turn; the engine keeps the KV cache
+of the previous turn and evaluates only the tokens that differ, so the time to
+the first token depends on the new message, not on the length of the history.
+
+Context policy: when the conversation does not fit (prompt plus room for the
+reply), the oldest turns are dropped, always keeping the system prompt and
+the latest user message. What was dropped is reported in the first event.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+from .runtime import Engine, GenerationControls, PromptTooLongError, StepEvent
+from .settings import SamplingConfig, StopConfig
+from .text import Message
+
+
+@dataclass(frozen=True)
+class FittedPrompt:
+    tokens: list[int]
+    dropped: int  # messages left out, oldest first
+    history: list[int]  # tokens of the dropped messages (still useful as drafts)
+
+
+class ChatSession:
+    """Turns a list of messages into a generation that fits the context."""
+
+    def __init__(self, engine: Engine, min_reply_room: int = 128) -> None:
+        self.engine = engine
+        self.min_reply_room = min_reply_room
+
+    def fit(self, messages: Sequence[Message], max_tokens: int) -> FittedPrompt:
+        """Tokenize ``messages``, dropping the oldest turns until prompt + reply room fits."""
+        if not messages or messages[-1].role != "user":
+            raise ValueError("a chat turn must end with a user message")
+        room = min(max_tokens, max(self.min_reply_room, self.engine.n_ctx // 4))
+        limit = self.engine.n_ctx - room
+        system = [m for m in messages[:1] if m.role == "system"]
+        turns = list(messages[len(system) :])
+        dropped: list[Message] = []
+        while True:
+            tokens = self.engine.render_chat(system + turns)
+            if len(tokens) <= limit:
+                break
+            if len(turns) <= 1:
+                raise PromptTooLongError(
+                    f"the message is {len(tokens)} tokens with the system prompt, but the context holds "
+                    f"{self.engine.n_ctx} with {room} kept for the reply; shorten it or raise the context size"
+                )
+            # Drop whole exchanges: a user message and the replies after it.
+            dropped.append(turns.pop(0))
+            while len(turns) > 1 and turns[0].role != "user":
+                dropped.append(turns.pop(0))
+        history: list[int] = []
+        if dropped:
+            history = self.engine.tokenize("\n".join(m.content for m in dropped), add_special=False)
+        return FittedPrompt(tokens=tokens, dropped=len(dropped), history=history)
+
+    def reply(
+        self,
+        messages: Sequence[Message],
+        controls: GenerationControls | None = None,
+        sampling: SamplingConfig = SamplingConfig(),
+        stop: StopConfig = StopConfig(),
+    ) -> Iterator[StepEvent]:
+        """Generate the assistant's reply to ``messages`` (which end with the user's turn)."""
+        fitted = self.fit(messages, stop.max_tokens)
+        notice = ""
+        if fitted.dropped:
+            notice = f"context full: left out the {fitted.dropped} oldest message(s), kept the system prompt and the latest turn"
+        return self.engine.generate(
+            fitted.tokens, controls=controls, sampling=sampling, stop=stop, history=fitted.history, notice=notice
+        )

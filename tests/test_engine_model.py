@@ -1,0 +1,144 @@
+"""The engine on the bundled model: equality with plain decoding, cache discipline, streaming, sessions."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine import GenerationControls, GenerationSummary, LookaheadConfig, Message, SamplingConfig, StopConfig
+from engine.bench import load_workloads
+from engine.plan import ALL_SEQS
+from engine.session import ChatSession
+
+pytestmark = pytest.mark.model
+
+SHAPES = [
+    LookaheadConfig(window=0, ngram=4, guesses=3),  # verification branch only, candidate tree
+    LookaheadConfig(window=2, ngram=3, guesses=2),  # both branches
+    LookaheadConfig(window=4, ngram=5, guesses=4),  # a larger step (slow here: used on short runs only)
+]
+
+
+def run(engine, prompt, lookahead, max_tokens=128, sampling=SamplingConfig(), check_cache=False):
+    engine.reset()
+    summary = GenerationSummary()
+    for ev in engine.generate(prompt, GenerationControls(lookahead=lookahead), sampling=sampling,
+                              stop=StopConfig(max_tokens=max_tokens)):
+        summary.observe(ev)
+        if check_cache:
+            assert_cache_holds_only_committed(engine)
+    return summary
+
+
+def assert_cache_holds_only_committed(engine):
+    n = engine.kv.n
+    positions = engine.cache_positions()
+    # Every sequence holds exactly positions 0..n-1: nothing speculative is left over.
+    assert positions == {s: (0, n - 1) for s in ALL_SEQS}
+
+
+@pytest.mark.parametrize("workload", load_workloads(), ids=lambda w: w.id)
+def test_lookahead_text_equals_plain_text_on_the_workloads(engine, workload):
+    prompt = engine.render_chat([Message("user", workload.prompt)])
+    plain = run(engine, prompt, None)
+    for shape in SHAPES[:2]:
+        la = run(engine, prompt, shape)
+        assert la.token_ids == plain.token_ids, f"{shape} differs from plain"
+        assert la.text == plain.text
+
+
+def test_lookahead_accepts_drafts_on_a_rewrite_prompt(engine):
+    # A rewrite copies the prompt: drafts must land, or the engine is not doing its job.
+    w = next(w for w in load_workloads() if w.id == "code-rename")
+    la = run(engine, engine.render_chat([Message("user", w.prompt)]), LookaheadConfig(window=0, ngram=5, guesses=3))
+    assert la.n_accepted > 10
+    assert la.tokens_per_step > 1.3
+
+
+def test_after_every_step_the_cache_holds_exactly_the_committed_tokens(engine):
+    prompt = engine.render_chat([Message("user", "Write a Python function that adds two numbers, and test it.")])
+    for shape in SHAPES:
+        run(engine, prompt, shape, max_tokens=32 if shape.window > 2 else 64, check_cache=True)
+
+
+def test_multibyte_text_streams_without_broken_characters(engine):
+    prompt = engine.render_chat([Message("user", "Write three short greetings in Japanese and add an emoji to each 😀.")])
+    engine.reset()
+    deltas = []
+    ids = []
+    for ev in engine.generate(prompt, GenerationControls(lookahead=SHAPES[1]), stop=StopConfig(max_tokens=80)):
+        deltas.append(ev.text)
+        ids.extend(ev.token_ids)
+    text = "".join(deltas)
+    assert any(ord(c) > 0x3000 for c in text), "the reply should hold CJK or emoji for this test to mean anything"
+    assert all("\ufffd" not in d for d in deltas)
+    data = b"".join(engine.model.token_bytes(t) for t in ids if not engine.model.is_eog(t))
+    # Everything the tokens spell is shown, except a character cut off by max_tokens.
+    assert text == data.decode("utf-8", errors="ignore")
+
+
+def test_cancel_stops_within_one_step(engine):
+    prompt = engine.render_chat([Message("user", "Count from one to two hundred in words.")])
+    engine.reset()
+    controls = GenerationControls(lookahead=SHAPES[0])
+    events = []
+    for ev in engine.generate(prompt, controls, stop=StopConfig(max_tokens=200)):
+        events.append(ev)
+        if len(events) == 3:
+            controls.cancel.set()
+    assert len(events) == 4
+    assert events[-1].stop_reason == "cancelled"
+
+
+def test_settings_changed_mid_generation_apply_at_the_next_step(engine):
+    prompt = engine.render_chat([Message("user", "Describe the water cycle.")])
+    engine.reset()
+    controls = GenerationControls(lookahead=None)
+    modes = []
+    for ev in engine.generate(prompt, controls, stop=StopConfig(max_tokens=20)):
+        modes.append((ev.mode, ev.window))
+        if len(modes) == 3:
+            controls.lookahead = LookaheadConfig(window=2, ngram=3, guesses=0)
+    assert modes[:3] == [("plain", 0)] * 3
+    assert all(m == ("lookahead", 2) for m in modes[3:-1]) and len(modes) > 4
+
+
+def test_a_second_chat_turn_evaluates_only_its_new_tokens(engine):
+    engine.reset()
+    session = ChatSession(engine)
+    messages = [Message("system", "You are helpful."), Message("user", "Name a colour.")]
+    first = GenerationSummary()
+    for ev in session.reply(messages, stop=StopConfig(max_tokens=16)):
+        first.observe(ev)
+    messages += [Message("assistant", first.text), Message("user", "Name another one.")]
+    full = len(engine.render_chat(messages))
+    events = list(session.reply(messages, stop=StopConfig(max_tokens=16)))
+    new_user_turn = len(engine.tokenize("<|im_start|>user\nName another one.<|im_end|>\n<|im_start|>assistant\n", add_special=False))
+    # Only the tail is evaluated: the new message, plus at most the re-tokenised end of the previous reply.
+    assert events[0].prefill_tokens < new_user_turn + 8
+    assert events[0].prefill_tokens < full // 2
+
+
+def test_seeded_sampling_gives_the_same_text_in_both_modes(engine):
+    prompt = engine.render_chat([Message("user", "Write a short poem about autumn leaves.")])
+    sampling = SamplingConfig(temperature=0.8, seed=1234)
+    plain = run(engine, prompt, None, max_tokens=64, sampling=sampling)
+    la = run(engine, prompt, SHAPES[1], max_tokens=64, sampling=sampling)
+    other_seed = run(engine, prompt, None, max_tokens=64, sampling=SamplingConfig(temperature=0.8, seed=99))
+    assert la.token_ids == plain.token_ids
+    assert other_seed.token_ids != plain.token_ids  # the seed is really used
+
+
+def test_the_context_policy_drops_the_oldest_turns_and_says_so(model_path):
+    from engine import Engine
+
+    with Engine(model_path, n_ctx=256, n_threads=2) as small:
+        session = ChatSession(small, min_reply_room=32)
+        messages = [Message("system", "Be brief.")]
+        for i in range(8):
+            messages += [Message("user", f"Question {i}: " + "tell me about rivers " * 4),
+                         Message("assistant", "Rivers flow to the sea. " * 4)]
+        messages.append(Message("user", "Last question?"))
+        fitted = session.fit(messages, max_tokens=32)
+        assert fitted.dropped > 0 and len(fitted.tokens) <= 256 - 32
+        events = list(session.reply(messages, stop=StopConfig(max_tokens=8)))
+        assert "left out" in events[0].notice
