@@ -32,6 +32,10 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = _parse_args(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    # llama.cpp's OpenMP threads spin while waiting by default; next to a busy window (or any other
+    # job) on a small machine that starves everyone: 2 threads fell from ~7 to 0.4 tokens/s here.
+    # Must be set before the OpenMP runtime loads, i.e. before the engine is imported.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     from . import paths
 
     if args.self_test and not os.environ.get(paths.HOME_ENV):

@@ -34,6 +34,7 @@ from PySide6.QtWidgets import (
 from engine import Message
 
 from . import paths
+from .coalescer import UpdateCoalescer
 from .settings import AppSettings
 from .stats import ReplyStats
 from .store import ChatStore, StoredMessage, export_markdown
@@ -45,7 +46,6 @@ from .worker import EngineThread, GenerationRequest, LoadedModel, ReplyOutcome, 
 
 log = logging.getLogger(__name__)
 
-REPAINT_INTERVAL_MS = 33  # ~30 repaints a second while a reply streams
 NEW_CHAT_TITLE = "New chat"
 TITLE_LENGTH = 40
 
@@ -109,7 +109,6 @@ class MainWindow(QMainWindow):
         self._loading_path: str | None = None
         self._turn: _Turn | None = None
         self._next_request_id = 1
-        self._pending: list[StepUpdate] = []
         self._conversation_id: int | None = None
         self._editing_message_id: int | None = None
         self._closed = False
@@ -132,9 +131,8 @@ class MainWindow(QMainWindow):
         w.replyFinished.connect(self._on_reply_finished)
         w.replyFailed.connect(self._on_reply_failed)
 
-        self._repaint_timer = QTimer(self)
-        self._repaint_timer.setInterval(REPAINT_INTERVAL_MS)
-        self._repaint_timer.timeout.connect(self._on_repaint_timer)
+        self._steps = UpdateCoalescer(parent=self)  # one repaint per batch of steps, ~30 a second
+        self._steps.flushed.connect(self._on_steps_flushed)
         self._settings_timer = QTimer(self)  # debounce: spin boxes change on every keystroke
         self._settings_timer.setSingleShot(True)
         self._settings_timer.setInterval(400)
@@ -376,6 +374,8 @@ class MainWindow(QMainWindow):
         """Rebuild the chat view for ``conversation_id`` (None = a new, unsaved chat)."""
         self._conversation_id = conversation_id
         self.cancel_edit()
+        if self._turn is not None:
+            self._turn.bubble = None  # about to be deleted; re-created below if this chat is the one streaming
         self.chat_view.clear()
         conv = self.store.conversation(conversation_id) if conversation_id is not None else None
         if conv is None:
@@ -589,26 +589,21 @@ class MainWindow(QMainWindow):
         self._refresh_conversations()
         self._show_conversation(turn.conversation_id)
         self.panel.live.reset()
-        self._pending.clear()
-        self._repaint_timer.start()
+        self._steps.clear()
 
     @Slot(object)
     def _on_step_update(self, update: StepUpdate) -> None:
         if self._turn is None or update.request_id != self._turn.request_id:
             return
-        self._pending.append(update)
+        self._steps.push(update)
         self.replyStepReceived.emit(update)
 
-    @Slot()
-    def _on_repaint_timer(self) -> None:
-        self._flush_steps()
-
-    def _flush_steps(self) -> None:
-        """Draw every buffered step at once: one Markdown render and one chart update."""
+    @Slot(list)
+    def _on_steps_flushed(self, updates: list[StepUpdate]) -> None:
+        """Draw a batch of steps at once: one Markdown render and one chart update."""
         turn = self._turn
-        if turn is None or not self._pending:
+        if turn is None or not updates:
             return
-        updates, self._pending = self._pending, []
         new_steps = []
         for u in updates:
             turn.stats.observe(u.event, auto=turn.auto)
@@ -624,8 +619,7 @@ class MainWindow(QMainWindow):
         turn = self._turn
         if turn is None or outcome.request_id != turn.request_id:
             return
-        self._flush_steps()
-        self._repaint_timer.stop()
+        self._steps.flush()
         self._turn = None
         turn.stats.model = self.model.display_name if self.model else ""
         if turn.stats.stop_reason is None:
@@ -653,7 +647,7 @@ class MainWindow(QMainWindow):
         if turn is None or turn.request_id != request_id:
             return
         self._turn = None
-        self._repaint_timer.stop()
+        self._steps.clear()
         self._update_actions()
         if not self._closed:
             QMessageBox.warning(self, "Could not send", message)
@@ -698,7 +692,7 @@ class MainWindow(QMainWindow):
         QCoreApplication.sendPostedEvents(self, QEvent.Type.MetaCall)
         if self._turn is not None and self._turn.started:
             self._on_reply_finished(ReplyOutcome(self._turn.request_id, "cancelled", self._turn.stats.n_tokens, 0))
-        self._repaint_timer.stop()
+        self._steps.clear()
         self._save_settings()
         if self._owns_store:
             self.store.close()

@@ -15,8 +15,8 @@ import numpy as np
 
 from .native import Batch, Context, Sampler
 from .plan import ALL_SEQS, N_SEQ, StepPlan, build_step
+from .auto import StepChoice
 from .pool import NgramPool
-from .settings import MAX_NGRAM, LookaheadConfig
 
 
 @dataclass
@@ -79,7 +79,7 @@ class PlainDecoder:
         self.drawer = drawer
         self.record_gaps = record_gaps
 
-    def step(self, kv: KvState, pending: list[int], budget: int) -> StepOutcome:
+    def step(self, kv: KvState, pending: list[int]) -> StepOutcome:
         self.batch.set_single_seq(pending, kv.n, ALL_SEQS, last_logits=True)
         t0 = time.perf_counter()
         self.ctx.decode(self.batch)
@@ -175,20 +175,13 @@ class LookaheadDecoder:
         self.pool = pool
         self.window = window
 
-    def step(self, kv: KvState, pending: list[int], budget: int, cfg: LookaheadConfig) -> StepOutcome:
-        """One step; ``budget`` caps the batch so it fits the free cache and batch."""
-        n_draft = min(cfg.draft_len, MAX_NGRAM - 1)
+    def step(self, kv: KvState, pending: list[int], choice: StepChoice) -> StepOutcome:
+        """One step holding ``choice``'s drafts and window (already sized to fit)."""
         input_token = pending[-1]
-        room = budget - len(pending)
-        guesses = cfg.guesses
-        W = cfg.window
-        # Shrink the step until it fits: first the window, then the candidates.
-        while W > 0 and (W - 1) + W * (cfg.ngram - 2) + guesses * n_draft > room:
-            W -= 1
-        candidates = self.pool.candidates(input_token, guesses, n_draft) if guesses else []
-        while candidates and sum(len(c) for c in candidates) > room:
-            candidates.pop()
-        self.window.resize(W, cfg.ngram)
+        candidates = [d.tokens for d in choice.drafts]
+        W = choice.window
+        if W:
+            self.window.resize(W, choice.ngram)
         plan = build_step(pending, kv.n, candidates, self.window.levels if W else None)
 
         self.batch.set_plan(plan.tokens, plan.positions, plan.seq_ids, plan.logits)
@@ -218,7 +211,7 @@ class LookaheadDecoder:
             n_accepted=len(path),
             n_reevaluated=len(pending) - 1,
             window=plan.window,
-            ngram=cfg.ngram if plan.window else (n_draft + 1 if candidates else 0),
+            ngram=choice.ngram if plan.window else (1 + max(map(len, candidates)) if candidates else 0),
             guesses=len(candidates),
             n_cached=n_kept,
             decode_s=decode_s,

@@ -13,7 +13,10 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
+from .auto import AcceptanceStats, AutoPolicy, FixedPolicy, StepChoice
+from .costmodel import DEFAULT_CURVE, CostCurve, curve_for
 from .decoders import JacobiWindow, KvState, LookaheadDecoder, PlainDecoder, TokenDrawer
+from .drafts import HistoryIndex
 from .models import check_gguf
 from .native import Batch, Context, Model, NativeError, Sampler
 from .plan import ALL_SEQS
@@ -49,7 +52,7 @@ class StepEvent:
     """One forward pass of a generation, as reported to the caller."""
 
     step: int
-    mode: str  # "plain" | "lookahead"
+    mode: str  # "plain" | "lookahead" | "auto" (what the user asked for; the shape says what ran)
     token_ids: tuple[int, ...]
     text: str
     n_committed: int
@@ -68,6 +71,7 @@ class StepEvent:
     top2_gaps: tuple[float, ...] = ()
     stop_reason: str | None = None  # set on the last event
     notice: str = ""  # e.g. context policy applied
+    choice: str = ""  # why the step had this shape (Auto explains itself here)
 
 
 @dataclass
@@ -159,6 +163,20 @@ class Engine:
         bos = self.model.token_text(self.model.bos()) if self.model.bos() >= 0 else ""
         eos = self.model.token_text(self.model.eos()) if self.model.eos() >= 0 else ""
         self.template = ChatTemplate(self.model.chat_template(), bos_token=bos, eos_token=eos)
+        self.cost_curve: CostCurve = DEFAULT_CURVE
+        self.cost_curve_measured = False
+        self.acceptance = AcceptanceStats()
+
+    def tune(self, refresh: bool = False, budget_s: float = 8.0) -> CostCurve:
+        """Load (or measure, when missing or ``refresh``) this machine's cost curve for Auto.
+
+        Measuring takes a few seconds and empties the cache.
+        """
+        self.cost_curve, measured = curve_for(self, refresh=refresh, budget_s=budget_s)
+        self.cost_curve_measured = True
+        if measured:
+            self.kv = KvState()
+        return self.cost_curve
 
     def _lookahead_block_reason(self) -> str | None:
         if self.info.recurrent or self.info.hybrid:
@@ -248,6 +266,8 @@ class Engine:
             controls.lookahead.validate()
             if self.lookahead_block_reason:
                 raise LookaheadUnsupportedError(self.lookahead_block_reason)
+            if controls.lookahead.auto and not self.cost_curve_measured:
+                self.tune()
         if not prompt:
             raise PromptTooLongError("the prompt is empty")
         if len(prompt) + 1 > self.n_ctx:
@@ -281,8 +301,12 @@ class Engine:
             pool = NgramPool(max_len=MAX_NGRAM - 1)
             pool.add_tokens(history)
             pool.add_tokens(prompt)
-            window = JacobiWindow(prompt)
-            lookahead = LookaheadDecoder(self.ctx, self.batch, drawer, pool, window)
+            index = HistoryIndex()
+            index.extend(history)
+            index.extend(prompt)
+            lookahead = LookaheadDecoder(self.ctx, self.batch, drawer, pool, JacobiWindow(prompt))
+            fixed = FixedPolicy(index, pool)
+            auto = AutoPolicy(index, pool, self.cost_curve, self.acceptance)
 
             out_text = _TextOut(TextStream(self.model.token_bytes), StopMatcher(stop.stop_strings), self.model.is_eog)
             history_tokens = list(prompt)
@@ -299,17 +323,25 @@ class Engine:
                     return
                 cfg = controls.lookahead
                 ts = time.perf_counter()
-                if cfg is None or (cfg.window == 0 and cfg.guesses == 0):
-                    out = plain.step(self.kv, pending, budget)
-                    mode = "plain"
+                room = budget - len(pending)
+                if cfg is None:
+                    choice = StepChoice(reason="plain")
+                elif cfg.auto:
+                    choice = auto.choose(pending[-1], cfg, room)
                 else:
-                    out = lookahead.step(self.kv, pending, budget, cfg)
-                    mode = "lookahead"
+                    choice = fixed.choose(pending[-1], cfg, room)
+                if choice.plain:
+                    out = plain.step(self.kv, pending)
+                else:
+                    out = lookahead.step(self.kv, pending, choice)
+                if cfg is not None and cfg.auto:
+                    auto.observe(choice, out.n_accepted)
                 pending = out.committed[out.n_cached :]
                 committed, reason = self._apply_limits(out.committed, generated, stop.max_tokens)
                 generated += len(committed)
                 history_tokens.extend(committed)
                 pool.add_tokens(history_tokens, start=len(history_tokens) - len(committed) - pool.max_len - 1)
+                index.extend(committed)
                 delta, hit = out_text.feed(committed)
                 if hit:
                     reason = "stop_string"
@@ -317,7 +349,7 @@ class Engine:
                     delta += out_text.finish()
                 yield StepEvent(
                     step=step,
-                    mode=mode,
+                    mode="plain" if cfg is None else ("auto" if cfg.auto else "lookahead"),
                     token_ids=tuple(committed),
                     text=delta,
                     n_committed=len(committed),
@@ -336,6 +368,7 @@ class Engine:
                     top2_gaps=tuple(out.top2_gaps[: len(committed)]),
                     stop_reason=reason,
                     notice=notice if step == 0 else "",
+                    choice=choice.reason,
                 )
                 if reason:
                     return

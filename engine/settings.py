@@ -93,5 +93,8 @@ class StopConfig:
         return self
 
 
-# Default for this kind of machine (2 cores): see README "Choosing W, N, G".
-DEFAULT_LOOKAHEAD = LookaheadConfig(window=0, ngram=4, guesses=3)
+# Manual default for this kind of machine (2 cores), chosen from a measured
+# grid (README, "Choosing W, N, G"): verification only, short drafts.
+DEFAULT_FIXED = LookaheadConfig(window=0, ngram=3, guesses=1)
+# Auto is the default: W, N and G here are the most it may use in one step.
+DEFAULT_LOOKAHEAD = LookaheadConfig(window=4, ngram=MAX_NGRAM, guesses=2, auto=True)

@@ -23,7 +23,7 @@ class ChatInput(QPlainTextEdit):
         self.setTabChangesFocus(True)
         line = self.fontMetrics().lineSpacing()
         self.setMinimumHeight(line * 3 + 14)
-        self.setMaximumHeight(line * 6 + 14)  # longer messages scroll; the chat keeps the room
+        self.setMaximumHeight(line * 5 + 14)  # longer messages scroll; the chat keeps the room
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Maximum)
 
     def keyPressEvent(self, event: QKeyEvent) -> None:  # noqa: N802 (Qt name)

@@ -1,0 +1,197 @@
+"""What a forward pass costs on this machine, as a function of batch size.
+
+On a CPU the extra tokens of a lookahead step are not free: a 2-token batch
+can cost nearly twice a 1-token step. Every lookahead decision is priced with
+this curve, measured for the loaded model and thread count in a few seconds
+and cached per (model file, threads, CPU) in the user cache dir.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import platformdirs
+
+SIZES = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24, 32, 48, 64)
+CACHE_VERSION = 2
+
+
+@dataclass(frozen=True)
+class CostCurve:
+    """Relative cost of a decode: ``cost(n, k)`` for n batch tokens of which k request logits.
+
+    Costs are relative to a 1-token step with logits (= 1.0); ``base_ms`` is
+    that step's time, for context only.
+    """
+
+    sizes: tuple[int, ...]
+    last_logit: tuple[float, ...]  # cost(n, 1)
+    all_logits: tuple[float, ...]  # cost(n, n)
+    base_ms: float
+    threads: int
+    measured_s: float = 0.0
+
+    def cost(self, n: int, k: int | None = None) -> float:
+        """Relative cost of a batch of ``n`` tokens with ``k`` logits (default: all)."""
+        n = max(1, int(n))
+        k = n if k is None else max(1, min(int(k), n))
+        sizes = np.asarray(self.sizes, dtype=float)
+        one = float(np.interp(n, sizes, self.last_logit))
+        every = float(np.interp(n, sizes, self.all_logits))
+        if n > self.sizes[-1]:  # extrapolate linearly from the last two points
+            slope1 = (self.last_logit[-1] - self.last_logit[-2]) / (sizes[-1] - sizes[-2])
+            slope2 = (self.all_logits[-1] - self.all_logits[-2]) / (sizes[-1] - sizes[-2])
+            one = self.last_logit[-1] + slope1 * (n - sizes[-1])
+            every = self.all_logits[-1] + slope2 * (n - sizes[-1])
+        if n == 1:
+            return every
+        return one + (every - one) * (k - 1) / (n - 1)
+
+    def table(self) -> str:
+        rows = [f"{'batch':>5} {'1 logit':>8} {'all logits':>10}"]
+        for n, a, b in zip(self.sizes, self.last_logit, self.all_logits):
+            rows.append(f"{n:>5} {a:>8.2f} {b:>10.2f}")
+        rows.append(f"(1.00 = one token with logits = {self.base_ms:.2f} ms, {self.threads} threads)")
+        return "\n".join(rows)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @staticmethod
+    def from_json(obj: dict) -> "CostCurve":
+        return CostCurve(
+            sizes=tuple(obj["sizes"]),
+            last_logit=tuple(obj["last_logit"]),
+            all_logits=tuple(obj["all_logits"]),
+            base_ms=float(obj["base_ms"]),
+            threads=int(obj["threads"]),
+            measured_s=float(obj.get("measured_s", 0.0)),
+        )
+
+
+# A curve to plan with before (or instead of) measuring: the shape measured on
+# 2-core x86 machines with a 135M Q4_1 model.
+DEFAULT_CURVE = CostCurve(
+    sizes=(1, 2, 3, 4, 6, 8, 16, 32, 64),
+    last_logit=(1.0, 1.75, 2.4, 3.0, 4.0, 4.8, 7.8, 15.0, 29.0),
+    all_logits=(1.0, 1.95, 2.7, 3.4, 4.5, 5.6, 9.0, 16.0, 31.0),
+    base_ms=12.0,
+    threads=2,
+)
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def cache_key(model_path: str, threads: int) -> str:
+    st = os.stat(model_path)
+    ident = f"v{CACHE_VERSION}|{os.path.abspath(model_path)}|{st.st_size}|{int(st.st_mtime)}|{threads}|{_cpu_name()}|{os.cpu_count()}"
+    return hashlib.sha256(ident.encode()).hexdigest()[:24]
+
+
+def cache_dir() -> Path:
+    base = os.environ.get("LOOKAHEAD_CHAT_HOME")
+    if base:
+        return Path(base) / "cache" / "costs"
+    return Path(platformdirs.user_cache_dir("lookahead-chat")) / "costs"
+
+
+def load_cached(model_path: str, threads: int) -> CostCurve | None:
+    path = cache_dir() / f"{cache_key(model_path, threads)}.json"
+    try:
+        return CostCurve.from_json(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def save_cached(model_path: str, threads: int, curve: CostCurve) -> Path:
+    d = cache_dir()
+    d.mkdir(parents=True, exist_ok=True)
+    path = d / f"{cache_key(model_path, threads)}.json"
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(curve.to_json()), encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+def measure(engine, budget_s: float = 8.0, sizes: tuple[int, ...] = SIZES) -> CostCurve:
+    """Time decode steps of every size, with one and with all logits.
+
+    Rounds go over all sizes in turn (so drift in the machine's speed hits
+    every size alike) until the time budget is spent; the median per point is
+    kept and the curve is made non-decreasing. Leaves the engine's cache empty.
+    """
+    from .plan import ALL_SEQS  # local: keeps this module importable without llama.cpp
+
+    engine.reset()
+    filler = engine.tokenize("The quick brown fox jumps over the lazy dog. " * 40, add_special=False)
+    n_kv = min(256, engine.n_ctx // 4)
+    engine._prefill(filler[:n_kv])
+    sizes = tuple(s for s in sizes if s + n_kv < engine.n_ctx and s <= engine.ctx.n_batch)
+    batch, ctx = engine.batch, engine.ctx
+    samples: dict[tuple[int, bool], list[float]] = {(n, a): [] for n in sizes for a in (False, True)}
+    t_start = time.perf_counter()
+
+    def once(n: int, all_logits: bool) -> float:
+        batch.set_single_seq(filler[n_kv : n_kv + n], n_kv, ALL_SEQS, last_logits=True)
+        if all_logits:
+            batch.logits[:n] = 1
+        t0 = time.perf_counter()
+        ctx.decode(batch)
+        dt = time.perf_counter() - t0
+        ctx.seq_rm(-1, n_kv, -1)
+        return dt
+
+    once(1, True)  # warm-up
+    rounds = 0
+    while rounds < 3 or (time.perf_counter() - t_start < budget_s and rounds < 15):
+        for n in sizes:
+            for a in (False, True):
+                samples[(n, a)].append(once(n, a))
+        rounds += 1
+        if time.perf_counter() - t_start > budget_s and rounds >= 2:
+            break
+    engine.reset()
+    med = {k: float(np.median(v)) for k, v in samples.items()}
+    base = med[(1, True)]
+    last = np.maximum.accumulate([med[(n, False)] / base for n in sizes])
+    every = np.maximum.accumulate([med[(n, True)] / base for n in sizes])
+    every = np.maximum(every, last)
+    last[0] = every[0] = 1.0
+    return CostCurve(
+        sizes=sizes,
+        last_logit=tuple(round(float(x), 3) for x in last),
+        all_logits=tuple(round(float(x), 3) for x in every),
+        base_ms=round(base * 1000, 3),
+        threads=engine.n_threads,
+        measured_s=round(time.perf_counter() - t_start, 2),
+    )
+
+
+def curve_for(engine, refresh: bool = False, budget_s: float = 8.0) -> tuple[CostCurve, bool]:
+    """The cached curve for this model/threads/CPU, measuring it when missing. Returns (curve, measured_now)."""
+    if not refresh:
+        cached = load_cached(engine.summary.path, engine.n_threads)
+        if cached is not None:
+            return cached, False
+    curve = measure(engine, budget_s=budget_s)
+    try:
+        save_cached(engine.summary.path, engine.n_threads, curve)
+    except OSError:
+        pass  # a read-only cache dir only costs a re-measure next time
+    return curve, True

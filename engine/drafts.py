@@ -1,0 +1,100 @@
+"""Draft proposals: where the next tokens may already have been seen.
+
+Two sources, ranked together:
+- the history (prompt, earlier turns and the reply so far): the longest
+  earlier occurrence of the current context's last tokens, and what followed
+  it there (prompt lookup). The match length says how much to trust it.
+- the n-gram pool (Jacobi trajectories and history n-grams keyed by one
+  token), for when the context has not occurred before.
+
+Pure Python; testable without a model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .pool import NgramPool
+
+MAX_MATCH = 16
+
+
+@dataclass(frozen=True)
+class Draft:
+    tokens: tuple[int, ...]
+    source: str  # "history" | "pool"
+    match: int  # context tokens that matched (1 = only the last token)
+
+
+class HistoryIndex:
+    """Every token seen so far, indexed by bigram for suffix matching."""
+
+    def __init__(self, max_positions: int = 64) -> None:
+        self.tokens: list[int] = []
+        self._index: dict[tuple[int, int], list[int]] = {}
+        self.max_positions = max_positions
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def extend(self, tokens: Sequence[int]) -> None:
+        toks = self.tokens
+        for t in tokens:
+            toks.append(int(t))
+            i = len(toks) - 1
+            if i >= 1:
+                positions = self._index.setdefault((toks[i - 1], toks[i]), [])
+                positions.append(i)
+                if len(positions) > self.max_positions:
+                    del positions[0]
+
+    def _match_len(self, i: int, end: int) -> int:
+        """How many tokens ending at i equal those ending at ``end`` (the context's last)."""
+        toks = self.tokens
+        m = 0
+        while m < MAX_MATCH and i - m >= 0 and toks[i - m] == toks[end - m] and i - m != end - m:
+            m += 1
+        return m
+
+    def propose(self, context_end_token: int, length: int, count: int = 2) -> list[Draft]:
+        """Continuations of the longest earlier matches of the context (which ends with the history's last token).
+
+        ``context_end_token`` is the last committed token; the history must
+        end with it.
+        """
+        toks = self.tokens
+        end = len(toks) - 1
+        if end < 1 or toks[end] != context_end_token or length <= 0:
+            return []
+        positions = self._index.get((toks[end - 1], toks[end]), [])
+        found: list[tuple[int, int]] = []  # (match, position)
+        for i in reversed(positions):
+            if i >= end:
+                continue
+            found.append((self._match_len(i, end), i))
+        found.sort(key=lambda mi: (mi[0], mi[1]), reverse=True)
+        out: list[Draft] = []
+        for m, i in found:
+            cont = tuple(toks[i + 1 : i + 1 + length])
+            if not cont or any(d.tokens[: len(cont)] == cont for d in out):
+                continue
+            out.append(Draft(tokens=cont, source="history", match=m))
+            if len(out) == count:
+                break
+        return out
+
+
+def rank_drafts(history: HistoryIndex, pool: NgramPool, token: int, count: int, length: int) -> list[Draft]:
+    """Up to ``count`` distinct drafts for what follows ``token``: history matches first, then the pool."""
+    if count <= 0 or length <= 0:
+        return []
+    drafts = history.propose(token, length, count)
+    if len(drafts) < count:
+        for cont in pool.candidates(token, count, length):
+            if any(d.tokens[: len(cont)] == cont for d in drafts):
+                continue
+            drafts.append(Draft(tokens=cont, source="pool", match=1))
+            if len(drafts) == count:
+                break
+    return drafts

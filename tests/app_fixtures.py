@@ -1,0 +1,117 @@
+"""Shared fixtures of the app's tests (imported with ``from tests.app_fixtures import *``).
+
+Every test gets its own data dir (``LOOKAHEAD_CHAT_HOME``), dialogs that record
+instead of blocking, and a check that no engine thread is left running.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # CI has no display
+
+from collections.abc import Callable, Iterator  # noqa: E402
+from dataclasses import dataclass, field  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+from PySide6.QtWidgets import QMessageBox  # noqa: E402
+
+from app import paths  # noqa: E402
+from app.settings import AppSettings  # noqa: E402
+from app.worker import LIVE_THREADS  # noqa: E402
+
+# The offscreen platform says this whenever a top-level window's size limits change; xcb does not.
+OFFSCREEN_NOISE = pytest.mark.qt_log_ignore(r"This plugin does not support propagateSizeHints\(\)")
+
+MODEL_LOAD_TIMEOUT_MS = 60_000
+REPLY_TIMEOUT_MS = 90_000
+
+__all__ = [
+    "MODEL_LOAD_TIMEOUT_MS",
+    "OFFSCREEN_NOISE",
+    "REPLY_TIMEOUT_MS",
+    "DialogLog",
+    "app_home",
+    "dialogs",
+    "make_window",
+    "no_engine_thread_left",
+    "quick_settings",
+]
+
+
+@pytest.fixture
+def app_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A fresh home for the app's data and settings."""
+    home = tmp_path / "home"
+    monkeypatch.setenv(paths.HOME_ENV, str(home))
+    return home
+
+
+@pytest.fixture(autouse=True)
+def no_engine_thread_left() -> Iterator[None]:
+    """Fails the test if an engine thread is still running after it (and its fixtures) ended."""
+    yield
+    running = [t for t in list(LIVE_THREADS) if t.isRunning()]
+    assert not running, f"engine thread(s) left running: {running}"
+
+
+@dataclass
+class DialogLog:
+    """Message boxes shown during a test, as (kind, title, text)."""
+
+    shown: list[tuple[str, str, str]] = field(default_factory=list)
+
+    def texts(self, kind: str | None = None) -> list[str]:
+        return [text for k, _title, text in self.shown if kind is None or k == kind]
+
+
+@pytest.fixture
+def dialogs(monkeypatch: pytest.MonkeyPatch) -> DialogLog:
+    """Records QMessageBox dialogs instead of blocking on them; questions are answered Yes."""
+    log = DialogLog()
+
+    def recorder(kind: str, answer: QMessageBox.StandardButton) -> Callable[..., QMessageBox.StandardButton]:
+        def show(_parent, title, text, *args, **kwargs):
+            log.shown.append((kind, title, text))
+            return answer
+
+        return show
+
+    ok = QMessageBox.StandardButton.Ok
+    monkeypatch.setattr(QMessageBox, "critical", staticmethod(recorder("critical", ok)))
+    monkeypatch.setattr(QMessageBox, "warning", staticmethod(recorder("warning", ok)))
+    monkeypatch.setattr(QMessageBox, "information", staticmethod(recorder("information", ok)))
+    monkeypatch.setattr(QMessageBox, "question", staticmethod(recorder("question", QMessageBox.StandardButton.Yes)))
+    return log
+
+
+def quick_settings(**overrides) -> AppSettings:
+    """Settings that keep model tests short and steady on a busy 2-core machine."""
+    # One thread: the engine's thread pool spinning against other jobs slows small models badly.
+    values = dict(threads=1, n_ctx=1024, max_tokens=24, lookahead_on=True, window=4, ngram=4, guesses=3)
+    values.update(overrides)
+    return AppSettings(**values)
+
+
+@pytest.fixture
+def make_window(qtbot, app_home: Path, dialogs: DialogLog):
+    """Opens MainWindows on the bundled model (waiting for it to load); closes them after the test."""
+    from app.main_window import MainWindow
+
+    windows: list[MainWindow] = []
+
+    def make(settings: AppSettings | None = None, wait_for_model: bool = True) -> MainWindow:
+        window = MainWindow(settings if settings is not None else quick_settings())
+        windows.append(window)
+        window.show()
+        if wait_for_model:
+            with qtbot.waitSignal(window.modelChanged, timeout=MODEL_LOAD_TIMEOUT_MS):
+                pass
+            assert window.model is not None
+        return window
+
+    yield make
+    for window in windows:
+        window.close()
+        window.deleteLater()

@@ -1,0 +1,59 @@
+"""``engine/`` must not import Qt: the layering the app is built on."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+BLOCK_QT_AND_IMPORT_ENGINE = textwrap.dedent(
+    """
+    import importlib, pkgutil, sys
+
+    class BlockQt:
+        BLOCKED = ("PySide6", "PySide2", "PyQt5", "PyQt6", "shiboken6", "shiboken2", "qtpy")
+
+        def find_spec(self, name, path=None, target=None):
+            if name.split(".")[0] in self.BLOCKED:
+                raise ImportError(f"engine imported Qt: {name}")
+            return None
+
+    sys.meta_path.insert(0, BlockQt())
+    import engine
+    for mod in pkgutil.iter_modules(engine.__path__):
+        importlib.import_module(f"engine.{mod.name}")
+    for name in ("engine.runtime", "engine.session", "engine.settings", "engine.models"):
+        importlib.import_module(name)
+    leaked = sorted(m for m in sys.modules if m.split(".")[0] in BlockQt.BLOCKED)
+    assert not leaked, leaked
+    print("ok", len([m for m in sys.modules if m.startswith("engine")]))
+    """
+)
+
+
+def test_engine_and_all_its_modules_import_with_qt_blocked():
+    result = subprocess.run(
+        [sys.executable, "-c", BLOCK_QT_AND_IMPORT_ENGINE],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("ok")
+
+
+def test_the_blocker_would_catch_a_qt_import():
+    # The check above is only worth something if importing Qt under the blocker fails.
+    script = BLOCK_QT_AND_IMPORT_ENGINE.replace("import engine\n", "import engine\nimport PySide6.QtCore\n", 1)
+    result = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True, text=True, timeout=120,
+    )
+    assert result.returncode != 0
+    assert "engine imported Qt: PySide6" in result.stderr

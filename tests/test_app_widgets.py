@@ -1,0 +1,273 @@
+"""Widgets and the streaming path, without loading a model (a fake engine stands in where one is needed)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from tests.app_fixtures import *  # noqa: F403 (fixtures)
+from tests.app_fixtures import OFFSCREEN_NOISE, quick_settings
+
+from PySide6.QtCore import QElapsedTimer, Qt, QTimer  # noqa: E402
+from PySide6.QtGui import QGuiApplication, QTextFormat  # noqa: E402
+
+from engine import GenerationControls, LookaheadConfig, StepEvent  # noqa: E402
+
+from app import worker as worker_module  # noqa: E402
+from app.coalescer import UpdateCoalescer  # noqa: E402
+from app.qt_compat import binding_problem  # noqa: E402
+from app.widgets.chat_input import ChatInput  # noqa: E402
+from app.widgets.chat_view import ChatView, MessageBubble  # noqa: E402
+from app.widgets.decoding_panel import DecodingPanel  # noqa: E402
+from app.widgets.markdown_view import MarkdownView, keep_line_breaks  # noqa: E402
+
+pytestmark = OFFSCREEN_NOISE
+
+
+def test_the_installed_qt_binding_does_not_lose_references():
+    # PySide6 6.12.0 on Python 3.11 drops a reference to None on every void call and crashes the app.
+    assert binding_problem() is None
+
+
+def test_enter_and_ctrl_enter_send_while_shift_enter_starts_a_new_line(qtbot):
+    box = ChatInput()
+    qtbot.addWidget(box)
+    sent = []
+    box.submitted.connect(lambda: sent.append(box.toPlainText()))
+    qtbot.keyClicks(box, "line one")
+    qtbot.keyClick(box, Qt.Key.Key_Return, Qt.KeyboardModifier.ShiftModifier)
+    qtbot.keyClicks(box, "line two")
+    assert sent == []
+    qtbot.keyClick(box, Qt.Key.Key_Return)
+    qtbot.keyClick(box, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)
+    assert sent == ["line one\nline two"] * 2
+    assert box.toPlainText() == "line one\nline two"  # the owner clears it once the message is accepted
+
+
+def test_the_decoding_panel_keeps_w_n_g_in_the_engine_ranges_and_disables_them_under_auto(qtbot):
+    panel = DecodingPanel()
+    qtbot.addWidget(panel)
+    ranges = [(s.minimum(), s.maximum()) for s in (panel.window_spin, panel.ngram_spin, panel.guesses_spin)]
+    assert ranges == [(0, 16), (2, 8), (0, 16)]
+    panel.lookahead_check.setChecked(True)
+    panel.auto_check.setChecked(False)
+    changes = []
+    panel.lookaheadChanged.connect(changes.append)
+
+    panel.window_spin.setValue(7)
+    assert changes[-1] == LookaheadConfig(window=7, ngram=panel.ngram_spin.value(), guesses=panel.guesses_spin.value())
+    panel.auto_check.setChecked(True)
+    assert changes[-1].auto
+    assert not any(s.isEnabled() for s in (panel.window_spin, panel.ngram_spin, panel.guesses_spin))
+    panel.lookahead_check.setChecked(False)
+    assert changes[-1] is None and panel.lookahead_config() is None
+    assert not panel.auto_check.isEnabled()
+
+
+def test_a_model_that_cannot_do_lookahead_disables_it_and_says_why(qtbot):
+    panel = DecodingPanel()
+    qtbot.addWidget(panel)
+    panel.lookahead_check.setChecked(True)
+    panel.set_lookahead_blocked("lookahead is unavailable for this model: recurrent memory")
+    assert not panel.lookahead_check.isEnabled()
+    assert panel.lookahead_config() is None
+    assert "recurrent" in panel.block_label.text()
+    panel.set_lookahead_blocked(None)
+    assert panel.lookahead_config() is not None
+
+
+def test_code_blocks_are_coloured_and_prose_keeps_its_line_breaks(qtbot):
+    view = MarkdownView()
+    qtbot.addWidget(view)
+    view.set_markdown("Roses are red\nViolets are blue\n\n```python\ndef f(x):\n    return x  # done\n```\n")
+    doc = view.document()
+    assert doc.toPlainText().startswith("Roses are red\nViolets are blue")  # a break, not "red Violets"
+    code = [b for b in _blocks(doc) if b.blockFormat().hasProperty(QTextFormat.Property.BlockCodeLanguage)]
+    assert [b.text() for b in code] == ["def f(x):", "    return x  # done"]
+    colours = {r.format.foreground().color().name() for b in code for r in b.layout().formats()}
+    assert len(colours) >= 2, "the code block was not highlighted"
+    assert view.markdown().startswith("Roses are red\nViolets")  # the source is kept as typed
+
+
+def test_line_breaks_inside_code_fences_are_left_alone():
+    text = "a\nb\n```\nx\ny\n```\nc"
+    assert keep_line_breaks(text) == "a  \nb  \n```\nx\ny\n```\nc  "
+
+
+def test_copy_puts_the_message_markdown_on_the_clipboard(qtbot):
+    bubble = MessageBubble("assistant", "**bold** and `code`", message_id=3)
+    qtbot.addWidget(bubble)
+    bubble.copy_button.click()
+    assert QGuiApplication.clipboard().text() == "**bold** and `code`"
+
+
+def test_only_the_last_reply_offers_regenerate(qtbot):
+    view = ChatView()
+    qtbot.addWidget(view)
+    view.show()
+    view.add_message("user", "q1", 1)
+    view.add_message("assistant", "a1", 2)
+    view.add_message("user", "q2", 3)
+    view.add_message("assistant", "a2", 4)
+    assert [b.regenerate_button.isVisibleTo(b) for b in view.bubbles()] == [False, False, False, True]
+    assert [b.edit_button.isVisibleTo(b) for b in view.bubbles()] == [True, False, True, False]
+
+
+def test_the_coalescer_hands_over_every_item_in_order_at_most_about_30_times_a_second(qtbot):
+    coalescer = UpdateCoalescer()
+    batches: list[list] = []
+    coalescer.flushed.connect(batches.append)
+    clock = QElapsedTimer()
+    clock.start()
+    n = 0
+    while clock.elapsed() < 500:  # a burst of items for half a second, with the event loop running
+        for _ in range(50):
+            coalescer.push(n)
+            n += 1
+        qtbot.wait(1)
+    coalescer.flush()
+    assert [x for b in batches for x in b] == list(range(n))
+    assert n > 1000
+    assert len(batches) <= 0.5 * 30 * 1.5 + 3
+
+
+# --- a fast fake engine through the real worker and window ---
+
+
+class _FakeEngine:
+    def __init__(self, path, n_ctx=4096, n_threads=None, progress=None) -> None:
+        for frac in (0.0, 0.5, 1.0):
+            if progress is not None:
+                progress(frac)
+        self.summary = SimpleNamespace(name="Fake", architecture="fake", file_type="F16")
+        self.info = SimpleNamespace(n_params=1_000_000)
+        self.n_ctx, self.n_threads = n_ctx, n_threads or 1
+        self.lookahead_block_reason = None
+
+    def close(self) -> None:
+        pass
+
+
+class _FakeSession:
+    """Two tokens every 0.5 ms: ~4000 tokens/s, far faster than a window should repaint."""
+
+    steps = 1500
+
+    def __init__(self, engine) -> None:
+        self.engine = engine
+
+    def reply(self, messages, controls: GenerationControls, sampling=None, stop=None):
+        def events():
+            for step in range(self.steps):
+                if controls.cancel.is_set():
+                    yield _event(step, "none", 0, "cancelled")
+                    return
+                time.sleep(0.0005)
+                last = step == self.steps - 1
+                yield _event(step, "lookahead", 2, "max_tokens" if last else None)
+
+        return events()
+
+
+def _event(step: int, mode: str, n: int, reason: str | None) -> StepEvent:
+    return StepEvent(
+        step=step, mode=mode, token_ids=(1,) * n, text="ab" if n else "", n_committed=n, batch_size=13,
+        n_logits=13, n_drafted=3 if n else 0, n_accepted=1 if n else 0, n_reevaluated=0, window=4, ngram=4,
+        guesses=3, elapsed_s=0.0005 if n else 0.0, decode_s=0.0004, stop_reason=reason,
+    )
+
+
+@pytest.fixture
+def fake_engine(monkeypatch):
+    monkeypatch.setattr(worker_module, "Engine", _FakeEngine)
+    monkeypatch.setattr(worker_module, "ChatSession", _FakeSession)
+    monkeypatch.setattr(worker_module, "default_model_path", lambda: Path("/models/fake.gguf"))
+
+
+def test_a_stream_of_thousands_of_tokens_a_second_is_drawn_in_batches_without_freezing(
+    qtbot, make_window, fake_engine, monkeypatch
+):
+    renders = []
+    original = MessageBubble.set_text
+    monkeypatch.setattr(MessageBubble, "set_text", lambda self, text: (renders.append(len(text)), original(self, text)))
+    window = make_window(quick_settings(max_tokens=4000))
+    gaps = []
+    clock = QElapsedTimer()
+    ticker = QTimer()
+    ticker.setInterval(10)
+    ticker.timeout.connect(lambda: (gaps.append(clock.restart())))
+
+    window.input.setPlainText("go")
+    clock.start()
+    ticker.start()
+    started = time.perf_counter()
+    with qtbot.waitSignal(window.replyCompleted, timeout=60_000) as blocker:
+        window.send_button.click()
+    elapsed = time.perf_counter() - started
+    ticker.stop()
+    record = blocker.args[0]
+
+    assert record.text == "ab" * _FakeSession.steps
+    assert record.stats.tokens_per_s >= 300
+    assert window.chat_view.bubbles()[-1].text() == record.text
+    assert window.panel.live.chart.values() == [2] * _FakeSession.steps
+    assert len(renders) <= elapsed * 30 * 1.5 + 5, f"{len(renders)} renders in {elapsed:.2f} s"
+    assert len(renders) < _FakeSession.steps / 5
+    assert max(gaps[1:], default=0) < 250, "the event loop was blocked"
+
+
+def test_stop_reaches_a_running_generation_through_the_direct_connection(qtbot, make_window, fake_engine):
+    window = make_window(quick_settings(max_tokens=4000))
+    window.input.setPlainText("go")
+    with qtbot.waitSignal(window.replyStepReceived, timeout=10_000):
+        window.send_button.click()
+    with qtbot.waitSignal(window.replyCompleted, timeout=10_000) as blocker:
+        window.stop_action.trigger()  # Esc
+    record = blocker.args[0]
+    assert record.outcome.stop_reason == "cancelled"
+    assert record.outcome.steps_after_stop <= 1
+    assert record.stats.n_tokens < 2 * _FakeSession.steps
+
+
+def _blocks(doc):
+    block = doc.begin()
+    while block.isValid():
+        yield block
+        block = block.next()
+
+
+
+def test_chats_can_be_renamed_in_place_deleted_after_confirming_and_exported(qtbot, app_home, dialogs, tmp_path):
+    from app.main_window import MainWindow
+    from app.store import ChatStore
+
+    store = ChatStore()
+    older = store.create_conversation("Older")
+    store.add_message(older.id, "user", "hello there")
+    newer = store.create_conversation("Newer")
+    window = MainWindow(quick_settings(), store, load_model=False)
+    qtbot.addWidget(window)
+    try:
+        assert window.conversations.titles() == ["Newer", "Older"]
+        assert window.current_conversation_id() == newer.id  # the most recent chat opens
+
+        window.conversations.list.item(1).setText("Renamed")  # what the in-place editor does
+        assert store.conversation(older.id).title == "Renamed"
+
+        window.conversations.list.setCurrentRow(1)
+        assert window.current_conversation_id() == older.id
+        assert [b.text() for b in window.chat_view.bubbles()] == ["hello there"]
+        out = tmp_path / "chat.md"
+        window.export_chat(out)
+        assert out.read_text(encoding="utf-8").startswith("# Renamed\n")
+
+        window.conversations.delete_button.click()
+        assert dialogs.texts("question") == ["Delete “Renamed” and all its messages?"]
+        assert [c.id for c in store.conversations()] == [newer.id]
+        assert window.conversations.titles() == ["Newer"]
+    finally:
+        window.close()
+        store.close()
