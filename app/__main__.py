@@ -2,7 +2,9 @@
 
 ``--self-test`` opens the real window, types a fixed prompt and presses Send
 with the bundled model, waits for the reply, optionally saves a screenshot,
-prints the reply and its stats, and exits 0 (non-zero on any failure). It uses
+prints the reply and its stats, and exits 0 (non-zero on any failure). With
+``--compare`` it does the same in the comparison tab: one prompt through plain
+and lookahead decoding, replayed side by side, then the speedup. It uses
 a temporary data dir unless ``LOOKAHEAD_CHAT_HOME`` is set, so the user's chats
 are never touched.
 """
@@ -22,6 +24,9 @@ SELF_TEST_PROMPT = "Write a haiku about the sea."
 def _parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="lookahead-chat", description="Chat with a local GGUF model, faster.")
     parser.add_argument("--self-test", action="store_true", help="send one prompt through the window and exit")
+    parser.add_argument(
+        "--compare", action="store_true", help="with --self-test: run one side-by-side comparison instead"
+    )
     parser.add_argument("--screenshot", metavar="PATH", help="with --self-test: save the window to PATH")
     parser.add_argument("--prompt", default=SELF_TEST_PROMPT, help="with --self-test: the prompt to send")
     parser.add_argument("--timeout", type=float, default=120.0, help="with --self-test: seconds to wait")
@@ -32,10 +37,6 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = _parse_args(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    # llama.cpp's OpenMP threads spin while waiting by default; next to a busy window (or any other
-    # job) on a small machine that starves everyone: 2 threads fell from ~7 to 0.4 tokens/s here.
-    # Must be set before the OpenMP runtime loads, i.e. before the engine is imported.
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     from . import paths
 
     if args.self_test and not os.environ.get(paths.HOME_ENV):
@@ -68,10 +69,11 @@ def main(argv: list[str] | None = None) -> int:
         code = app.exec()
         window.close()
         return int(code)
-    from .self_test import SelfTest
+    from .self_test import CompareSelfTest, SelfTest
 
     screenshot = Path(args.screenshot) if args.screenshot else None
-    test = SelfTest(window, args.prompt, screenshot, args.timeout, args.max_tokens)
+    kind = CompareSelfTest if args.compare else SelfTest
+    test = kind(window, args.prompt, screenshot, args.timeout, args.max_tokens)
     return test.run(app)
 
 

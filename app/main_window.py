@@ -27,21 +27,26 @@ from PySide6.QtWidgets import (
     QPushButton,
     QScrollArea,
     QSplitter,
+    QTabWidget,
     QVBoxLayout,
     QWidget,
 )
 
-from engine import Message
+from engine import LookaheadConfig, Message
+from engine.bench import Workload, load_workloads
 
 from . import paths
 from .coalescer import UpdateCoalescer
+from .compare import CompareRequest, SpeedReportOutcome, SpeedReportRequest
 from .settings import AppSettings
 from .stats import ReplyStats
 from .store import ChatStore, StoredMessage, export_markdown
 from .widgets.chat_input import ChatInput
 from .widgets.chat_view import ChatView, MessageBubble
+from .widgets.compare_view import CompareView, lookahead_title
 from .widgets.conversation_list import ConversationList
 from .widgets.decoding_panel import DecodingPanel
+from .widgets.speed_report import SpeedReportDialog
 from .worker import EngineThread, GenerationRequest, LoadedModel, ReplyOutcome, StepUpdate
 
 log = logging.getLogger(__name__)
@@ -112,6 +117,9 @@ class MainWindow(QMainWindow):
         self._conversation_id: int | None = None
         self._editing_message_id: int | None = None
         self._closed = False
+        self._compare_plain_first = True  # flips after every comparison
+        self._report_dialog: SpeedReportDialog | None = None
+        self._report_request_id: int | None = None
 
         self.setWindowTitle("Lookahead Chat")
         icon = paths.resources_dir() / "icons" / "lookahead-chat.svg"
@@ -130,6 +138,11 @@ class MainWindow(QMainWindow):
         w.stepUpdate.connect(self._on_step_update)
         w.replyFinished.connect(self._on_reply_finished)
         w.replyFailed.connect(self._on_reply_failed)
+        w.compareProgress.connect(self.compare_view.on_progress)
+        w.compareFinished.connect(self._on_compare_finished)
+        w.compareFailed.connect(self._on_compare_failed)
+        w.reportProgress.connect(self._on_report_progress)
+        w.reportFinished.connect(self._on_report_finished)
 
         self._steps = UpdateCoalescer(parent=self)  # one repaint per batch of steps, ~30 a second
         self._steps.flushed.connect(self._on_steps_flushed)
@@ -184,6 +197,16 @@ class MainWindow(QMainWindow):
         centre_layout.addWidget(self.edit_banner)
         centre_layout.addLayout(input_row)
 
+        self.compare_view = CompareView()
+        self.compare_view.compareRequested.connect(self.start_comparison)
+        self.compare_view.stopRequested.connect(self.stop_reply)
+        self.compare_view.speedReportRequested.connect(self.open_speed_report)
+        self.compare_view.busyChanged.connect(self._update_actions)
+        self.tabs = QTabWidget()
+        self.tabs.setDocumentMode(True)
+        self.tabs.addTab(centre, "Chat")
+        self.tabs.addTab(self.compare_view, "Compare: plain vs lookahead")
+
         self.panel = DecodingPanel()
         self.panel.lookaheadChanged.connect(self._on_lookahead_changed)
         self.panel.settingsChanged.connect(self._on_settings_changed)
@@ -198,7 +221,7 @@ class MainWindow(QMainWindow):
 
         self.splitter = QSplitter(Qt.Orientation.Horizontal)
         self.splitter.addWidget(self.conversations)
-        self.splitter.addWidget(centre)
+        self.splitter.addWidget(self.tabs)
         self.splitter.addWidget(panel_scroll)
         self.splitter.setStretchFactor(0, 0)
         self.splitter.setStretchFactor(1, 1)
@@ -226,6 +249,11 @@ class MainWindow(QMainWindow):
         quit_action = file_menu.addAction("&Quit", self.close)
         quit_action.setShortcut(QKeySequence.StandardKey.Quit)
 
+        compare_menu = self.menuBar().addMenu("C&ompare")
+        self.compare_tab_action = compare_menu.addAction("&Side by side", self.show_compare_tab)
+        self.compare_tab_action.setShortcut(QKeySequence("Ctrl+K"))
+        self.report_action = compare_menu.addAction("Speed &report…", self.open_speed_report)
+
         chat_menu = self.menuBar().addMenu("&Chat")
         self.new_action = chat_menu.addAction("&New chat", self.new_chat)
         self.new_action.setShortcut(QKeySequence("Ctrl+N"))
@@ -235,7 +263,7 @@ class MainWindow(QMainWindow):
         self.regenerate_action.setShortcut(QKeySequence("Ctrl+R"))
         self.send_action = QAction("Send", self)
         self.send_action.setShortcut(QKeySequence("Ctrl+Return"))
-        self.send_action.triggered.connect(self.send_message)
+        self.send_action.triggered.connect(self._on_send_shortcut)
         self.addAction(self.send_action)
 
     def _build_status_bar(self) -> None:
@@ -259,15 +287,27 @@ class MainWindow(QMainWindow):
     def is_loading(self) -> bool:
         return self._loading_path is not None
 
+    def is_comparing(self) -> bool:
+        return self.compare_view.is_measuring()
+
+    def is_reporting(self) -> bool:
+        return self._report_request_id is not None
+
+    def is_busy(self) -> bool:
+        """The engine is working for the chat, a comparison or a speed report."""
+        return self.is_generating() or self.is_comparing() or self.is_reporting()
+
     def current_conversation_id(self) -> int | None:
         return self._conversation_id
 
+    @Slot()
     def _update_actions(self) -> None:
-        busy = self.is_generating()
+        replying = self.is_generating()
+        busy = self.is_busy()
         ready = self.model is not None and not self.is_loading()
-        self.send_button.setText("Stop" if busy else "Send")
-        self.send_button.setToolTip("Stop (Esc)" if busy else "Send (Enter / Ctrl+Enter)")
-        self.send_button.setEnabled(busy or ready)
+        self.send_button.setText("Stop" if replying else "Send")
+        self.send_button.setToolTip("Stop (Esc)" if replying else "Send (Enter / Ctrl+Enter)")
+        self.send_button.setEnabled(replying or (ready and not busy))
         self.stop_action.setEnabled(busy)
         self.regenerate_action.setEnabled(ready and not busy and self._conversation_id is not None)
         self.open_action.setEnabled(not busy and not self.is_loading())
@@ -275,12 +315,15 @@ class MainWindow(QMainWindow):
         self.export_action.setEnabled(self._conversation_id is not None)
         self.panel.reload_button.setEnabled(not busy and not self.is_loading())
         self.chat_view.set_busy(busy or not ready)
+        self.compare_view.set_ready(ready and not busy)
+        if self._report_dialog is not None:
+            self._report_dialog.set_ready(ready and not busy)
 
     # --- model ---
 
     def load_model(self, path: str) -> None:
         """Load ``path`` ("" = the bundled model) on the worker; the current model stays until it succeeds."""
-        if self.is_generating() or self.is_loading():
+        if self.is_busy() or self.is_loading():
             return
         self._loading_path = path
         self.progress.setValue(0)
@@ -477,10 +520,18 @@ class MainWindow(QMainWindow):
             self.send_message()
 
     @Slot()
+    def _on_send_shortcut(self) -> None:
+        """Ctrl+Enter sends from the tab in view: the chat's input, or the comparison's."""
+        if self.tabs.currentWidget() is self.compare_view:
+            self.start_comparison(self.compare_view.input.toPlainText())
+        else:
+            self.send_message()
+
+    @Slot()
     def send_message(self) -> None:
         """Send the input box's text. It stays in the box until the worker accepts it."""
         text = self.input.toPlainText().strip()
-        if not text or self.is_generating():
+        if not text or self.is_busy():
             return
         if self.model is None or self.is_loading():
             self.statusBar().showMessage("Wait for the model to load before sending", 4000)
@@ -491,7 +542,7 @@ class MainWindow(QMainWindow):
     @Slot()
     def regenerate_last(self) -> None:
         """Generate the last reply again (replacing it)."""
-        if self.is_generating() or self.model is None or self.is_loading() or self._conversation_id is None:
+        if self.is_busy() or self.model is None or self.is_loading() or self._conversation_id is None:
             return
         messages = self.store.messages(self._conversation_id)
         replace_from = None
@@ -556,8 +607,8 @@ class MainWindow(QMainWindow):
 
     @Slot()
     def stop_reply(self) -> None:
-        """Stop the running reply before its next step (Esc); what was generated is kept."""
-        if self.is_generating():
+        """Stop the running reply (or comparison, or speed report) before its next step (Esc)."""
+        if self.is_busy():
             self.engine.stopRequested.emit()
         elif self._editing_message_id is not None:
             self.cancel_edit()
@@ -566,6 +617,127 @@ class MainWindow(QMainWindow):
     def _on_lookahead_changed(self, config: object) -> None:
         if self.is_generating():
             self.engine.lookaheadChanged.emit(config)  # takes effect at the next step
+
+    # --- comparison and speed report ---
+
+    @Slot()
+    def show_compare_tab(self) -> None:
+        self.tabs.setCurrentWidget(self.compare_view)
+        self.compare_view.input.setFocus()
+
+    def compare_lookahead_config(self) -> LookaheadConfig:
+        """The decoding panel's Auto or W/N/G, used even while lookahead is switched off for the chat."""
+        p = self.panel
+        return LookaheadConfig(
+            window=p.window_spin.value(),
+            ngram=p.ngram_spin.value(),
+            guesses=p.guesses_spin.value(),
+            auto=p.auto_check.isChecked(),
+        )
+
+    def _context_messages(self, user_text: str) -> tuple[Message, ...]:
+        system_prompt = self.panel.system_prompt().strip()
+        messages = [Message("system", system_prompt)] if system_prompt else []
+        return (*messages, Message("user", user_text))
+
+    @Slot(str)
+    def start_comparison(self, text: str) -> None:
+        """Run ``text`` through plain and lookahead decoding (one after the other) and replay them."""
+        text = text.strip()
+        if not text or self.is_busy():
+            return
+        if self.model is None or self.is_loading():
+            self.statusBar().showMessage("Wait for the model to load before comparing", 4000)
+            return
+        if self.model.lookahead_block_reason:
+            QMessageBox.information(self, "Nothing to compare", self.model.lookahead_block_reason)
+            return
+        request = CompareRequest(
+            request_id=self._next_request_id,
+            messages=self._context_messages(text),
+            lookahead=self.compare_lookahead_config(),
+            sampling=self.panel.sampling_config(),
+            stop=self.panel.stop_config(),
+            plain_first=self._compare_plain_first,
+        )
+        self._next_request_id += 1
+        self._compare_plain_first = not self._compare_plain_first
+        self.compare_view.begin(request)  # emits busyChanged: the actions follow
+        self.engine.compareRequested.emit(request)
+
+    @Slot(object)
+    def _on_compare_finished(self, result: object) -> None:
+        if not self._closed:  # a result that arrives while closing has no one left to watch it
+            self.compare_view.on_finished(result)
+
+    @Slot(int, str)
+    def _on_compare_failed(self, request_id: int, message: str) -> None:
+        self.compare_view.on_failed(request_id, message)
+        if not self._closed:
+            QMessageBox.warning(self, "Could not compare", message)
+
+    @Slot()
+    def open_speed_report(self) -> SpeedReportDialog | None:
+        """Show the speed report dialog (created on first use, kept with its results)."""
+        if self._report_dialog is None:
+            try:
+                workloads = load_workloads()
+            except (OSError, ValueError) as exc:
+                QMessageBox.critical(self, "No benchmark prompts", str(exc))
+                return None
+            self._report_dialog = SpeedReportDialog(workloads, self)
+            self._report_dialog.runRequested.connect(self.start_speed_report)
+            self._report_dialog.cancelRequested.connect(self.stop_reply)
+        self._report_dialog.set_settings_text(self._report_settings_text())
+        self._update_actions()
+        self._report_dialog.show()
+        self._report_dialog.raise_()
+        return self._report_dialog
+
+    def _report_settings_text(self) -> str:
+        sampling = self.panel.sampling_config()
+        mode = "greedy" if sampling.greedy else f"temperature {sampling.temperature}, seed {sampling.seed}"
+        return (
+            f"{lookahead_title(self.compare_lookahead_config())} (from the decoding panel), "
+            f"with this chat's system prompt and sampling ({mode})."
+        )
+
+    @Slot(list, int)
+    def start_speed_report(self, workloads: list[Workload], max_tokens: int) -> None:
+        dialog = self._report_dialog
+        if dialog is None or not workloads or self.is_busy() or self.model is None or self.is_loading():
+            return
+        if self.model.lookahead_block_reason:
+            QMessageBox.information(dialog, "Nothing to compare", self.model.lookahead_block_reason)
+            return
+        request = SpeedReportRequest(
+            request_id=self._next_request_id,
+            workloads=tuple(workloads),
+            lookahead=self.compare_lookahead_config(),
+            system_prompt=self.panel.system_prompt(),
+            sampling=self.panel.sampling_config(),
+            max_tokens=max_tokens,
+        )
+        self._next_request_id += 1
+        self._report_request_id = request.request_id
+        dialog.set_settings_text(self._report_settings_text())
+        dialog.begin(request.request_id, len(workloads))
+        self._update_actions()
+        self.engine.speedReportRequested.emit(request)
+
+    @Slot(object)
+    def _on_report_progress(self, progress: object) -> None:
+        if self._report_dialog is not None:
+            self._report_dialog.on_progress(progress)
+
+    @Slot(object)
+    def _on_report_finished(self, outcome: SpeedReportOutcome) -> None:
+        if outcome.request_id != self._report_request_id:
+            return
+        self._report_request_id = None
+        if self._report_dialog is not None:
+            self._report_dialog.on_finished(outcome)
+        self._update_actions()
 
     # --- the worker's answers ---
 
@@ -693,6 +865,9 @@ class MainWindow(QMainWindow):
         if self._turn is not None and self._turn.started:
             self._on_reply_finished(ReplyOutcome(self._turn.request_id, "cancelled", self._turn.stats.n_tokens, 0))
         self._steps.clear()
+        self.compare_view.shutdown()
+        if self._report_dialog is not None:
+            self._report_dialog.close()
         self._save_settings()
         if self._owns_store:
             self.store.close()

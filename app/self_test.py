@@ -1,4 +1,4 @@
-"""``--self-test``: drive the real window like a user would, and report."""
+"""``--self-test`` (and ``--self-test --compare``): drive the real window like a user would, and report."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from PySide6.QtCore import QObject, QTimer, Slot
 from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QApplication
 
+from .compare import CompareResult
 from .main_window import MainWindow, ReplyRecord
 
 SETTLE_MS = 400  # let the last repaint land before the screenshot
@@ -65,13 +66,8 @@ class SelfTest(QObject):
     def _on_settled(self) -> None:
         record = self._record
         assert record is not None
-        if self.screenshot is not None:
-            self.screenshot.parent.mkdir(parents=True, exist_ok=True)
-            if not self.window.grab().save(str(self.screenshot)):
-                print(f"self-test FAILED: could not save {self.screenshot}", file=sys.stderr)
-                self._finish(5)
-                return
-            print(f"screenshot: {self.screenshot}")
+        if self.screenshot is not None and not self._save_screenshot():
+            return
         print(f"prompt: {self.prompt}")
         print(f"reply:\n{record.text}")
         print(f"stats: {record.stats.summary_line()}")
@@ -81,6 +77,16 @@ class SelfTest(QObject):
             print("self-test FAILED: empty reply or error", file=sys.stderr)
         self._finish(0 if ok else 3)
 
+    def _save_screenshot(self) -> bool:
+        assert self.screenshot is not None
+        self.screenshot.parent.mkdir(parents=True, exist_ok=True)
+        if not self.window.grab().save(str(self.screenshot)):
+            print(f"self-test FAILED: could not save {self.screenshot}", file=sys.stderr)
+            self._finish(5)
+            return False
+        print(f"screenshot: {self.screenshot}")
+        return True
+
     @Slot()
     def _on_timeout(self) -> None:
         print(f"self-test FAILED: no reply within {self.timeout_s:.0f} s", file=sys.stderr)
@@ -89,3 +95,63 @@ class SelfTest(QObject):
     def _finish(self, code: int) -> None:
         self.code = code
         QApplication.instance().exit(code)
+
+
+class CompareSelfTest(SelfTest):
+    """Waits for the model, opens the comparison tab, types ``prompt``, presses Compare, waits for the verdict."""
+
+    def __init__(
+        self, window: MainWindow, prompt: str, screenshot: Path | None, timeout_s: float, max_tokens: int
+    ) -> None:
+        super().__init__(window, prompt, screenshot, timeout_s, max_tokens)
+        window.replyCompleted.disconnect(self._on_reply_completed)
+        window.compare_view.compareCompleted.connect(self._on_compare_completed)
+        window.compare_view.compareFailed.connect(self._on_failed)
+        self._result: CompareResult | None = None
+
+    @Slot(object)
+    def _on_model_changed(self, _model: object) -> None:
+        if self.window.is_busy() or self._result is not None:
+            return
+        self.window.show_compare_tab()
+        view = self.window.compare_view
+        QTest.keyClicks(view.input, self.prompt)
+        view.compare_button.click()
+
+    @Slot(object)
+    def _on_compare_completed(self, result: CompareResult) -> None:
+        self._result = result
+        QTimer.singleShot(SETTLE_MS, self._on_compare_settled)
+
+    @Slot()
+    def _on_compare_settled(self) -> None:
+        result = self._result
+        assert result is not None
+        if self.screenshot is not None and not self._save_screenshot():
+            return
+        print(f"prompt: {self.prompt}")
+        for name, run in (("plain", result.plain), ("lookahead", result.lookahead)):
+            if run is not None:
+                print(
+                    f"{name}: {run.n_tokens} tokens, {run.steps} steps, {run.decode_s:.3f} s, "
+                    f"{run.tokens_per_s:.1f} tok/s, {run.tokens_per_step:.2f} tok/step"
+                )
+                print(f"{name} text:\n{run.text}")
+        print(f"order: {'plain' if result.plain_first else 'lookahead'} first")
+        print(f"speedup: {result.speedup:.3f}x  identical: {'yes' if result.identical else 'no'}")
+        if result.divergence is not None:
+            d = result.divergence
+            print(f"first divergence: token #{d.index} plain {d.plain_piece!r} vs lookahead {d.lookahead_piece!r}, "
+                  f"plain top-2 gap {d.plain_top2_gap}")
+        print(f"verdict: {self.window.compare_view.verdict.text()}")
+        view = self.window.compare_view
+        ok = (
+            result.complete
+            and result.speedup > 0
+            and bool(result.plain.text.strip())
+            and view.plain_pane.text.toPlainText() == result.plain.text
+            and view.lookahead_pane.text.toPlainText() == result.lookahead.text
+        )
+        if not ok:
+            print("self-test FAILED: incomplete comparison or panes not filled", file=sys.stderr)
+        self._finish(0 if ok else 3)

@@ -37,6 +37,17 @@ from engine import (
     TemplateRenderError,
     default_model_path,
 )
+from engine.bench import PromptResult
+
+from .compare import (
+    CompareProgress,
+    CompareRequest,
+    SpeedReportOutcome,
+    SpeedReportProgress,
+    SpeedReportRequest,
+    run_comparison,
+    run_speed_report,
+)
 
 log = logging.getLogger(__name__)
 
@@ -112,6 +123,11 @@ class EngineWorker(QObject):
         stepUpdate(object): a ``StepUpdate`` for every forward pass.
         replyFinished(object): a ``ReplyOutcome``; the generation is over (also after an error mid-way).
         replyFailed(int, str): the request with this id failed; the message is for the user.
+        compareProgress(object): a ``CompareProgress`` per step while a comparison is measured.
+        compareFinished(object): a ``CompareResult``: both runs (or as far as they got before Stop).
+        compareFailed(int, str): the comparison with this id failed; the message is for the user.
+        reportProgress(object): a ``SpeedReportProgress`` per prompt of a speed report.
+        reportFinished(object): a ``SpeedReportOutcome``: the report is over (done, cancelled or failed).
     """
 
     modelLoading = Signal(float)
@@ -121,6 +137,11 @@ class EngineWorker(QObject):
     stepUpdate = Signal(object)
     replyFinished = Signal(object)
     replyFailed = Signal(int, str)
+    compareProgress = Signal(object)
+    compareFinished = Signal(object)
+    compareFailed = Signal(int, str)
+    reportProgress = Signal(object)
+    reportFinished = Signal(object)
 
     def __init__(self) -> None:
         super().__init__()
@@ -130,6 +151,7 @@ class EngineWorker(QObject):
         self._controls: GenerationControls | None = None
         self._pending_lookahead: tuple[LookaheadConfig | None] | None = None  # 1-tuple: None is a valid value
         self._shutting_down = threading.Event()
+        self._job_cancel: threading.Event | None = None  # the running comparison's or speed report's
 
     # --- slots run on the worker thread (queued) ---
 
@@ -221,6 +243,64 @@ class EngineWorker(QObject):
                 self._pending_lookahead = None
             return controls.lookahead
 
+    @Slot(object)
+    def compare(self, request: CompareRequest) -> None:
+        """Measure plain and then lookahead (or the other way round) on one prompt; ends with compareFinished."""
+        if self._session is None:
+            self.compareFailed.emit(request.request_id, "No model is loaded. Open a model with File → Open model….")
+            return
+        cancel = self._start_job()
+
+        def progress(p: CompareProgress) -> None:
+            self.compareProgress.emit(p)
+
+        try:
+            result = run_comparison(self._session, request, cancel, on_progress=progress)
+        except Exception as exc:  # every failure becomes a message for the user
+            log.warning("comparison failed: %s", exc)
+            self.compareFailed.emit(request.request_id, _describe(exc))
+            return
+        finally:
+            self._end_job()
+        self.compareFinished.emit(result)
+
+    @Slot(object)
+    def speedReport(self, request: SpeedReportRequest) -> None:
+        """Run the workloads through the same comparison as the panes; Stop cancels at the next step."""
+        total = len(request.workloads)
+        results: list[PromptResult] = []
+        if self._session is None:
+            self.reportFinished.emit(SpeedReportOutcome(request.request_id, (), total, False, "No model is loaded."))
+            return
+        cancel = self._start_job()
+
+        def on_result(r: PromptResult) -> None:
+            results.append(r)
+            self.reportProgress.emit(SpeedReportProgress(request.request_id, r, len(results), total))
+
+        error = None
+        try:
+            run_speed_report(self._session, request, cancel, on_result)
+        except Exception as exc:  # every failure becomes a message for the user
+            log.warning("speed report failed: %s", exc)
+            error = _describe(exc)
+        finally:
+            self._end_job()
+        cancelled = cancel.is_set() and len(results) < total
+        self.reportFinished.emit(SpeedReportOutcome(request.request_id, tuple(results), total, cancelled, error))
+
+    def _start_job(self) -> threading.Event:
+        cancel = threading.Event()
+        with self._lock:
+            self._job_cancel = cancel
+        if self._shutting_down.is_set():
+            cancel.set()
+        return cancel
+
+    def _end_job(self) -> None:
+        with self._lock:
+            self._job_cancel = None
+
     @Slot()
     def shutdown(self) -> None:
         """Free the engine on its own thread, then end the thread's event loop."""
@@ -235,10 +315,12 @@ class EngineWorker(QObject):
 
     @Slot()
     def stop(self) -> None:
-        """Ask the running generation to stop before its next step."""
+        """Ask the running generation (or comparison, or speed report) to stop before its next step."""
         with self._lock:
             if self._controls is not None:
                 self._controls.cancel.set()
+            if self._job_cancel is not None:
+                self._job_cancel.set()
 
     @Slot(object)
     def setLookahead(self, config: LookaheadConfig | None) -> None:
@@ -272,12 +354,16 @@ class EngineThread(QObject):
     Signals:
         loadRequested(str, int, int): queued to ``EngineWorker.loadModel``.
         generateRequested(object): queued to ``EngineWorker.generate``.
+        compareRequested(object): queued to ``EngineWorker.compare``.
+        speedReportRequested(object): queued to ``EngineWorker.speedReport``.
         stopRequested(): direct to ``EngineWorker.stop``.
         lookaheadChanged(object): direct to ``EngineWorker.setLookahead``.
     """
 
     loadRequested = Signal(str, int, int)
     generateRequested = Signal(object)
+    compareRequested = Signal(object)
+    speedReportRequested = Signal(object)
     stopRequested = Signal()
     lookaheadChanged = Signal(object)
     _shutdownRequested = Signal()
@@ -290,6 +376,8 @@ class EngineThread(QObject):
         self.worker.moveToThread(self.thread)
         self.loadRequested.connect(self.worker.loadModel, Qt.ConnectionType.QueuedConnection)
         self.generateRequested.connect(self.worker.generate, Qt.ConnectionType.QueuedConnection)
+        self.compareRequested.connect(self.worker.compare, Qt.ConnectionType.QueuedConnection)
+        self.speedReportRequested.connect(self.worker.speedReport, Qt.ConnectionType.QueuedConnection)
         self._shutdownRequested.connect(self.worker.shutdown, Qt.ConnectionType.QueuedConnection)
         # Direct: the worker's event loop is busy inside the generation these two must reach.
         self.stopRequested.connect(self.worker.stop, Qt.ConnectionType.DirectConnection)

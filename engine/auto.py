@@ -10,6 +10,7 @@ while generating, starting from priors.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from .costmodel import CostCurve
@@ -59,9 +60,17 @@ class AcceptanceStats:
     tested: dict[tuple[str, int], float] = field(default_factory=dict)
 
     def p(self, b: tuple[str, int]) -> float:
+        """Estimated per-token acceptance (prior blended with what was seen)."""
         a = self.accepted.get(b, 0.0) + _prior(b) * PRIOR_WEIGHT
         t = self.tested.get(b, 0.0) + PRIOR_WEIGHT
         return min(a / t, 0.98)
+
+    def p_optimistic(self, b: tuple[str, int]) -> float:
+        """Upper confidence bound of p: rarely tried buckets get tried, so a
+        pessimistic prior cannot keep a good source unused forever."""
+        p = self.p(b)
+        n = self.tested.get(b, 0.0) + PRIOR_WEIGHT
+        return min(p + math.sqrt(p * (1 - p) / n), 0.98)
 
     def observe(self, d: Draft, n_drafted: int, n_accepted: int) -> None:
         """A draft of ``n_drafted`` tokens had its first ``n_accepted`` accepted."""
@@ -117,7 +126,7 @@ class AutoPolicy:
         best_rate = plain_rate
         drafts = rank_drafts(self.history, self.pool, token, max(1, min(cfg.guesses, 2)), max_len) if cfg.guesses else []
         for d in drafts:
-            p = self.stats.p(bucket(d))
+            p = self.stats.p_optimistic(bucket(d))
             for L in range(1, len(d.tokens) + 1):
                 rate = expected_tokens(p, L) / curve.cost(1 + L)
                 if rate > best_rate:

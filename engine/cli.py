@@ -12,7 +12,7 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from .bench import load_workloads, parse_grid, run_bench, run_grid
+from .bench import geomean, llama_cpp_tps, load_workloads, parse_grid, perfect_draft_bound, run_bench, run_grid, run_one
 from .models import ModelFileError, default_model_path
 from .native import NativeError
 from .runtime import Engine, GenerationControls, GenerationSummary, LookaheadUnsupportedError, PromptTooLongError
@@ -75,6 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--json", action="store_true")
     b.add_argument("--grid", help='measure a grid of fixed settings instead, e.g. "W=0,1,2;N=2,3,4;G=0,1,2"')
     b.add_argument("--only", help="comma-separated workload ids or categories to run")
+    b.add_argument("--no-references", action="store_true",
+                   help="skip the llama-cpp-python Llama and fixed W=15/N=5/G=15 reference runs")
+    b.add_argument("--reference-prompts", type=int, default=3, help="prompts for the W=15/N=5/G=15 reference (default 3)")
 
     c = sub.add_parser("chat", help="chat in the terminal")
     _add_model_args(c)
@@ -194,12 +197,51 @@ def cmd_bench(args: argparse.Namespace) -> int:
                     file=sys.stderr,
                 )
 
+        if lookahead.auto:
+            eng.tune()
         report = run_bench(eng, workloads, lookahead, max_tokens=args.max_tokens, on_result=progress)
+        extra = {"cost_curve": eng.cost_curve.to_json(), "perfect_draft_bound": round(perfect_draft_bound(eng.cost_curve), 4)}
+        if not args.no_references:
+            extra.update(_references(args, eng, workloads, lookahead, report))
+    out = report.to_json()
+    out["references"] = extra
     if args.json:
-        print(json.dumps(report.to_json(), ensure_ascii=False))
+        print(json.dumps(out, ensure_ascii=False))
     else:
         print(report.table())
+        print()
+        print(eng.cost_curve.table())
+        print(f"perfect drafts of any length would reach {extra['perfect_draft_bound']:.3f}x on this curve")
+        if "plain_vs_llama_cpp" in extra:
+            print(f"plain (this engine) vs llama-cpp-python Llama greedy: geomean {extra['plain_vs_llama_cpp']:.3f}x")
+        for r in extra.get("fixed_15_5_15", []):
+            print(f"{r['id']}: this mode {r['mode_tps']:.1f} t/s, fixed W=15 N=5 G=15 {r['fixed_tps']:.1f} t/s "
+                  f"({r['ratio']:.1f}x faster), identical {r['identical']}")
     return 0
+
+
+def _references(args: argparse.Namespace, eng: Engine, workloads: list, lookahead: LookaheadConfig, report) -> dict:
+    """The same run's context: llama-cpp-python's Llama, and llama.cpp's example shape."""
+    prompts = [eng.render_chat([Message("user", w.prompt)]) for w in workloads]
+    print("reference: llama-cpp-python Llama greedy ...", file=sys.stderr)
+    rates = llama_cpp_tps(eng.summary.path, prompts, args.max_tokens, eng.n_threads)
+    ours = [r.extra["plain_tps_after_first"] for r in report.results]
+    ratios = [a / b for a, b in zip(ours, rates) if b > 0]
+    fixed = []
+    big = LookaheadConfig(window=15, ngram=5, guesses=15)
+    for w, prompt in list(zip(workloads, prompts))[: max(0, args.reference_prompts)]:
+        print(f"reference: W=15 N=5 G=15 on {w.id} ...", file=sys.stderr)
+        n = min(args.max_tokens, 48)
+        mine = run_one(eng, prompt, lookahead, n)
+        ref = run_one(eng, prompt, big, n, exact_only=False)  # the real 120-token steps
+        fixed.append({"id": w.id, "mode_tps": round(mine.tokens_per_s, 2), "fixed_tps": round(ref.tokens_per_s, 2),
+                      "ratio": round(mine.tokens_per_s / ref.tokens_per_s, 2) if ref.tokens_per_s else 0.0,
+                      "fixed_tokens_per_step": round(ref.tokens_per_step, 2), "identical": mine.token_ids == ref.token_ids})
+    return {
+        "llama_cpp_tps": [round(r, 2) for r in rates],
+        "plain_vs_llama_cpp": round(geomean(ratios), 4),
+        "fixed_15_5_15": fixed,
+    }
 
 
 def _bench_grid(args: argparse.Namespace, workloads: list) -> int:

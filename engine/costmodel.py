@@ -20,7 +20,9 @@ import numpy as np
 import platformdirs
 
 SIZES = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24, 32, 48, 64)
-CACHE_VERSION = 2
+_TABLE = 300
+CACHE_VERSION = 3
+EXACT_PROBE_SIZES = (2, 4, 8, 16, 24, 32, 48, 63, 64, 96, 128)
 
 
 @dataclass(frozen=True)
@@ -37,9 +39,28 @@ class CostCurve:
     base_ms: float
     threads: int
     measured_s: float = 0.0
+    # Largest batch whose logits are bit-identical to a 1-token step's (0 = none
+    # tested exact). Bigger batches switch matmul kernels on some models and
+    # CPUs, which changes near-tie argmaxes; steps are kept at or below it.
+    max_exact_batch: int = 32
+
+    def __post_init__(self) -> None:
+        # Tables for the hot path: cost(n) with all logits and with one, n < TABLE.
+        every = [0.0] + [self._interp(n, n) for n in range(1, _TABLE)]
+        one = [0.0] + [self._interp(n, 1) for n in range(1, _TABLE)]
+        object.__setattr__(self, "_every", every)
+        object.__setattr__(self, "_one", one)
 
     def cost(self, n: int, k: int | None = None) -> float:
         """Relative cost of a batch of ``n`` tokens with ``k`` logits (default: all)."""
+        if 0 < n < _TABLE:
+            if k is None or k >= n:
+                return self._every[n]
+            if n > 1:
+                return self._one[n] + (self._every[n] - self._one[n]) * (max(k, 1) - 1) / (n - 1)
+        return self._interp(n, k)
+
+    def _interp(self, n: int, k: int | None = None) -> float:
         n = max(1, int(n))
         k = n if k is None else max(1, min(int(k), n))
         sizes = np.asarray(self.sizes, dtype=float)
@@ -62,7 +83,7 @@ class CostCurve:
         return "\n".join(rows)
 
     def to_json(self) -> dict:
-        return asdict(self)
+        return {k: v for k, v in asdict(self).items() if not k.startswith("_")}
 
     @staticmethod
     def from_json(obj: dict) -> "CostCurve":
@@ -73,6 +94,7 @@ class CostCurve:
             base_ms=float(obj["base_ms"]),
             threads=int(obj["threads"]),
             measured_s=float(obj.get("measured_s", 0.0)),
+            max_exact_batch=int(obj.get("max_exact_batch", 32)),
         )
 
 
@@ -133,8 +155,9 @@ def measure(engine, budget_s: float = 8.0, sizes: tuple[int, ...] = SIZES) -> Co
     """Time decode steps of every size, with one and with all logits.
 
     Rounds go over all sizes in turn (so drift in the machine's speed hits
-    every size alike) until the time budget is spent; the median per point is
-    kept and the curve is made non-decreasing. Leaves the engine's cache empty.
+    every size alike) until the time budget is spent; a low quantile per point
+    is kept (other load only ever adds time) and the curve is made
+    non-decreasing. Leaves the engine's cache empty.
     """
     from .plan import ALL_SEQS  # local: keeps this module importable without llama.cpp
 
@@ -167,7 +190,8 @@ def measure(engine, budget_s: float = 8.0, sizes: tuple[int, ...] = SIZES) -> Co
         if time.perf_counter() - t_start > budget_s and rounds >= 2:
             break
     engine.reset()
-    med = {k: float(np.median(v)) for k, v in samples.items()}
+    max_exact = probe_exact_batch(engine, filler)
+    med = {k: float(np.quantile(v, 0.25)) for k, v in samples.items()}
     base = med[(1, True)]
     last = np.maximum.accumulate([med[(n, False)] / base for n in sizes])
     every = np.maximum.accumulate([med[(n, True)] / base for n in sizes])
@@ -180,7 +204,37 @@ def measure(engine, budget_s: float = 8.0, sizes: tuple[int, ...] = SIZES) -> Co
         base_ms=round(base * 1000, 3),
         threads=engine.n_threads,
         measured_s=round(time.perf_counter() - t_start, 2),
+        max_exact_batch=max_exact,
     )
+
+
+def probe_exact_batch(engine, filler: list[int]) -> int:
+    """Largest batch size whose first token's logits equal a lone decode's, bit for bit."""
+    from .plan import ALL_SEQS
+
+    prefix = filler[:64]
+    batch, ctx = engine.batch, engine.ctx
+
+    def first_row(n: int) -> np.ndarray:
+        engine.reset()
+        engine._prefill(prefix)
+        batch.set_single_seq(filler[64 : 64 + n], engine.kv.n, ALL_SEQS, last_logits=False)
+        batch.n_seq_id[1:n] = 1
+        batch.seq_matrix[1:n, 0] = 1  # the rest sit in another sequence, as drafts do
+        batch.logits[:n] = 1
+        ctx.decode(batch)
+        return ctx.logits_rows(n)[0].copy()
+
+    reference = first_row(1)
+    best = 0
+    for n in EXACT_PROBE_SIZES:
+        if n > batch.capacity or 64 + n > len(filler):
+            break
+        if not np.array_equal(first_row(n), reference):
+            break
+        best = n
+    engine.reset()
+    return best
 
 
 def curve_for(engine, refresh: bool = False, budget_s: float = 8.0) -> tuple[CostCurve, bool]:

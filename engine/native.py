@@ -283,6 +283,8 @@ class Context:
         self.n_threads = n_threads
         self._mem = ll.llama_get_memory(self._ptr)
         self.n_vocab = model.n_vocab
+        self._logits_key: tuple[int | None, int] = (None, 0)
+        self._logits_view = np.zeros((0, self.n_vocab), dtype=np.float32)
 
     @property
     def ptr(self) -> ll.llama_context_p:
@@ -303,9 +305,18 @@ class Context:
             raise NativeError(f"llama_decode failed with code {rc} ({reason})" + (f": {detail}" if detail else ""))
 
     def logits_rows(self, n_rows: int) -> np.ndarray:
-        """The logits of the last decode as a [n_rows, n_vocab] view (rows in batch order)."""
-        ptr = ll.llama_get_logits(self.ptr)
-        return np.ctypeslib.as_array(ptr, shape=(n_rows, self.n_vocab))
+        """The logits of the last decode as a [n_rows, n_vocab] view (rows in batch order).
+
+        The view is valid until the next decode; it is cached per buffer address
+        because building one through ctypes costs more than a small step's argmax.
+        """
+        addr = ctypes.cast(ll.llama_get_logits(self.ptr), ctypes.c_void_p).value
+        key = (addr, n_rows)
+        if key != self._logits_key:
+            buf = (ctypes.c_float * (n_rows * self.n_vocab)).from_address(addr)
+            self._logits_view = np.frombuffer(buf, dtype=np.float32).reshape(n_rows, self.n_vocab)
+            self._logits_key = key
+        return self._logits_view
 
     def logits_at(self, batch_index: int) -> np.ndarray:
         ptr = ll.llama_get_logits_ith(self.ptr, batch_index)

@@ -252,12 +252,15 @@ class Engine:
         stop: StopConfig = StopConfig(),
         history: Sequence[int] = (),
         notice: str = "",
-        record_gaps: bool = True,
+        record_gaps: bool = False,
+        exact_only: bool = True,
     ) -> Iterator[StepEvent]:
         """Generate from ``prompt`` (token ids). One event per forward pass.
 
         ``history`` adds tokens to the lookahead pool besides the prompt (earlier
         turns of a chat). Settings in ``controls`` may change between steps.
+        ``exact_only`` keeps every step within the batch size measured to give
+        bit-identical logits (turn off only to reproduce oversized reference shapes).
         """
         controls = controls or GenerationControls()
         sampling.validate()
@@ -274,7 +277,7 @@ class Engine:
             raise PromptTooLongError(
                 f"the prompt is {len(prompt)} tokens but the context holds {self.n_ctx}; shorten it or raise the context size"
             )
-        return self._run(list(prompt), controls, sampling, stop, list(history), notice, record_gaps)
+        return self._run(list(prompt), controls, sampling, stop, list(history), notice, record_gaps, exact_only)
 
     def _run(
         self,
@@ -285,6 +288,7 @@ class Engine:
         history: list[int],
         notice: str,
         record_gaps: bool,
+        exact_only: bool,
     ) -> Iterator[StepEvent]:
         t0 = time.perf_counter()
         reused = self._reuse_prefix(prompt)
@@ -310,6 +314,7 @@ class Engine:
 
             out_text = _TextOut(TextStream(self.model.token_bytes), StopMatcher(stop.stop_strings), self.model.is_eog)
             history_tokens = list(prompt)
+            pool_synced = len(history_tokens)
             generated = 0
             pending = [prompt[-1]]
             step = 0
@@ -323,13 +328,16 @@ class Engine:
                     return
                 cfg = controls.lookahead
                 ts = time.perf_counter()
-                room = budget - len(pending)
-                if cfg is None:
+                # Steps stay within the batch size whose logits match a lone decode's.
+                cap = max(self.cost_curve.max_exact_batch, 2) if exact_only else budget
+                room = min(budget, cap) - len(pending)
+                if cfg is None or room < 1:
                     choice = StepChoice(reason="plain")
-                elif cfg.auto:
-                    choice = auto.choose(pending[-1], cfg, room)
                 else:
-                    choice = fixed.choose(pending[-1], cfg, room)
+                    if len(index) < len(history_tokens):  # catch up after plain steps
+                        index.extend(history_tokens[len(index) :])
+                    policy = auto if cfg.auto else fixed
+                    choice = policy.choose(pending[-1], cfg, room)
                 if choice.plain:
                     out = plain.step(self.kv, pending)
                 else:
@@ -340,8 +348,13 @@ class Engine:
                 committed, reason = self._apply_limits(out.committed, generated, stop.max_tokens)
                 generated += len(committed)
                 history_tokens.extend(committed)
-                pool.add_tokens(history_tokens, start=len(history_tokens) - len(committed) - pool.max_len - 1)
-                index.extend(committed)
+                if cfg is not None:
+                    # n-grams of the reply whose continuation just became complete
+                    n_hist = len(history_tokens)
+                    start = min(pool_synced, n_hist - len(committed))
+                    for i in range(max(start - pool.max_len - 1, 0), n_hist - pool.max_len - 1):
+                        pool.add(history_tokens[i], history_tokens[i + 1 : i + 1 + pool.max_len])
+                    pool_synced = n_hist
                 delta, hit = out_text.feed(committed)
                 if hit:
                     reason = "stop_string"

@@ -1,0 +1,405 @@
+"""The comparison tab: plain decoding on the left, lookahead on the right, one input.
+
+The worker measures the two runs one after the other (``app.compare``); this
+view then replays both side by side, each pane on its own clock advancing by
+the step times that were measured, redrawn by one ~30 Hz timer.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QElapsedTimer, Qt, QTimer, Signal, Slot
+from PySide6.QtGui import QColor, QFont, QTextCharFormat, QTextCursor
+from PySide6.QtWidgets import (
+    QGroupBox,
+    QHBoxLayout,
+    QLabel,
+    QPlainTextEdit,
+    QProgressBar,
+    QPushButton,
+    QTextEdit,
+    QVBoxLayout,
+    QWidget,
+)
+
+from engine import LookaheadConfig, StepEvent
+
+from ..coalescer import DEFAULT_INTERVAL_MS, UpdateCoalescer
+from ..compare import FAIRNESS_NOTE, LOOKAHEAD, PLAIN, CompareProgress, CompareRequest, CompareResult, ReplayTrack
+from ..stats import ReplyStats
+from .chat_input import ChatInput
+from .stats_view import StepChart
+
+DIVERGENCE_COLOUR = QColor(255, 170, 0, 150)  # amber: readable on light and dark bases
+
+
+def lookahead_title(config: LookaheadConfig) -> str:
+    if config.auto:
+        return "Lookahead · Auto"
+    return f"Lookahead · W{config.window} N{config.ngram} G{config.guesses}"
+
+
+class ComparePane(QGroupBox):
+    """One decoder's reply: live text, its own clock, tokens/s, steps and the tokens-per-step chart."""
+
+    def __init__(self, title: str, parent: QWidget | None = None) -> None:
+        super().__init__(title, parent)
+        self.clock = QLabel()
+        font = QFont(self.clock.font())
+        font.setPointSizeF(font.pointSizeF() * 1.6)
+        font.setBold(True)
+        self.clock.setFont(font)
+        self.clock.setToolTip("This decoder's own clock: prompt evaluation plus its measured steps")
+        self.state = QLabel()
+        self.numbers = QLabel()
+        self.text = QPlainTextEdit()
+        self.text.setReadOnly(True)
+        self.chart = StepChart(self)
+        self.chart.setMinimumHeight(170)
+        top = QHBoxLayout()
+        top.addWidget(self.clock)
+        top.addStretch(1)
+        top.addWidget(self.state)
+        layout = QVBoxLayout(self)
+        layout.addLayout(top)
+        layout.addWidget(self.numbers)
+        layout.addWidget(self.text, 3)
+        layout.addWidget(self.chart, 2)
+        self.reset()
+
+    def reset(self, title: str | None = None) -> None:
+        if title is not None:
+            self.setTitle(title)
+        self.stats = ReplyStats()
+        self.shown = 0  # events of the track already drawn
+        self.text.clear()
+        self.text.setExtraSelections([])
+        self.chart.clear()
+        self.clock.setText("0.00 s")
+        self.state.setText("")
+        self._show_numbers()
+
+    def advance(self, events: list[StepEvent], clock_s: float) -> None:
+        """Draw the events that happened since the last call, and set the clock."""
+        if events:
+            text = ""
+            for ev in events:
+                self.stats.observe(ev)
+                text += ev.text
+            self.shown += len(events)
+            if text:
+                cursor = self.text.textCursor()
+                cursor.movePosition(QTextCursor.MoveOperation.End)
+                cursor.insertText(text)
+                self.text.ensureCursorVisible()
+            self.chart.append([ev.n_committed for ev in events if ev.mode != "none"])
+            self._show_numbers()
+        self.clock.setText(f"{clock_s:.2f} s")
+
+    def _show_numbers(self) -> None:
+        s = self.stats
+        self.numbers.setText(
+            f"{s.tokens_per_s:.1f} tok/s · {s.steps} steps · {s.n_tokens} tokens · {s.tokens_per_step:.2f} tok/step"
+        )
+
+    def highlight(self, offset: int, length: int, tip: str) -> None:
+        """Mark the first divergent token (at least one character, so an empty piece still shows)."""
+        doc_len = len(self.text.toPlainText())
+        start = max(0, min(offset, doc_len))
+        end = min(doc_len, start + max(1, length))
+        cursor = QTextCursor(self.text.document())
+        cursor.setPosition(start)
+        cursor.setPosition(end, QTextCursor.MoveMode.KeepAnchor)
+        fmt = QTextCharFormat()
+        fmt.setBackground(DIVERGENCE_COLOUR)
+        fmt.setToolTip(tip)
+        selection = QTextEdit.ExtraSelection()
+        selection.cursor = cursor
+        selection.format = fmt
+        self.text.setExtraSelections([selection])
+        view = QTextCursor(cursor)
+        view.setPosition(start)
+        self.text.setTextCursor(view)
+        self.text.ensureCursorVisible()
+
+    def highlighted_text(self) -> str:
+        selections = self.text.extraSelections()
+        return selections[0].cursor.selectedText() if selections else ""
+
+
+class CompareView(QWidget):
+    """Two panes racing on the same prompt, and the verdict once both are done.
+
+    Signals:
+        compareRequested(str): the user asked to compare this prompt (the owner builds the request).
+        stopRequested(): the user pressed Stop while the runs were being measured.
+        speedReportRequested(): open the speed report.
+        compareCompleted(object): a ``CompareResult``, once its replay has ended and the verdict is shown.
+        compareFailed(str): the comparison could not run; the message is for the user.
+        busyChanged(bool): measuring started (True) or ended (False).
+    """
+
+    compareRequested = Signal(str)
+    stopRequested = Signal()
+    speedReportRequested = Signal()
+    compareCompleted = Signal(object)
+    compareFailed = Signal(str)
+    busyChanged = Signal(bool)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._request: CompareRequest | None = None  # being measured
+        self._result: CompareResult | None = None  # being replayed or shown
+        self._tracks: dict[str, ReplayTrack] = {}
+        self._ready = False
+        self.replay_speed = 1.0  # 1 = the measured pace
+
+        self.note = QLabel(FAIRNESS_NOTE)
+        self.note.setWordWrap(True)
+        self.status = QLabel("Type a prompt and press Compare.")
+        self.progress = QProgressBar()
+        self.progress.setMaximumWidth(200)
+        self.progress.setVisible(False)
+        self.skip_button = QPushButton("Skip replay")
+        self.skip_button.setToolTip("Show both finished replies now")
+        self.skip_button.setVisible(False)
+        self.skip_button.clicked.connect(self.skip_replay)
+        status_row = QHBoxLayout()
+        status_row.addWidget(self.status, 1)
+        status_row.addWidget(self.progress)
+        status_row.addWidget(self.skip_button)
+
+        self.plain_pane = ComparePane("Plain decoding")
+        self.lookahead_pane = ComparePane("Lookahead")
+        panes = QHBoxLayout()
+        panes.addWidget(self.plain_pane, 1)
+        panes.addWidget(self.lookahead_pane, 1)
+
+        self.verdict = QLabel()
+        self.verdict.setWordWrap(True)
+        verdict_font = QFont(self.verdict.font())
+        verdict_font.setPointSizeF(verdict_font.pointSizeF() * 1.15)
+        self.verdict.setFont(verdict_font)
+        self.verdict.setTextFormat(Qt.TextFormat.RichText)
+        self.verdict.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+
+        self.input = ChatInput()
+        self.input.setPlaceholderText("A prompt to run through both decoders — Enter compares")
+        self.input.submitted.connect(self._on_compare_clicked)
+        self.compare_button = QPushButton("Compare")
+        self.compare_button.setDefault(True)
+        self.compare_button.clicked.connect(self._on_compare_clicked)
+        self.report_button = QPushButton("Speed report…")
+        self.report_button.setToolTip("Run the benchmark prompts through the same comparison")
+        self.report_button.clicked.connect(self.speedReportRequested)
+        buttons = QVBoxLayout()
+        buttons.addStretch(1)
+        buttons.addWidget(self.report_button)
+        buttons.addWidget(self.compare_button)
+        input_row = QHBoxLayout()
+        input_row.addWidget(self.input, 1)
+        input_row.addLayout(buttons)
+
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.note)
+        layout.addLayout(status_row)
+        layout.addLayout(panes, 1)
+        layout.addWidget(self.verdict)
+        layout.addLayout(input_row)
+
+        self._progress_updates = UpdateCoalescer(parent=self)  # one progress repaint per ~30 Hz tick
+        self._progress_updates.flushed.connect(self._on_progress_flushed)
+        self._replay_timer = QTimer(self)
+        self._replay_timer.setInterval(DEFAULT_INTERVAL_MS)
+        self._replay_timer.timeout.connect(self._on_replay_tick)
+        self._replay_clock = QElapsedTimer()
+        self._skip = False
+        self._update_buttons()
+
+    # --- state ---
+
+    def is_measuring(self) -> bool:
+        return self._request is not None
+
+    def is_replaying(self) -> bool:
+        return self._replay_timer.isActive()
+
+    def result(self) -> CompareResult | None:
+        return self._result
+
+    def set_ready(self, ready: bool) -> None:
+        """Whether a comparison can start now (a model is loaded and the engine is free)."""
+        self._ready = ready
+        self._update_buttons()
+
+    def _update_buttons(self) -> None:
+        measuring = self.is_measuring()
+        self.compare_button.setText("Stop" if measuring else "Compare")
+        self.compare_button.setToolTip("Stop measuring (Esc)" if measuring else "Run the prompt through both")
+        self.compare_button.setEnabled(measuring or self._ready)
+        self.report_button.setEnabled(self._ready and not measuring)
+
+    # --- the owner's calls ---
+
+    def begin(self, request: CompareRequest) -> None:
+        """A comparison was sent to the worker: clear the panes and wait for the measurement."""
+        self._stop_replay()
+        self._progress_updates.clear()
+        self._request = request
+        self._result = None
+        self.plain_pane.reset("Plain decoding")
+        self.lookahead_pane.reset(lookahead_title(request.lookahead))
+        first, second = ("plain", "lookahead") if request.plain_first else ("lookahead", "plain")
+        self.note.setText(f"{FAIRNESS_NOTE} This time {first} runs first, then {second}.")
+        for pane in (self.plain_pane, self.lookahead_pane):
+            pane.state.setText("waiting")
+        self.verdict.setText("")
+        self.progress.setRange(0, 2 * request.stop.max_tokens)
+        self.progress.setValue(0)
+        self.progress.setVisible(True)
+        self.status.setText(f"Measuring {first} decoding…")
+        self._update_buttons()
+        self.busyChanged.emit(True)
+
+    @Slot(object)
+    def on_progress(self, progress: CompareProgress) -> None:
+        if self._request is not None and progress.request_id == self._request.request_id:
+            self._progress_updates.push(progress)
+
+    @Slot(object)
+    def on_finished(self, result: CompareResult) -> None:
+        if self._request is None or result.request_id != self._request.request_id:
+            return
+        self._end_measuring()
+        self._result = result
+        self._tracks = {}
+        if result.plain is not None:
+            self._tracks[PLAIN] = ReplayTrack(result.plain.events)
+        if result.lookahead is not None:
+            self._tracks[LOOKAHEAD] = ReplayTrack(result.lookahead.events)
+        if result.cancelled:
+            self._skip = True  # nothing to race: show what was measured at once
+            self._on_replay_tick()
+            return
+        self.status.setText("Replaying both runs at their measured speed…")
+        for pane in (self.plain_pane, self.lookahead_pane):
+            pane.state.setText("running")
+        self.skip_button.setVisible(True)
+        self._skip = False
+        self._replay_clock.start()
+        self._replay_timer.start()
+        self._on_replay_tick()
+
+    @Slot(int, str)
+    def on_failed(self, request_id: int, message: str) -> None:
+        if self._request is None or request_id != self._request.request_id:
+            return
+        self._end_measuring()
+        for pane in (self.plain_pane, self.lookahead_pane):
+            pane.state.setText("")
+        self.status.setText("The comparison failed.")
+        self.verdict.setText(f"<b>Failed:</b> {_escape(message)}")
+        self.compareFailed.emit(message)
+
+    @Slot()
+    def skip_replay(self) -> None:
+        if self.is_replaying():
+            self._skip = True
+            self._on_replay_tick()
+
+    def shutdown(self) -> None:
+        """The window is closing: stop the timers."""
+        self._stop_replay()
+        self._progress_updates.clear()
+
+    # --- internals ---
+
+    def _end_measuring(self) -> None:
+        self._progress_updates.flush()
+        self._request = None
+        self.progress.setVisible(False)
+        self._update_buttons()
+        self.busyChanged.emit(False)
+
+    def _stop_replay(self) -> None:
+        self._replay_timer.stop()
+        self.skip_button.setVisible(False)
+
+    @Slot()
+    def _on_compare_clicked(self) -> None:
+        if self.is_measuring():
+            self.stopRequested.emit()
+            return
+        text = self.input.toPlainText().strip()
+        if text and self._ready:
+            self.compareRequested.emit(text)
+
+    @Slot(list)
+    def _on_progress_flushed(self, updates: list[CompareProgress]) -> None:
+        request = self._request
+        if request is None or not updates:
+            return
+        last = updates[-1]
+        first_phase = PLAIN if request.plain_first else LOOKAHEAD
+        done_before = 0 if last.phase == first_phase else request.stop.max_tokens
+        self.progress.setValue(min(self.progress.maximum(), done_before + last.n_tokens))
+        self.status.setText(f"Measuring {last.phase} decoding… {last.n_tokens} tokens")
+
+    @Slot()
+    def _on_replay_tick(self) -> None:
+        result = self._result
+        if result is None:
+            self._stop_replay()
+            return
+        t = float("inf") if self._skip else self._replay_clock.elapsed() / 1000.0 * self.replay_speed
+        all_done = True
+        for phase, pane in ((PLAIN, self.plain_pane), (LOOKAHEAD, self.lookahead_pane)):
+            track = self._tracks.get(phase)
+            if track is None:
+                continue
+            n = track.done_by(t)
+            pane.advance(track.events[pane.shown : n], track.clock(t))
+            if n >= len(track.events):
+                pane.state.setText("done")
+            else:
+                all_done = False
+        if all_done:
+            self._stop_replay()
+            self._show_verdict(result)
+
+    def _show_verdict(self, result: CompareResult) -> None:
+        if not result.complete:
+            self.status.setText("Stopped before both runs finished: no comparison.")
+            self.verdict.setText("<b>Stopped.</b> Press Compare to run the prompt again.")
+            for pane in (self.plain_pane, self.lookahead_pane):
+                pane.state.setText("stopped" if pane.shown else "")
+            self.compareCompleted.emit(result)
+            return
+        assert result.plain is not None and result.lookahead is not None
+        self.status.setText("Done.")
+        speed = (
+            f"<b>Speedup {result.speedup:.2f}×</b> "
+            f"(plain {result.plain.decode_s:.2f} s ÷ lookahead {result.lookahead.decode_s:.2f} s of decoding; "
+            f"{result.lookahead.tokens_per_step:.2f} tokens per step)"
+        )
+        div = result.divergence
+        if result.identical:
+            same = "Texts identical: <b>yes</b>"
+        elif div is None:
+            same = "Texts identical: <b>no</b>"
+        else:
+            gap = f"{div.plain_top2_gap:.3f}" if div.plain_top2_gap is not None else "n/a"
+            same = (
+                f"Texts identical: <b>no</b>, first different token #{div.index}: plain "
+                f"“{_escape(div.plain_piece)}” vs lookahead “{_escape(div.lookahead_piece)}” "
+                f"(plain top-2 logit gap {gap}; a small gap is a near tie)"
+            )
+            tip = f"first divergent token #{div.index}, plain top-2 logit gap {gap}"
+            self.plain_pane.highlight(div.plain_offset, len(div.plain_piece), tip)
+            self.lookahead_pane.highlight(div.lookahead_offset, len(div.lookahead_piece), tip)
+        self.verdict.setText(f"{speed} · {same}")
+        self.compareCompleted.emit(result)
+
+
+def _escape(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("\n", "⏎")
