@@ -79,6 +79,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="skip the llama-cpp-python Llama and fixed W=15/N=5/G=15 reference runs")
     b.add_argument("--reference-prompts", type=int, default=3, help="prompts for the W=15/N=5/G=15 reference (default 3)")
 
+    t = sub.add_parser("tune", help="measure this machine's cost curve for Auto and show what Auto will do")
+    _add_model_args(t)
+    t.add_argument("--json", action="store_true")
+    t.add_argument("--cached", action="store_true", help="show the cached curve instead of measuring again")
+
     c = sub.add_parser("chat", help="chat in the terminal")
     _add_model_args(c)
     _add_lookahead_args(c)
@@ -265,6 +270,35 @@ def _bench_grid(args: argparse.Namespace, workloads: list) -> int:
     return 0
 
 
+def auto_plan(curve) -> dict:
+    """What Auto does on this curve: the least per-token acceptance p that makes a draft of L tokens pay."""
+    from .auto import expected_tokens
+
+    rows = {}
+    for L in range(1, 8):
+        need = next((p / 100 for p in range(1, 100) if expected_tokens(p / 100, L) / curve.cost(1 + L) > 1 / curve.cost(1)), None)
+        rows[L] = need
+    window = curve.cost(1 + 3 * 2 + 2, 4) / curve.cost(1)
+    return {"min_p_for_draft_len": rows, "window_3x2_relative_cost": round(window, 3), "max_exact_batch": curve.max_exact_batch}
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    with open_engine(args) as eng:
+        curve = eng.tune(refresh=not args.cached)
+    plan = auto_plan(curve)
+    if args.json:
+        print(json.dumps({"curve": curve.to_json(), "auto": plan}))
+        return 0
+    print(curve.table())
+    print(f"measured in {curve.measured_s:.1f} s; batches up to {curve.max_exact_batch} tokens give logits identical to a 1-token step")
+    print("Auto drafts L tokens only when their per-token acceptance p is at least:")
+    for L, p in plan["min_p_for_draft_len"].items():
+        print(f"  L={L}: p >= {p:.2f}" if p is not None else f"  L={L}: never pays")
+    print(f"A 3-column, N=3 Jacobi window would make a step cost {plan['window_3x2_relative_cost']:.2f}x a plain one; "
+          "Auto runs one only when that is nearly free.")
+    return 0
+
+
 def cmd_chat(args: argparse.Namespace) -> int:
     lookahead = lookahead_from_args(args)
     sampling = SamplingConfig(temperature=args.temperature, seed=args.seed).validate()
@@ -308,7 +342,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
-        handler = {"generate": cmd_generate, "bench": cmd_bench, "chat": cmd_chat}[args.command]
+        handler = {"generate": cmd_generate, "bench": cmd_bench, "chat": cmd_chat, "tune": cmd_tune}[args.command]
         return handler(args)
     except CliError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .native import Batch, Context, Sampler
-from .plan import ALL_SEQS, N_SEQ, StepPlan, build_step
+from .plan import ALL_SEQS, StepPlan, build_step
 from .auto import StepChoice
 from .pool import NgramPool
 
@@ -247,11 +247,10 @@ class LookaheadDecoder:
         keep_to = P + 1 + in_place
         self.ctx.seq_rm(-1, keep_to, -1)
         if in_place:
-            best = plan.nodes[path[in_place - 1]].seqs[0]
-            for s in range(1, N_SEQ):
-                if s != best:
-                    self.ctx.seq_rm(s, P + 1, keep_to)
-            for s in range(N_SEQ):
-                if s != best:
-                    self.ctx.seq_cp(best, s, P + 1, keep_to)
+            # Kept best-path cells already carry seq 0 and every idle sequence;
+            # the sequences used this step get them by copy, after losing their
+            # own (rejected) tokens in that range.
+            for s in plan.missing_seqs(path[in_place - 1]):
+                self.ctx.seq_rm(s, P + 1, keep_to)
+                self.ctx.seq_cp(0, s, P + 1, keep_to)
         return in_place

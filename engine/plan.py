@@ -14,7 +14,10 @@ sees the whole committed prefix. One step's batch, in order:
        Logits on the last one, the "input" token at position P.
     2. the candidate tree, depth first, best candidate's path first: one batch
        token per tree node at position P + depth, its sequence ids the
-       candidates passing through it, logits on every node.
+       candidates passing through it, logits on every node. The best path's
+       nodes also carry seq 0 and every sequence not used this step: no token
+       of this batch that could see them does, and if they are accepted they
+       are already tagged as committed tokens must be.
     3. the Jacobi window: level 0 columns 1..W-1 at P + i (column 0 of level 0
        is the input token), seen by the columns at and after them; levels
        1..N-2 of column i at P + j + i in column i's sequence only. Logits on
@@ -87,6 +90,11 @@ class StepPlan:
         """Row of the logits matrix for each batch index (-1 where none)."""
         rows = np.cumsum(self.logits) - 1
         return np.where(self.logits, rows, -1)
+
+    def missing_seqs(self, node_index: int) -> list[int]:
+        """Sequences a kept best-path node lacks, which committed tokens must carry."""
+        have = set(self.nodes[node_index].seqs)
+        return [s for s in ALL_SEQS if s not in have]
 
     def in_place_prefix(self, path: Sequence[int]) -> int:
         """How many nodes of an accepted ``path`` sit right after the input token."""
@@ -166,6 +174,13 @@ def build_step(
     P = n_kv + r - 1
 
     nodes, root_children = build_tree(candidates)
+    W = 0 if window_levels is None or window_levels.size == 0 else int(window_levels.shape[1])
+    used = {candidate_seq(g) for g in range(len(candidates))} | {window_seq(i) for i in range(W)}
+    idle = tuple(s for s in ALL_SEQS if s not in used)  # includes seq 0
+    node = 0 if nodes else -1
+    while node >= 0:  # the best path: depth-first order puts it first
+        nodes[node].seqs = sorted(set(nodes[node].seqs) | set(idle))
+        node = next(iter(nodes[node].children.values()), -1)
     for node in nodes:
         node.batch_index = len(tokens)
         tokens.append(node.token)

@@ -8,6 +8,7 @@ from engine import GenerationControls, GenerationSummary, LookaheadConfig, Messa
 from engine.bench import load_workloads
 from engine.plan import ALL_SEQS
 from engine.session import ChatSession
+from engine.settings import DEFAULT_LOOKAHEAD
 
 pytestmark = pytest.mark.model
 
@@ -40,7 +41,7 @@ def assert_cache_holds_only_committed(engine):
 def test_lookahead_text_equals_plain_text_on_the_workloads(engine, workload):
     prompt = engine.render_chat([Message("user", workload.prompt)])
     plain = run(engine, prompt, None)
-    for shape in SHAPES[:2]:
+    for shape in [DEFAULT_LOOKAHEAD, *SHAPES[:2]]:
         la = run(engine, prompt, shape)
         assert la.token_ids == plain.token_ids, f"{shape} differs from plain"
         assert la.text == plain.text
@@ -56,7 +57,7 @@ def test_lookahead_accepts_drafts_on_a_rewrite_prompt(engine):
 
 def test_after_every_step_the_cache_holds_exactly_the_committed_tokens(engine):
     prompt = engine.render_chat([Message("user", "Write a Python function that adds two numbers, and test it.")])
-    for shape in SHAPES:
+    for shape in [DEFAULT_LOOKAHEAD, *SHAPES]:
         run(engine, prompt, shape, max_tokens=32 if shape.window > 2 else 64, check_cache=True)
 
 
@@ -142,3 +143,24 @@ def test_the_context_policy_drops_the_oldest_turns_and_says_so(model_path):
         assert fitted.dropped > 0 and len(fitted.tokens) <= 256 - 32
         events = list(session.reply(messages, stop=StopConfig(max_tokens=8)))
         assert "left out" in events[0].notice
+
+
+def test_the_measured_cost_curve_rises_with_batch_size_and_caps_exact_batches(engine):
+    curve = engine.tune()
+    assert curve.cost(1) == 1.0
+    assert curve.cost(8) > curve.cost(2) > 1.0
+    assert 2 <= curve.max_exact_batch
+    assert curve.max_exact_batch < 64  # bigger batches switch kernels on this model (measured)
+
+
+def test_auto_drafts_where_the_reply_copies_the_prompt_and_says_why(engine):
+    text = "The quick brown fox jumps over the lazy dog near the river bank every single morning."
+    prompt = engine.render_chat([Message("user", f"Repeat this sentence exactly: {text}")])
+    engine.tune()
+    engine.reset()
+    events = list(engine.generate(prompt, GenerationControls(lookahead=DEFAULT_LOOKAHEAD), stop=StopConfig(max_tokens=40)))
+    drafted = [ev for ev in events if ev.n_drafted]
+    assert drafted, "a copy of the prompt should be drafted"
+    assert all("match" in ev.choice for ev in drafted)
+    assert sum(ev.n_accepted for ev in events) >= 10
+    assert all(ev.batch_size <= engine.cost_curve.max_exact_batch for ev in events)

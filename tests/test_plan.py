@@ -8,7 +8,7 @@ def test_tree_shares_common_prefixes_and_lists_best_path_first():
     nodes, root = build_tree([(1, 2, 3), (1, 2, 4), (5, 6, 7)])
     assert [n.token for n in nodes] == [1, 2, 3, 4, 5, 6, 7]
     assert [n.depth for n in nodes] == [1, 2, 3, 3, 1, 2, 3]
-    assert nodes[0].seqs == [candidate_seq(0), candidate_seq(1)]
+    assert nodes[0].seqs == [candidate_seq(0), candidate_seq(1)]  # before build_step adds idle ones
     assert nodes[3].seqs == [candidate_seq(1)]
     assert nodes[3].parent == 1
     assert set(root) == {1, 5}
@@ -27,12 +27,15 @@ def test_step_layout_for_w3_n3_g2():
     plan = build_step([100, 101], n_kv=50, candidates=[(1, 2), (1, 3)], window_levels=levels)
     P = 51  # input token position
     assert plan.input_index == 1 and plan.input_pos == P
+    used = {candidate_seq(0), candidate_seq(1), window_seq(0), window_seq(1), window_seq(2)}
+    idle = tuple(s for s in ALL_SEQS if s not in used)
     expected = [
         # token, pos, seqs, logits
         (100, 50, ALL_SEQS, False),  # re-evaluated accepted draft
         (101, 51, ALL_SEQS, True),  # input token
-        (1, 52, (candidate_seq(0), candidate_seq(1)), True),  # shared tree node
-        (2, 53, (candidate_seq(0),), True),
+        # best path: its candidates plus seq 0 and every idle sequence
+        (1, 52, tuple(sorted(idle + (candidate_seq(0), candidate_seq(1)))), True),
+        (2, 53, tuple(sorted(idle + (candidate_seq(0),))), True),
         (3, 53, (candidate_seq(1),), True),
         (11, 52, (window_seq(1), window_seq(2)), False),  # level 0, columns 1..2
         (12, 53, (window_seq(2),), False),
@@ -46,6 +49,8 @@ def test_step_layout_for_w3_n3_g2():
     # The best candidate's path sits right after the input token; the other branch does not.
     assert plan.in_place_prefix([0, 1]) == 2
     assert plan.in_place_prefix([0, 2]) == 1
+    # Keeping the best path's first node: the used sequences not passing through it need a copy.
+    assert plan.missing_seqs(0) == sorted(used - {candidate_seq(0), candidate_seq(1)})
     rows = plan.output_rows()
     assert rows[1] == 0 and rows[7] == 4 and rows[0] == -1
 

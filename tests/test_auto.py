@@ -1,0 +1,77 @@
+import pytest
+
+from engine.auto import AcceptanceStats, AutoPolicy, FixedPolicy, expected_tokens
+from engine.costmodel import CostCurve
+from engine.drafts import Draft, HistoryIndex
+from engine.pool import NgramPool
+from engine.settings import LookaheadConfig
+
+STEEP = CostCurve(sizes=(1, 2, 4, 8, 16, 64), last_logit=(1, 1.7, 2.6, 4.4, 8, 30),
+                  all_logits=(1, 1.8, 2.9, 4.8, 9, 32), base_ms=10, threads=2)
+FLAT = CostCurve(sizes=(1, 2, 4, 8, 16, 64), last_logit=(1, 1.01, 1.02, 1.04, 1.1, 1.5),
+                 all_logits=(1, 1.01, 1.03, 1.05, 1.12, 1.6), base_ms=10, threads=8)
+CFG = LookaheadConfig(window=4, ngram=8, guesses=2, auto=True)
+
+
+def copying_history():
+    h = HistoryIndex()
+    text = list(range(100, 140))
+    h.extend(text + [7] + text[:12])  # the reply is copying the prompt
+    return h
+
+
+def test_expected_tokens_is_the_geometric_sum():
+    assert expected_tokens(0.5, 2) == pytest.approx(1.75)
+    assert expected_tokens(0.0, 5) == 1.0
+
+
+def test_auto_takes_a_plain_step_when_no_draft_pays_for_its_cost():
+    h = HistoryIndex()
+    h.extend([1, 2, 3, 4, 2, 3])  # a short, weak match only
+    choice = AutoPolicy(h, NgramPool(max_len=7), STEEP, AcceptanceStats()).choose(3, CFG, room=60)
+    assert choice.plain
+
+
+def test_auto_drafts_a_long_match_on_a_steep_curve():
+    h = copying_history()
+    choice = AutoPolicy(h, NgramPool(max_len=7), STEEP, AcceptanceStats()).choose(h.tokens[-1], CFG, room=60)
+    assert len(choice.drafts) == 1 and choice.window == 0
+    assert choice.drafts[0].tokens[:3] == (112, 113, 114)
+    assert choice.expected_gain > 1.0
+
+
+def test_auto_drafts_shorter_once_drafts_stop_landing():
+    h = copying_history()
+    stats = AcceptanceStats()
+    auto = AutoPolicy(h, NgramPool(max_len=7), STEEP, stats)
+    before = auto.choose(h.tokens[-1], CFG, room=60)
+    for _ in range(30):  # the same kind of draft keeps failing at its first token
+        stats.observe(before.drafts[0], len(before.drafts[0].tokens), 0)
+    after = auto.choose(h.tokens[-1], CFG, room=60)
+    assert after.plain or len(after.drafts[0].tokens) < len(before.drafts[0].tokens)
+
+
+def test_auto_runs_a_window_only_where_the_curve_is_flat():
+    h = HistoryIndex()
+    h.extend([1, 2, 3])
+    steep = AutoPolicy(h, NgramPool(max_len=7), STEEP, AcceptanceStats()).choose(3, CFG, room=60)
+    flat = AutoPolicy(h, NgramPool(max_len=7), FLAT, AcceptanceStats()).choose(3, CFG, room=60)
+    assert steep.window == 0
+    assert flat.window > 0
+
+
+def test_acceptance_stats_learn_from_what_landed():
+    stats = AcceptanceStats()
+    d = Draft((1, 2, 3, 4), "history", 5)
+    prior = stats.p(("history", 5))
+    for _ in range(20):
+        stats.observe(d, 4, 4)
+    assert stats.p(("history", 5)) > prior
+    assert stats.p_optimistic(("history", 5)) >= stats.p(("history", 5))
+
+
+def test_fixed_policy_shrinks_the_window_to_fit_the_room():
+    h = HistoryIndex()
+    h.extend([1, 2, 3])
+    choice = FixedPolicy(h, NgramPool(max_len=7)).choose(3, LookaheadConfig(window=8, ngram=4, guesses=0), room=10)
+    assert choice.window > 0 and (choice.window - 1) + choice.window * 2 <= 10

@@ -1,0 +1,82 @@
+"""The engine's command line: the exact interface, and one clear line for bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def engine_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.run([sys.executable, "-m", "engine", *args], capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
+
+
+@pytest.mark.model
+def test_generate_json_has_the_documented_fields():
+    r = engine_cli("generate", "--prompt", "Say hello.", "--chat", "--max-tokens", "12", "--json", "--mode", "lookahead",
+                   "--window", "1", "--ngram", "3", "--guesses", "1", "--threads", "2")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    for key in ["text", "token_ids", "n_tokens", "steps", "tokens_per_step", "elapsed_s", "tokens_per_s", "mode",
+                "window", "ngram", "guesses", "stop_reason", "model"]:
+        assert key in out
+    assert out["n_tokens"] == len(out["token_ids"]) > 0
+    assert (out["window"], out["ngram"], out["guesses"]) == (1, 3, 1)
+
+
+@pytest.mark.model
+def test_generate_streams_text_without_json():
+    r = engine_cli("generate", "--prompt", "Name a fruit.", "--chat", "--max-tokens", "8", "--mode", "plain")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip()
+
+
+def bad(tmp_path: Path) -> dict[str, list[str]]:
+    empty = tmp_path / "empty.gguf"
+    empty.write_bytes(b"")
+    noise = tmp_path / "noise.gguf"
+    noise.write_bytes(os.urandom(4096))
+    text = tmp_path / "text.gguf"
+    text.write_text("not a model")
+    return {
+        "missing model": ["--model", str(tmp_path / "nope.gguf")],
+        "empty model": ["--model", str(empty)],
+        "random bytes": ["--model", str(noise)],
+        "not gguf": ["--model", str(text)],
+        "directory": ["--model", str(tmp_path)],
+        "window out of range": ["--window", "99"],
+        "ngram out of range": ["--ngram", "1"],
+        "negative guesses": ["--guesses", "-1"],
+        "bad temperature": ["--temperature", "-3"],
+        "zero max tokens": ["--max-tokens", "0"],
+    }
+
+
+def test_bad_input_exits_non_zero_with_one_line_on_stderr(tmp_path):
+    for name, extra in bad(tmp_path).items():
+        r = engine_cli("generate", "--prompt", "hi", *extra)
+        assert r.returncode != 0, name
+        lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+        assert len(lines) == 1 and lines[0].startswith("error:"), f"{name}: {r.stderr!r}"
+        assert "Traceback" not in r.stderr
+
+
+@pytest.mark.model
+def test_a_prompt_longer_than_the_context_is_refused_with_a_reason(tmp_path):
+    long_prompt = tmp_path / "long.txt"
+    long_prompt.write_text("word " * 3000)
+    r = engine_cli("generate", "--prompt-file", str(long_prompt), "--ctx", "256", "--max-tokens", "4")
+    assert r.returncode == 2
+    assert "context" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_missing_prompt_is_a_usage_error():
+    r = engine_cli("generate")
+    assert r.returncode == 2 and r.stderr.startswith("error:")

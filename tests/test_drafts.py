@@ -1,0 +1,34 @@
+from engine.drafts import HistoryIndex, rank_drafts
+from engine.pool import NgramPool
+
+
+def test_history_proposes_the_continuation_of_the_longest_earlier_match():
+    h = HistoryIndex()
+    #          0  1  2  3  4  5  6  7  8  9 10 11
+    h.extend([1, 2, 3, 9, 7, 2, 3, 4, 5, 6, 2, 3])
+    drafts = h.propose(3, length=3)
+    # Context ends "... 6 2 3"; both earlier "2 3" match 2 tokens; the more recent one wins the tie.
+    assert drafts[0].tokens == (4, 5, 6) and drafts[0].match == 2
+    assert drafts[1].tokens == (9, 7, 2)
+
+
+def test_a_longer_match_beats_a_more_recent_one():
+    h = HistoryIndex()
+    h.extend([8, 2, 3, 50, 51, 0, 2, 3, 60, 61, 8, 2, 3])
+    drafts = h.propose(3, length=2)
+    assert drafts[0].tokens == (50, 51) and drafts[0].match == 3
+
+
+def test_no_proposal_when_the_history_does_not_end_with_the_token():
+    h = HistoryIndex()
+    h.extend([1, 2, 3])
+    assert h.propose(7, length=2) == []
+
+
+def test_pool_fills_in_when_the_history_has_no_match():
+    h = HistoryIndex()
+    h.extend([5, 6, 7])
+    pool = NgramPool(max_len=3)
+    pool.add(7, [1, 2, 3])
+    drafts = rank_drafts(h, pool, 7, count=2, length=3)
+    assert [(d.tokens, d.source) for d in drafts] == [((1, 2, 3), "pool")]
