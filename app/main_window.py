@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import logging
+import sqlite3
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +34,7 @@ from PySide6.QtWidgets import (
 )
 
 from engine import LookaheadConfig, Message
+from engine.settings import DEFAULT_LOOKAHEAD
 from engine.bench import Workload, load_workloads
 
 from . import paths
@@ -40,7 +42,7 @@ from .coalescer import UpdateCoalescer
 from .compare import CompareRequest, SpeedReportOutcome, SpeedReportRequest
 from .settings import AppSettings
 from .stats import ReplyStats
-from .store import ChatStore, StoredMessage, export_markdown
+from .store import MEMORY, ChatStore, DatabaseLockedError, SchemaTooNewError, StoredMessage, export_markdown
 from .widgets.chat_input import ChatInput
 from .widgets.chat_view import ChatView, MessageBubble
 from .widgets.compare_view import CompareView, lookahead_title
@@ -109,7 +111,8 @@ class MainWindow(QMainWindow):
         super().__init__()
         self.settings = settings if settings is not None else AppSettings.load()
         self._owns_store = store is None
-        self.store = store if store is not None else ChatStore()
+        self.store_notice: str | None = None  # what went wrong opening the chat database, for the user
+        self.store = store if store is not None else self._open_store()
         self.model: LoadedModel | None = None
         self._loading_path: str | None = None
         self._turn: _Turn | None = None
@@ -157,6 +160,34 @@ class MainWindow(QMainWindow):
         self._update_actions()
         if load_model:
             self.load_model(self.settings.model_path)
+        if self.store_notice:
+            QTimer.singleShot(0, self._show_store_notice)  # once the window is up
+
+    def _open_store(self) -> ChatStore:
+        """The chat database; a damaged one is replaced (with a backup), an unusable one by memory."""
+        try:
+            store = ChatStore()
+        except (DatabaseLockedError, SchemaTooNewError, sqlite3.Error, OSError) as exc:
+            log.warning("chat database unavailable: %s", exc)
+            hint = (
+                "Close the other program and restart Lookahead Chat to see your chats again."
+                if isinstance(exc, DatabaseLockedError)
+                else "The file was left as it is."
+            )
+            self.store_notice = (
+                f"The chats cannot be opened: {exc}.\n\nYou can keep chatting, but this session's chats "
+                f"will not be saved. {hint}"
+            )
+            return ChatStore(MEMORY)
+        if store.recovered is not None:
+            log.warning("chat database was corrupt; moved to %s", store.recovered.backup)
+            self.store_notice = store.recovered.message()
+        return store
+
+    @Slot()
+    def _show_store_notice(self) -> None:
+        if self.store_notice and not self._closed:
+            QMessageBox.warning(self, "Chat history", self.store_notice)
 
     # --- construction ---
 
@@ -628,6 +659,8 @@ class MainWindow(QMainWindow):
     def compare_lookahead_config(self) -> LookaheadConfig:
         """The decoding panel's Auto or W/N/G, used even while lookahead is switched off for the chat."""
         p = self.panel
+        if p.auto_check.isChecked():
+            return DEFAULT_LOOKAHEAD
         return LookaheadConfig(
             window=p.window_spin.value(),
             ngram=p.ngram_spin.value(),

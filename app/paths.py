@@ -3,6 +3,7 @@
 Set ``LOOKAHEAD_CHAT_HOME`` to put data and settings under one directory
 (tests and the self-test point it at a temp dir so they never touch the
 user's chats); otherwise the platform's user data/config dirs are used.
+Both are private to the user (mode 0700): chats and settings are nobody else's business.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import os
 from pathlib import Path
 
 import platformdirs
+
+PRIVATE_DIR_MODE = 0o700
 
 APP_NAME = "lookahead-chat"
 HOME_ENV = "LOOKAHEAD_CHAT_HOME"
@@ -25,15 +28,21 @@ def data_dir() -> Path:
     """Directory for the chat database (created on first use)."""
     home = _home_override()
     path = home / "data" if home else Path(platformdirs.user_data_dir(APP_NAME, appauthor=False))
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    return _private_dir(path)
 
 
 def config_dir() -> Path:
     """Directory for the settings file (created on first use)."""
     home = _home_override()
     path = home / "config" if home else Path(platformdirs.user_config_dir(APP_NAME, appauthor=False))
-    path.mkdir(parents=True, exist_ok=True)
+    return _private_dir(path)
+
+
+def _private_dir(path: Path) -> Path:
+    """Create ``path`` readable by its owner only; tighten it if an older version made it wider."""
+    path.mkdir(parents=True, exist_ok=True, mode=PRIVATE_DIR_MODE)  # the mode is filtered by the umask...
+    if os.name == "posix" and path.stat().st_mode & 0o777 != PRIVATE_DIR_MODE:
+        os.chmod(path, PRIVATE_DIR_MODE)  # ...and an existing dir keeps its mode: set it explicitly
     return path
 
 

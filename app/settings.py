@@ -13,6 +13,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from engine.settings import DEFAULT_FIXED
+
 from . import paths
 
 log = logging.getLogger(__name__)
@@ -28,10 +30,10 @@ class AppSettings:
     model_path: str = ""  # "" = the bundled default model
     recent_models: list[str] = field(default_factory=list)
     lookahead_on: bool = True
-    auto: bool = False
-    window: int = 4
-    ngram: int = 4
-    guesses: int = 3
+    auto: bool = True  # Auto sizes every step from this machine's measured costs
+    window: int = DEFAULT_FIXED.window
+    ngram: int = DEFAULT_FIXED.ngram
+    guesses: int = DEFAULT_FIXED.guesses
     temperature: float = 0.0  # greedy by default
     top_p: float = 0.95
     seed: int = 0

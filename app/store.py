@@ -2,13 +2,22 @@
 
 The schema version lives in ``PRAGMA user_version``; ``_MIGRATIONS[i]`` takes
 the database from version i to i+1, so an old file is upgraded in place.
+
+Durability: every write is its own transaction, committed before the call
+returns, with ``synchronous=FULL`` (the WAL is synced at each commit), so a
+message the app has saved survives the process being killed or the power
+failing. A database file that SQLite reports as corrupt is moved aside to a
+timestamped backup and a new one is started; a database locked by another
+program is reported (``DatabaseLockedError``) and never touched.
 """
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,17 +70,124 @@ class SchemaTooNewError(RuntimeError):
     """The database was written by a newer version of the app."""
 
 
-class ChatStore:
-    """All reads and writes of chats. Used from the GUI thread only."""
+class DatabaseLockedError(RuntimeError):
+    """Another program holds a lock on the chat database (longer than ``BUSY_TIMEOUT_S``)."""
 
-    def __init__(self, path: Path | str | None = None) -> None:
-        self.path = Path(path) if path else paths.database_path()
+
+# How long a statement waits for another connection's lock before giving up.
+BUSY_TIMEOUT_S = 5.0
+MEMORY = ":memory:"
+_SQLITE_BUSY, _SQLITE_LOCKED, _SQLITE_CORRUPT, _SQLITE_NOTADB = 5, 6, 11, 26
+
+
+class _CorruptDatabase(Exception):
+    """The file is not a database, or its pages fail SQLite's quick check."""
+
+
+@dataclass(frozen=True)
+class Recovery:
+    """A corrupt database file that was moved aside when the store was opened."""
+
+    backup: Path
+    reason: str
+
+    def message(self) -> str:
+        return (
+            f"The chat database was damaged ({self.reason}) and could not be opened. "
+            f"It has been kept as {self.backup} and a new, empty one was started."
+        )
+
+
+def _error_code(exc: sqlite3.Error) -> int | None:
+    code = getattr(exc, "sqlite_errorcode", None)  # Python 3.11+
+    return None if code is None else code & 0xFF  # the primary code
+
+
+def _is_locked(exc: sqlite3.Error) -> bool:
+    code = _error_code(exc)
+    return code in (_SQLITE_BUSY, _SQLITE_LOCKED) if code is not None else "locked" in str(exc)
+
+
+def _is_corrupt(exc: sqlite3.Error) -> bool:
+    code = _error_code(exc)
+    if code is not None:
+        return code in (_SQLITE_CORRUPT, _SQLITE_NOTADB)
+    text = str(exc)
+    return "not a database" in text or "malformed" in text
+
+
+class ChatStore:
+    """All reads and writes of chats. Used from the GUI thread only.
+
+    ``recovered`` is set when the file was corrupt and has been replaced
+    (the caller should tell the user where the backup is).
+    """
+
+    def __init__(self, path: Path | str | None = None, *, busy_timeout_s: float | None = None) -> None:
+        self.path: Path | str = MEMORY if path == MEMORY else Path(path) if path else paths.database_path()
+        self._timeout = BUSY_TIMEOUT_S if busy_timeout_s is None else busy_timeout_s
+        self.recovered: Recovery | None = None
+        try:
+            self._db = self._open()
+        except _CorruptDatabase as exc:
+            backup = self._move_aside()
+            self._db = self._open()
+            self.recovered = Recovery(backup, str(exc))
+
+    def _open(self) -> sqlite3.Connection:
         # isolation_level=None: autocommit; each write below is one statement or an explicit transaction.
-        self._db = sqlite3.connect(self.path, isolation_level=None)
-        self._db.row_factory = sqlite3.Row
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA foreign_keys=ON")
-        self._migrate()
+        db = sqlite3.connect(self.path, isolation_level=None, timeout=self._timeout)
+        try:
+            db.row_factory = sqlite3.Row
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=FULL")  # a saved message survives power loss, not only a crash
+            db.execute("PRAGMA foreign_keys=ON")
+            check = db.execute("PRAGMA quick_check").fetchone()[0]
+            if check != "ok":
+                raise _CorruptDatabase("quick check failed: " + " ".join(str(check).split())[:200])
+            self._db = db
+            self._migrate()
+        except sqlite3.Error as exc:
+            db.close()
+            if _is_locked(exc):
+                raise DatabaseLockedError(
+                    f"the chat database {self.path} is locked by another program "
+                    "(is Lookahead Chat already open?)"
+                ) from exc
+            if _is_corrupt(exc):
+                raise _CorruptDatabase(str(exc)) from exc
+            raise
+        except BaseException:
+            db.close()
+            raise
+        return db
+
+    def _move_aside(self) -> Path:
+        """Rename the database (and its WAL files) to ``<name>.corrupt-<timestamp>``; returns the new path."""
+        assert isinstance(self.path, Path)
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        backup = self.path.with_name(f"{self.path.name}.corrupt-{stamp}")
+        n = 1
+        while backup.exists():
+            n += 1
+            backup = self.path.with_name(f"{self.path.name}.corrupt-{stamp}-{n}")
+        os.replace(self.path, backup)
+        for suffix in ("-wal", "-shm"):
+            side = self.path.with_name(self.path.name + suffix)
+            if side.exists():
+                os.replace(side, backup.with_name(backup.name + suffix))
+        return backup
+
+    @contextmanager
+    def _transaction(self) -> Iterator[None]:
+        """Several statements as one commit: a kill between them leaves neither."""
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
 
     def _migrate(self) -> None:
         version = self.schema_version()
@@ -93,6 +209,13 @@ class ChatStore:
 
     def journal_mode(self) -> str:
         return str(self._db.execute("PRAGMA journal_mode").fetchone()[0])
+
+    def synchronous(self) -> int:
+        """SQLite's sync level: 2 = FULL."""
+        return int(self._db.execute("PRAGMA synchronous").fetchone()[0])
+
+    def integrity_check(self) -> str:
+        return str(self._db.execute("PRAGMA integrity_check").fetchone()[0])
 
     def close(self) -> None:
         self._db.close()
@@ -134,11 +257,12 @@ class ChatStore:
         self, conversation_id: int, role: str, content: str, stats_json: str | None = None
     ) -> StoredMessage:
         now = time.time()
-        cur = self._db.execute(
-            "INSERT INTO messages(conversation_id, role, content, created, stats_json) VALUES (?, ?, ?, ?, ?)",
-            (conversation_id, role, content, now, stats_json),
-        )
-        self._touch(conversation_id)
+        with self._transaction():
+            cur = self._db.execute(
+                "INSERT INTO messages(conversation_id, role, content, created, stats_json) VALUES (?, ?, ?, ?, ?)",
+                (conversation_id, role, content, now, stats_json),
+            )
+            self._touch(conversation_id)
         return StoredMessage(int(cur.lastrowid), conversation_id, role, content, now, stats_json)
 
     def messages(self, conversation_id: int) -> list[StoredMessage]:
@@ -149,10 +273,11 @@ class ChatStore:
 
     def delete_messages_from(self, conversation_id: int, message_id: int) -> int:
         """Delete ``message_id`` and every later message of the conversation (edit & resend, regenerate)."""
-        cur = self._db.execute(
-            "DELETE FROM messages WHERE conversation_id = ? AND id >= ?", (conversation_id, message_id)
-        )
-        self._touch(conversation_id)
+        with self._transaction():
+            cur = self._db.execute(
+                "DELETE FROM messages WHERE conversation_id = ? AND id >= ?", (conversation_id, message_id)
+            )
+            self._touch(conversation_id)
         return cur.rowcount
 
 

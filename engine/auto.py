@@ -41,11 +41,13 @@ def bucket(d: Draft) -> tuple[str, int]:
 
 
 # Prior per-token acceptance by (source, match length): longer matches of the
-# context in the history are likelier to continue. Worth PRIOR_WEIGHT tokens.
+# context in the history are likelier to continue. Measured on greedy replies
+# of a 135M instruct model to 30 mixed prompts (match 2: 0.67, 3: 0.77, 4: 0.82,
+# 6: 0.87, 8+: 0.955), then shaded down a little. Worth PRIOR_WEIGHT tokens.
 def _prior(b: tuple[str, int]) -> float:
     source, m = b
     if source == "history":
-        return {1: 0.3, 2: 0.45, 3: 0.55, 4: 0.65, 5: 0.7, 6: 0.75, 7: 0.78}.get(m, 0.82)
+        return {1: 0.35, 2: 0.6, 3: 0.7, 4: 0.76, 5: 0.8, 6: 0.83, 7: 0.85}.get(m, 0.92)
     return 0.2
 
 

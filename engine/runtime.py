@@ -17,7 +17,7 @@ from .auto import AcceptanceStats, AutoPolicy, FixedPolicy, StepChoice
 from .costmodel import DEFAULT_CURVE, CostCurve, curve_for
 from .decoders import JacobiWindow, KvState, LookaheadDecoder, PlainDecoder, TokenDrawer
 from .drafts import HistoryIndex
-from .models import check_gguf
+from .models import ContextTooLargeError, check_context_fits, check_gguf
 from .native import Batch, Context, Model, NativeError, Sampler
 from .plan import ALL_SEQS
 from .pool import NgramPool
@@ -148,11 +148,16 @@ class Engine:
         self.n_threads = n_threads or default_threads()
         if n_ctx < 64:
             raise SettingsError(f"context size {n_ctx} is too small (at least 64)")
+        # Before loading anything: llama.cpp may abort, or the kernel kill us, on a cache too big for memory.
+        check_context_fits(self.summary, n_ctx)
         self.model = Model(model_path, progress=progress)
         try:
             self.info = self.model.info()
             n_ctx = min(n_ctx, self.info.n_ctx_train) if self.info.n_ctx_train > 0 else n_ctx
-            self.ctx = Context(self.model, n_ctx=n_ctx, n_batch=max(PREFILL_BATCH, STEP_BATCH_MAX), n_threads=self.n_threads)
+            try:
+                self.ctx = Context(self.model, n_ctx=n_ctx, n_batch=max(PREFILL_BATCH, STEP_BATCH_MAX), n_threads=self.n_threads)
+            except NativeError as exc:  # almost always a failed allocation
+                raise ContextTooLargeError(f"{exc}; try a smaller context size") from exc
         except BaseException:
             self.model.close()
             raise

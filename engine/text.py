@@ -30,6 +30,13 @@ class Message:
     content: str
 
 
+class _StrictSandbox(ImmutableSandboxedEnvironment):
+    """Jinja2's immutable sandbox, raising at the first unsafe attribute instead of rendering it as ''."""
+
+    def unsafe_undefined(self, obj: object, attribute: str):  # type: ignore[override]
+        raise SecurityError(f"access to attribute {attribute!r} of {type(obj).__name__!r} object is unsafe")
+
+
 def _raise_exception(message: str) -> None:
     raise TemplateError(message)
 
@@ -48,12 +55,12 @@ class ChatTemplate:
     def __init__(self, source: str | None, bos_token: str = "", eos_token: str = "") -> None:
         self.is_fallback = not source
         self.source = source or CHATML_TEMPLATE
-        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+        env = _StrictSandbox(trim_blocks=True, lstrip_blocks=True)
         env.globals["raise_exception"] = _raise_exception
         env.globals["strftime_now"] = _strftime_now
         try:
             self._template = env.from_string(self.source)
-        except TemplateError as exc:
+        except Exception as exc:  # TemplateSyntaxError, or a RecursionError on deeply nested input
             raise TemplateRenderError(f"the model's chat template does not parse: {exc}") from exc
         self.bos_token = bos_token
         self.eos_token = eos_token
@@ -68,8 +75,8 @@ class ChatTemplate:
             )
         except SecurityError as exc:
             raise TemplateRenderError(f"the model's chat template tried an unsafe operation: {exc}") from exc
-        except (TemplateError, TypeError, ValueError, KeyError, AttributeError) as exc:
-            raise TemplateRenderError(f"the model's chat template failed: {exc}") from exc
+        except Exception as exc:  # untrusted code: whatever it raises (e.g. OverflowError on a huge range) is its failure
+            raise TemplateRenderError(f"the model's chat template failed: {type(exc).__name__}: {exc}") from exc
 
 
 class TextStream:

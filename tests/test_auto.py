@@ -27,7 +27,7 @@ def test_expected_tokens_is_the_geometric_sum():
 
 def test_auto_takes_a_plain_step_when_no_draft_pays_for_its_cost():
     h = HistoryIndex()
-    h.extend([1, 2, 3, 4, 2, 3])  # a short, weak match only
+    h.extend([1, 2, 3, 4, 9, 3])  # only the last token was seen before: a weak match
     choice = AutoPolicy(h, NgramPool(max_len=7), STEEP, AcceptanceStats()).choose(3, CFG, room=60)
     assert choice.plain
 

