@@ -119,6 +119,14 @@ class AutoPolicy:
         # Window: Jacobi guesses rarely land for small models; a window is only
         # worth running where the curve makes its extra tokens nearly free.
         self.window_gain = 0.15
+        # The least per-token acceptance that makes any draft length pay: drafts
+        # from sources below it are not even looked up (they cost a lookup per step).
+        plain_rate = 1.0 / curve.cost(1)
+        self.min_p = next(
+            (q / 100 for q in range(1, 100)
+             if any(expected_tokens(q / 100, L) / curve.cost(1 + L) > plain_rate for L in range(1, MAX_AUTO_DRAFT + 1))),
+            1.0,
+        )
 
     def choose(self, token: int, cfg: LookaheadConfig, room: int) -> StepChoice:
         curve = self.curve
@@ -126,7 +134,11 @@ class AutoPolicy:
         plain_rate = 1.0 / curve.cost(1)
         best = StepChoice(reason="plain: no draft worth its cost", expected_gain=1.0)
         best_rate = plain_rate
-        drafts = rank_drafts(self.history, self.pool, token, max(1, min(cfg.guesses, 2)), max_len) if cfg.guesses else []
+        drafts: list[Draft] = []
+        if cfg.guesses:
+            drafts = self.history.propose(token, max_len, 1)
+            if not drafts and self.stats.p_optimistic(("pool", 1)) >= self.min_p:
+                drafts = rank_drafts(self.history, self.pool, token, 1, max_len)
         for d in drafts:
             p = self.stats.p_optimistic(bucket(d))
             for L in range(1, len(d.tokens) + 1):

@@ -127,8 +127,9 @@ class JacobiWindow:
         if self.levels.shape == shape:
             return
         fresh = self._fresh(shape)
-        lv, w = min(self.levels.shape[0], shape[0]), min(self.levels.shape[1], shape[1]) if shape[0] else 0
-        if lv and w:
+        lv = min(self.levels.shape[0], shape[0])
+        w = min(self.levels.shape[1], shape[1])
+        if lv and w:  # keep the guesses that still fit
             fresh[:lv, :w] = self.levels[:lv, :w]
         self.levels = fresh
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from .pool import NgramPool
 
 MAX_MATCH = 16
+SCAN = 16  # most recent occurrences of the context's last bigram to compare
 
 
 @dataclass(frozen=True)
@@ -69,7 +70,7 @@ class HistoryIndex:
             return []
         positions = self._index.get((toks[end - 1], toks[end]), [])
         found: list[tuple[int, int]] = []  # (match, position)
-        for i in reversed(positions):
+        for i in positions[-SCAN - 1 :][::-1]:
             if i >= end:
                 continue
             found.append((self._match_len(i, end), i))

@@ -14,7 +14,6 @@ import threading
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
@@ -375,7 +374,3 @@ class Sampler:
         if self._ptr:
             ll.llama_sampler_free(self._ptr)
             self._ptr = None
-
-
-def model_file_exists(path: str | os.PathLike[str]) -> bool:
-    return Path(path).is_file()

@@ -95,6 +95,6 @@ class StopConfig:
 
 # Manual default for this kind of machine (2 cores), chosen from a measured
 # grid (README, "Choosing W, N, G"): verification only, short drafts.
-DEFAULT_FIXED = LookaheadConfig(window=0, ngram=3, guesses=1)
+DEFAULT_FIXED = LookaheadConfig(window=0, ngram=2, guesses=1)
 # Auto is the default: W, N and G here are the most it may use in one step.
 DEFAULT_LOOKAHEAD = LookaheadConfig(window=4, ngram=MAX_NGRAM, guesses=2, auto=True)
