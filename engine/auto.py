@@ -52,6 +52,7 @@ def _prior(b: tuple[str, int]) -> float:
 
 
 PRIOR_WEIGHT = 6.0
+UCB_SCALE = 0.5  # optimism: enough to try a bucket near the break-even p, not to keep drafting long
 
 
 @dataclass
@@ -72,7 +73,7 @@ class AcceptanceStats:
         pessimistic prior cannot keep a good source unused forever."""
         p = self.p(b)
         n = self.tested.get(b, 0.0) + PRIOR_WEIGHT
-        return min(p + math.sqrt(p * (1 - p) / n), 0.98)
+        return min(p + UCB_SCALE * math.sqrt(p * (1 - p) / n), 0.98)
 
     def observe(self, d: Draft, n_drafted: int, n_accepted: int) -> None:
         """A draft of ``n_drafted`` tokens had its first ``n_accepted`` accepted."""

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import os
+import tempfile
 
 import pytest
 
-# Tests never touch the real home: the app's data dir goes to a temp dir.
+# Tests never touch the real home: the app's data and the engine's cost-curve
+# cache go to a temp dir (tests that need their own set it per test).
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+os.environ.setdefault("LOOKAHEAD_CHAT_HOME", tempfile.mkdtemp(prefix="lookahead-chat-tests-"))
 
 
 @pytest.fixture(scope="session")
