@@ -5,14 +5,22 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from PySide6.QtCore import QObject, QTimer, Slot
+from PySide6.QtCore import QObject, Qt, QTimer, Slot
 from PySide6.QtTest import QTest
-from PySide6.QtWidgets import QApplication
+from PySide6.QtWidgets import QApplication, QWidget
 
 from .compare import CompareResult
 from .main_window import MainWindow, ReplyRecord
 
 SETTLE_MS = 400  # let the last repaint land before the screenshot
+
+
+def type_text(widget: QWidget, text: str) -> None:
+    """Type ``text`` like a user: QTest cannot type a newline, so lines are joined with Shift+Enter."""
+    for i, line in enumerate(text.split("\n")):
+        if i:
+            QTest.keyClick(widget, Qt.Key.Key_Return, Qt.KeyboardModifier.ShiftModifier)
+        QTest.keyClicks(widget, line)
 
 
 class SelfTest(QObject):
@@ -49,7 +57,7 @@ class SelfTest(QObject):
         if self.window.is_generating() or self._record is not None:
             return
         self.window.input.setFocus()
-        QTest.keyClicks(self.window.input, self.prompt)
+        type_text(self.window.input, self.prompt)
         self.window.send_button.click()
 
     @Slot(str)
@@ -115,7 +123,7 @@ class CompareSelfTest(SelfTest):
             return
         self.window.show_compare_tab()
         view = self.window.compare_view
-        QTest.keyClicks(view.input, self.prompt)
+        type_text(view.input, self.prompt)
         view.compare_button.click()
 
     @Slot(object)

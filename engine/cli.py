@@ -44,7 +44,8 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
 
 
 def _add_lookahead_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--mode", choices=["plain", "lookahead", "auto"], default="lookahead")
+    p.add_argument("--mode", choices=["plain", "lookahead", "auto"], default=None,
+                   help="default: lookahead with Auto sizing (plain when the model cannot do lookahead)")
     p.add_argument("--window", type=int, default=None, help="lookahead window W (0..16)")
     p.add_argument("--ngram", type=int, default=None, help="n-gram size N (2..8)")
     p.add_argument("--guesses", type=int, default=None, help="verification candidates G (0..16)")
@@ -94,8 +95,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def lookahead_from_args(args: argparse.Namespace) -> LookaheadConfig | None:
+def lookahead_from_args(args: argparse.Namespace, eng: Engine | None = None) -> LookaheadConfig | None:
     if args.mode == "plain":
+        return None
+    if args.mode is None and eng is not None and eng.lookahead_block_reason:
+        # Not asked for explicitly: fall back to plain decoding and say why.
+        print(f"note: {eng.lookahead_block_reason}", file=sys.stderr)
         return None
     base = DEFAULT_LOOKAHEAD
     cfg = LookaheadConfig(
@@ -126,6 +131,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     sampling = SamplingConfig(temperature=args.temperature, seed=args.seed).validate()
     stop = StopConfig(max_tokens=args.max_tokens).validate()
     with open_engine(args) as eng:
+        lookahead = lookahead_from_args(args, eng)
         controls = GenerationControls(lookahead=lookahead)
         if args.chat:
             messages = ([Message("system", args.system)] if args.system else []) + [Message("user", prompt_text)]
@@ -304,6 +310,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
     sampling = SamplingConfig(temperature=args.temperature, seed=args.seed).validate()
     stop = StopConfig(max_tokens=args.max_tokens).validate()
     with open_engine(args) as eng:
+        lookahead = lookahead_from_args(args, eng)
         session = ChatSession(eng)
         messages = [Message("system", args.system)] if args.system else []
         print(f"Model: {eng.summary.name} ({eng.summary.file_type}). Empty line or Ctrl+D to quit.", file=sys.stderr)

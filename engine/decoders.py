@@ -73,14 +73,22 @@ class PlainDecoder:
 
     name = "plain"
 
-    def __init__(self, ctx: Context, batch: Batch, drawer: TokenDrawer, record_gaps: bool = True) -> None:
+    def __init__(
+        self,
+        ctx: Context,
+        batch: Batch,
+        drawer: TokenDrawer,
+        seqs: tuple[int, ...] = ALL_SEQS,
+        record_gaps: bool = True,
+    ) -> None:
         self.ctx = ctx
         self.batch = batch
         self.drawer = drawer
+        self.seqs = seqs  # sequence ids every committed token carries
         self.record_gaps = record_gaps
 
     def step(self, kv: KvState, pending: list[int]) -> StepOutcome:
-        self.batch.set_single_seq(pending, kv.n, ALL_SEQS, last_logits=True)
+        self.batch.set_single_seq(pending, kv.n, self.seqs, last_logits=True)
         t0 = time.perf_counter()
         self.ctx.decode(self.batch)
         decode_s = time.perf_counter() - t0

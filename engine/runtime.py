@@ -162,9 +162,13 @@ class Engine:
             self.model.close()
             raise
         self.n_ctx = self.ctx.n_ctx
-        self.batch = Batch(self.ctx.n_batch)
         self.kv = KvState()
         self.lookahead_block_reason = self._lookahead_block_reason()
+        self.batch = Batch(self.ctx.n_batch)
+        # Committed tokens carry every sequence id so lookahead branches see them;
+        # recurrent/hybrid memory keeps one state per sequence and cannot share a
+        # token among them, so those models (plain decoding only) use seq 0 alone.
+        self.commit_seqs: tuple[int, ...] = ALL_SEQS if self.lookahead_block_reason is None else (0,)
         bos = self.model.token_text(self.model.bos()) if self.model.bos() >= 0 else ""
         eos = self.model.token_text(self.model.eos()) if self.model.eos() >= 0 else ""
         self.template = ChatTemplate(self.model.chat_template(), bos_token=bos, eos_token=eos)
@@ -230,6 +234,9 @@ class Engine:
         n = 0
         while n < limit and cached[n] == prompt[n]:
             n += 1
+        if n < len(cached) and self.lookahead_block_reason is not None:
+            self.reset()  # a recurrent state cannot be rewound to an earlier position: start over
+            return 0
         if n < len(cached):
             # Truncating the tail keeps the cache in position order (no holes before it).
             self.ctx.seq_rm(-1, n, -1)
@@ -239,13 +246,13 @@ class Engine:
     def _prefill(self, tokens: Sequence[int]) -> None:
         for i in range(0, len(tokens), self.ctx.n_batch):
             chunk = tokens[i : i + self.ctx.n_batch]
-            self.batch.set_single_seq(chunk, self.kv.n, ALL_SEQS, last_logits=False)
+            self.batch.set_single_seq(chunk, self.kv.n, self.commit_seqs, last_logits=False)
             self.ctx.decode(self.batch)
             self.kv.tokens.extend(chunk)
 
     def cache_positions(self) -> dict[int, tuple[int, int]]:
         """(min, max) position held by every sequence; for checking the cache discipline."""
-        return {s: (self.ctx.seq_pos_min(s), self.ctx.seq_pos_max(s)) for s in ALL_SEQS}
+        return {s: (self.ctx.seq_pos_min(s), self.ctx.seq_pos_max(s)) for s in self.commit_seqs}
 
     # --- generation ---
 
@@ -306,7 +313,7 @@ class Engine:
             sampler = Sampler(sampling.temperature, sampling.top_k, sampling.top_p, sampling.min_p, sampling.seed)
         try:
             drawer = TokenDrawer(self.ctx, sampler)
-            plain = PlainDecoder(self.ctx, self.batch, drawer, record_gaps=record_gaps)
+            plain = PlainDecoder(self.ctx, self.batch, drawer, self.commit_seqs, record_gaps=record_gaps)
             pool = NgramPool(max_len=MAX_NGRAM - 1)
             pool.add_tokens(history)
             pool.add_tokens(prompt)

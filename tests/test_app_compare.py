@@ -240,7 +240,7 @@ def _compare(qtbot, window: MainWindow, text: str, timeout: int = 30_000) -> Com
 
 
 def test_the_panes_replay_both_runs_on_their_own_clocks_and_show_the_verdict(qtbot, make_window, scripted_engine):
-    window = make_window(quick_settings(max_tokens=40))
+    window = make_window(quick_settings(max_tokens=40, auto=False))
     view = window.compare_view
     assert view.note.text() == FAIRNESS_NOTE
     ticks: list[tuple[str, str]] = []

@@ -302,9 +302,15 @@ def test_a_recurrent_model_decodes_plainly_and_refuses_lookahead_with_a_reason(t
         prompt = eng.tokenize("abc")
         with pytest.raises(LookaheadUnsupportedError, match="plain decoding still works"):
             eng.generate(prompt, GenerationControls(lookahead=LookaheadConfig(window=2, ngram=3, guesses=1)))
-        events = list(eng.generate(prompt, GenerationControls(lookahead=None), stop=StopConfig(max_tokens=6)))
-        assert sum(len(ev.token_ids) for ev in events) >= 1
-        assert events[-1].stop_reason in ("max_tokens", "eog")
+        def plain(text: str) -> list[int]:
+            events = list(eng.generate(eng.tokenize(text), GenerationControls(lookahead=None), stop=StopConfig(max_tokens=6)))
+            assert events[-1].stop_reason in ("max_tokens", "eog")
+            return [t for ev in events for t in ev.token_ids]
+
+        first = plain("abc")
+        assert first
+        plain("xyz")  # a different prompt: the recurrent state cannot be rewound, so it starts over
+        assert plain("abc") == first  # ...and starting over gives the same greedy text again
 
 
 @pytest.mark.model

@@ -97,9 +97,10 @@ class ComparePane(QGroupBox):
 
     def _show_numbers(self) -> None:
         s = self.stats
-        self.numbers.setText(
-            f"{s.tokens_per_s:.1f} tok/s · {s.steps} steps · {s.n_tokens} tokens · {s.tokens_per_step:.2f} tok/step"
-        )
+        text = f"{s.tokens_per_s:.1f} tok/s · {s.steps} steps · {s.n_tokens} tokens · {s.tokens_per_step:.2f} tok/step"
+        if s.elapsed_s > s.decode_s:  # the clock includes the prompt's evaluation; the speedup does not
+            text += f" · prompt {s.elapsed_s - s.decode_s:.2f} s"
+        self.numbers.setText(text)
 
     def highlight(self, offset: int, length: int, tip: str) -> None:
         """Mark the first divergent token (at least one character, so an empty piece still shows)."""
@@ -363,9 +364,22 @@ class CompareView(QWidget):
                 pane.state.setText("done")
             else:
                 all_done = False
+        self._align_charts()
         if all_done:
             self._stop_replay()
             self._show_verdict(result)
+
+    def _align_charts(self) -> None:
+        """One scale for both charts, so fewer, taller lookahead steps read at a glance."""
+        charts = (self.plain_pane.chart, self.lookahead_pane.chart)
+        x = max(c.axis_x.max() for c in charts)
+        y = int(max(c.axis_y.max() for c in charts))
+        if y > 6:
+            y = -(-y // 4) * 4  # five whole-number ticks: 0, y/4, …, y
+        for c in charts:
+            c.axis_x.setRange(0, x)
+            c.axis_y.setRange(0, y)
+            c.axis_y.setTickCount(y + 1 if y <= 6 else 5)
 
     def _show_verdict(self, result: CompareResult) -> None:
         if not result.complete:
