@@ -89,7 +89,7 @@ def dialogs(monkeypatch: pytest.MonkeyPatch) -> DialogLog:
 def quick_settings(**overrides) -> AppSettings:
     """Settings that keep model tests short and steady on a busy 2-core machine."""
     # One thread: the engine's thread pool spinning against other jobs slows small models badly.
-    values = dict(threads=1, n_ctx=1024, max_tokens=24, lookahead_on=True, window=4, ngram=4, guesses=3)
+    values = dict(threads=1, n_ctx=1024, max_tokens=24, lookahead_on=True, auto=False, window=4, ngram=4, guesses=3)
     values.update(overrides)
     return AppSettings(**values)
 
