@@ -83,8 +83,8 @@ def test_switching_lookahead_off_and_changing_w_mid_reply_take_effect_at_the_nex
     def change_settings_as_steps_arrive(update) -> None:
         updates.append(update)
         if len(updates) == 1:
-            window.panel.window_spin.setValue(8)
-        elif update.event.window == 8 and window.panel.lookahead_check.isChecked():
+            window.panel.window_spin.setValue(6)
+        elif update.event.window == 6 and window.panel.lookahead_check.isChecked():
             window.panel.lookahead_check.setChecked(False)
 
     window.replyStepReceived.connect(change_settings_as_steps_arrive)
@@ -99,15 +99,19 @@ def test_switching_lookahead_off_and_changing_w_mid_reply_take_effect_at_the_nex
             assert (u.event.mode, u.event.window) == ("lookahead", u.requested.window), u
     shapes = [(u.event.mode, u.event.window if u.event.mode == "lookahead" else None) for u in steps]
     assert shapes[0] == ("lookahead", 4)
-    assert ("lookahead", 8) in shapes
+    assert ("lookahead", 6) in shapes
     assert shapes[-1] == ("plain", None)
-    # The order of the changes is kept: W4 steps, then W8 steps, then plain steps.
+    # The order of the changes is kept: W4 steps, then W6 steps, then plain steps.
     seen = [s for i, s in enumerate(shapes) if i == 0 or shapes[i - 1] != s]
-    assert seen == [("lookahead", 4), ("lookahead", 8), ("plain", None)]
-    # A wider window means a bigger batch per forward pass; plain decoding evaluates one token a step.
-    batches = {s: [u.event.batch_size for u, t in zip(steps, shapes) if t == s] for s in seen}
-    assert max(batches[("lookahead", 8)]) > max(batches[("lookahead", 4)])
-    assert min(batches[("plain", None)]) == 1
+    assert seen == [("lookahead", 4), ("lookahead", 6), ("plain", None)]
+    # A wider window puts more window tokens in each forward pass (batch minus input and draft tokens);
+    # plain decoding evaluates one token a step.
+    def window_tokens(ev):
+        return ev.batch_size - 1 - ev.n_reevaluated - ev.n_drafted
+
+    batches = {s: [window_tokens(u.event) for u, t in zip(steps, shapes) if t == s] for s in seen}
+    assert min(batches[("lookahead", 6)]) > max(batches[("lookahead", 4)])
+    assert min(u.event.batch_size for u, t in zip(steps, shapes) if t == ("plain", None)) == 1
 
 
 def test_chats_survive_a_restart_of_the_window(qtbot, make_window):
