@@ -96,6 +96,23 @@ EXCLUDES: tuple[str, ...] = (
     "torch",
 )
 
+# Qt plugins PySide6's hooks collect that the app has no use for (the on-screen keyboard, PDF as an
+# image format), and the Qt Quick/QML/PDF libraries only those plugins pull in (about 25 MB).
+UNNEEDED_QT_FILES = frozenset(
+    {
+        "qtvirtualkeyboardplugin",
+        "qpdf",
+        "Qt6VirtualKeyboard",
+        "Qt6VirtualKeyboardQml",
+        "Qt6Quick",
+        "Qt6Qml",
+        "Qt6QmlModels",
+        "Qt6QmlMeta",
+        "Qt6QmlWorkerScript",
+        "Qt6Pdf",
+    }
+)
+
 _CPU_VARIANT = re.compile(r"^(lib)?ggml-cpu-[\w.]+\.(so|dll|dylib)$")
 _FULL_VERSION_SO = re.compile(r"\.so\.\d+\.\d+(\.\d+)*$")
 
@@ -161,3 +178,9 @@ def is_versioned_duplicate(path: str) -> bool:
     libfoo.so.0; the fully versioned copy is never opened.
     """
     return bool(_FULL_VERSION_SO.search(Path(path).name))
+
+
+def is_unneeded_qt_file(dest: str) -> bool:
+    """True for a collected file named in UNNEEDED_QT_FILES (libQt6Quick.so.6, Qt6Quick.dll, libqpdf.so, ...)."""
+    name = Path(dest).name.split(".", 1)[0]
+    return name.removeprefix("lib") in UNNEEDED_QT_FILES
