@@ -13,6 +13,7 @@ import json
 import os
 import platform
 import time
+from collections import deque
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -21,7 +22,7 @@ import platformdirs
 
 SIZES = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24, 32, 48, 64)
 _TABLE = 300
-CACHE_VERSION = 3
+CACHE_VERSION = 4
 EXACT_PROBE_SIZES = (2, 4, 8, 16, 24, 32, 48, 63, 64, 96, 128)
 
 
@@ -98,6 +99,52 @@ class CostCurve:
         )
 
 
+class LiveCosts:
+    """The cost curve, corrected by the steps this engine has actually run.
+
+    The curve is measured once and cached; the machine's load, its clock and
+    the cache length of a long chat change what a batch really costs. Every
+    decode's time is recorded: 1-token steps give the current base, batches
+    of n tokens (all with logits, as Auto's verification steps are) give
+    ``time / base`` samples, and the median of the recent ones is blended
+    with the curve's value, more so as samples accumulate.
+    """
+
+    SAMPLES = 24  # recent batches kept per size
+    PRIOR = 8.0  # the curve's value is worth this many samples
+    MAX_SIZE = 32
+
+    def __init__(self, curve: CostCurve) -> None:
+        self.curve = curve
+        self.max_exact_batch = curve.max_exact_batch
+        self._singles: deque[float] = deque(maxlen=64)
+        self._ratios: dict[int, deque[float]] = {}
+        self._cost: dict[int, float] = {}
+
+    def record(self, batch_size: int, n_logits: int, seconds: float) -> None:
+        if seconds <= 0:
+            return
+        if batch_size == 1:
+            self._singles.append(seconds)
+            return
+        if n_logits != batch_size or batch_size > self.MAX_SIZE or len(self._singles) < 8:
+            return
+        base = float(np.median(self._singles))
+        ratios = self._ratios.setdefault(batch_size, deque(maxlen=self.SAMPLES))
+        ratios.append(seconds / base)
+        w = len(ratios) / (len(ratios) + self.PRIOR)
+        self._cost[batch_size] = max((1 - w) * self.curve.cost(batch_size) + w * float(np.median(ratios)), 1.0)
+
+    def cost(self, n: int, k: int | None = None) -> float:
+        if (k is None or k >= n) and n in self._cost:
+            return self._cost[n]
+        return self.curve.cost(n, k)
+
+    def observed(self) -> dict[int, tuple[float, int]]:
+        """Batch size -> (cost in use, samples behind it), for sizes seen while generating."""
+        return {n: (round(c, 3), len(self._ratios[n])) for n, c in sorted(self._cost.items())}
+
+
 # A curve to plan with before (or instead of) measuring: the shape measured on
 # 2-core x86 machines with a 135M Q4_1 model.
 DEFAULT_CURVE = CostCurve(
@@ -151,23 +198,26 @@ def save_cached(model_path: str, threads: int, curve: CostCurve) -> Path:
     return path
 
 
-def measure(engine, budget_s: float = 8.0, sizes: tuple[int, ...] = SIZES) -> CostCurve:
-    """Time decode steps of every size, with one and with all logits.
+def measure(engine, budget_s: float = 6.0, sizes: tuple[int, ...] = SIZES) -> CostCurve:
+    """Time decode steps of every size, with one and with all logits, relative to a 1-token step.
 
-    Rounds go over all sizes in turn (so drift in the machine's speed hits
-    every size alike) until the time budget is spent; a low quantile per point
-    is kept (other load only ever adds time) and the curve is made
-    non-decreasing. Leaves the engine's cache empty.
+    Each timed batch is paired with a 1-token step decoded just before it, as
+    in a generation, and the curve holds the median of those ratios: a machine
+    whose speed drifts, or another process taking the CPU for a moment, moves
+    both halves of a pair alike. Small batches, the ones Auto uses most, are
+    timed every round, large ones every third round. The cache holds as many
+    tokens as a chat reply sees. Leaves the engine's cache empty.
     """
     from .plan import ALL_SEQS  # local: keeps this module importable without llama.cpp
 
     engine.reset()
     filler = engine.tokenize("The quick brown fox jumps over the lazy dog. " * 40, add_special=False)
-    n_kv = min(256, engine.n_ctx // 4)
+    n_kv = min(160, engine.n_ctx // 4)
     engine._prefill(filler[:n_kv])
-    sizes = tuple(s for s in sizes if s + n_kv < engine.n_ctx and s <= engine.ctx.n_batch)
+    sizes = tuple(s for s in sizes if s + n_kv + 1 < engine.n_ctx and s <= engine.ctx.n_batch)
     batch, ctx = engine.batch, engine.ctx
-    samples: dict[tuple[int, bool], list[float]] = {(n, a): [] for n in sizes for a in (False, True)}
+    ratios: dict[tuple[int, bool], list[float]] = {(n, a): [] for n in sizes for a in (False, True)}
+    singles: list[float] = []
     t_start = time.perf_counter()
 
     def once(n: int, all_logits: bool) -> float:
@@ -180,28 +230,33 @@ def measure(engine, budget_s: float = 8.0, sizes: tuple[int, ...] = SIZES) -> Co
         ctx.seq_rm(-1, n_kv, -1)
         return dt
 
-    once(1, True)  # warm-up
+    for _ in range(3):  # warm-up
+        once(1, True)
     rounds = 0
-    while rounds < 3 or (time.perf_counter() - t_start < budget_s and rounds < 15):
+    while True:
         for n in sizes:
+            if n == 1 or (n > 16 and rounds % 3):
+                continue
             for a in (False, True):
-                samples[(n, a)].append(once(n, a))
+                one = once(1, True)
+                singles.append(one)
+                ratios[(n, a)].append(once(n, a) / one)
         rounds += 1
-        if time.perf_counter() - t_start > budget_s and rounds >= 2:
+        if rounds >= 3 and time.perf_counter() - t_start > budget_s:
+            break
+        if rounds >= 40:
             break
     engine.reset()
     max_exact = probe_exact_batch(engine, filler)
-    med = {k: float(np.quantile(v, 0.25)) for k, v in samples.items()}
-    base = med[(1, True)]
-    last = np.maximum.accumulate([med[(n, False)] / base for n in sizes])
-    every = np.maximum.accumulate([med[(n, True)] / base for n in sizes])
+    med = {k: float(np.median(v)) if v else 1.0 for k, v in ratios.items()}
+    last = np.maximum.accumulate([1.0 if n == 1 else med[(n, False)] for n in sizes])
+    every = np.maximum.accumulate([1.0 if n == 1 else med[(n, True)] for n in sizes])
     every = np.maximum(every, last)
-    last[0] = every[0] = 1.0
     return CostCurve(
         sizes=sizes,
         last_logit=tuple(round(float(x), 3) for x in last),
         all_logits=tuple(round(float(x), 3) for x in every),
-        base_ms=round(base * 1000, 3),
+        base_ms=round(float(np.median(singles)) * 1000, 3),
         threads=engine.n_threads,
         measured_s=round(time.perf_counter() - t_start, 2),
         max_exact_batch=max_exact,
@@ -215,10 +270,13 @@ def probe_exact_batch(engine, filler: list[int]) -> int:
     prefix = filler[:64]
     batch, ctx = engine.batch, engine.ctx
 
+    engine.reset()
+    engine._prefill(prefix)
+    start = engine.kv.n
+
     def first_row(n: int) -> np.ndarray:
-        engine.reset()
-        engine._prefill(prefix)
-        batch.set_single_seq(filler[64 : 64 + n], engine.kv.n, ALL_SEQS, last_logits=False)
+        ctx.seq_rm(-1, start, -1)
+        batch.set_single_seq(filler[64 : 64 + n], start, ALL_SEQS, last_logits=False)
         batch.n_seq_id[1:n] = 1
         batch.seq_matrix[1:n, 0] = 1  # the rest sit in another sequence, as drafts do
         batch.logits[:n] = 1
@@ -237,7 +295,7 @@ def probe_exact_batch(engine, filler: list[int]) -> int:
     return best
 
 
-def curve_for(engine, refresh: bool = False, budget_s: float = 8.0) -> tuple[CostCurve, bool]:
+def curve_for(engine, refresh: bool = False, budget_s: float = 6.0) -> tuple[CostCurve, bool]:
     """The cached curve for this model/threads/CPU, measuring it when missing. Returns (curve, measured_now)."""
     if not refresh:
         cached = load_cached(engine.summary.path, engine.n_threads)

@@ -1,7 +1,7 @@
 import pytest
 
 from engine.bench import oracle_bound, perfect_draft_bound
-from engine.costmodel import CostCurve, load_cached, save_cached
+from engine.costmodel import CostCurve, LiveCosts, load_cached, save_cached
 
 CURVE = CostCurve(sizes=(1, 2, 4, 8), last_logit=(1, 1.5, 2.0, 3.0), all_logits=(1, 1.6, 2.4, 4.0), base_ms=10, threads=2)
 
@@ -36,3 +36,28 @@ def test_oracle_bound_rewards_output_that_copies_the_prompt():
 
 def test_perfect_drafts_bound_is_the_best_tokens_per_cost():
     assert perfect_draft_bound(CURVE, max_len=8) == pytest.approx(max(4 / 2.4, 8 / 4.0, 2 / 1.6))
+
+
+def test_live_costs_move_towards_what_batches_really_cost():
+    live = LiveCosts(CURVE)
+    live.record(2, 2, 0.030)  # no base yet: nothing to compare with
+    assert live.cost(2) == pytest.approx(1.6)
+    for _ in range(10):
+        live.record(1, 1, 0.010)
+    for _ in range(24):
+        live.record(2, 2, 0.020)  # a 2-token step really costs 2.0x here
+        live.record(4, 1, 0.040)  # not all logits: not what Auto verifies with, ignored
+    assert 1.85 < live.cost(2) < 2.0
+    assert live.cost(4, 1) == CURVE.cost(4, 1)
+    assert live.cost(4) == CURVE.cost(4)
+    assert live.cost(1) == 1.0
+    assert live.observed() == {2: (round(live.cost(2), 3), 24)}
+
+
+def test_live_costs_follow_a_cheaper_machine_too():
+    live = LiveCosts(CURVE)
+    for _ in range(10):
+        live.record(1, 1, 0.010)
+    for _ in range(4):
+        live.record(2, 2, 0.012)
+    assert 1.2 < live.cost(2) < 1.6  # a few samples move it part of the way
