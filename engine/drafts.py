@@ -17,8 +17,14 @@ from dataclasses import dataclass
 
 from .pool import NgramPool
 
-MAX_MATCH = 16
+MAX_MATCH = 32
 SCAN = 16  # most recent occurrences of the context's last bigram to compare
+
+# How the other earlier occurrences of the context continue at a draft token,
+# among those that agreed with the draft up to it: mostly the same way, mostly
+# not, or there are none. Where they part is usually where the text starts to
+# differ (the next item of a list, the word an edit changes).
+AGREE, ALONE, SPLIT = 1, 0, -1
 
 
 @dataclass(frozen=True)
@@ -26,6 +32,10 @@ class Draft:
     tokens: tuple[int, ...]
     source: str  # "history" | "pool"
     match: int  # context tokens that matched (1 = only the last token)
+    support: tuple[int, ...] = ()  # per token: AGREE, ALONE or SPLIT (missing = ALONE)
+
+    def support_at(self, k: int) -> int:
+        return self.support[k] if k < len(self.support) else ALONE
 
 
 class HistoryIndex:
@@ -75,15 +85,32 @@ class HistoryIndex:
                 continue
             found.append((self._match_len(i, end), i))
         found.sort(key=lambda mi: (mi[0], mi[1]), reverse=True)
+        conts = [tuple(toks[i + 1 : i + 1 + length]) for _, i in found]
         out: list[Draft] = []
-        for m, i in found:
-            cont = tuple(toks[i + 1 : i + 1 + length])
+        for k, (m, _) in enumerate(found):
+            cont = conts[k]
             if not cont or any(d.tokens[: len(cont)] == cont for d in out):
                 continue
-            out.append(Draft(tokens=cont, source="history", match=m))
+            others = conts[:k] + conts[k + 1 :]
+            out.append(Draft(tokens=cont, source="history", match=m, support=_support(cont, others)))
             if len(out) == count:
                 break
         return out
+
+
+def _support(cont: tuple[int, ...], others: list[tuple[int, ...]]) -> tuple[int, ...]:
+    """AGREE/SPLIT/ALONE per token of ``cont``, against the continuations that agreed with it so far."""
+    out = []
+    live = others
+    for k, tok in enumerate(cont):
+        live = [o for o in live if len(o) > k]
+        if not live:
+            out.extend([ALONE] * (len(cont) - k))
+            break
+        same = [o for o in live if o[k] == tok]
+        out.append(AGREE if 2 * len(same) >= len(live) else SPLIT)
+        live = same
+    return tuple(out)
 
 
 def rank_drafts(history: HistoryIndex, pool: NgramPool, token: int, count: int, length: int) -> list[Draft]:

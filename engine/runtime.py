@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from .auto import AcceptanceStats, AutoPolicy, FixedPolicy, StepChoice
-from .costmodel import DEFAULT_CURVE, CostCurve, curve_for
+from .costmodel import DEFAULT_CURVE, CostCurve, LiveCosts, curve_for
 from .decoders import JacobiWindow, KvState, LookaheadDecoder, PlainDecoder, TokenDrawer
 from .drafts import HistoryIndex
 from .models import ContextTooLargeError, check_context_fits, check_gguf
@@ -174,15 +174,17 @@ class Engine:
         self.template = ChatTemplate(self.model.chat_template(), bos_token=bos, eos_token=eos)
         self.cost_curve: CostCurve = DEFAULT_CURVE
         self.cost_curve_measured = False
+        self.live_costs = LiveCosts(self.cost_curve)
         self.acceptance = AcceptanceStats()
 
-    def tune(self, refresh: bool = False, budget_s: float = 8.0) -> CostCurve:
+    def tune(self, refresh: bool = False, budget_s: float = 6.0) -> CostCurve:
         """Load (or measure, when missing or ``refresh``) this machine's cost curve for Auto.
 
         Measuring takes a few seconds and empties the cache.
         """
         self.cost_curve, measured = curve_for(self, refresh=refresh, budget_s=budget_s)
         self.cost_curve_measured = True
+        self.live_costs = LiveCosts(self.cost_curve)
         if measured:
             self.kv = KvState()
         return self.cost_curve
@@ -322,7 +324,7 @@ class Engine:
             index.extend(prompt)
             lookahead = LookaheadDecoder(self.ctx, self.batch, drawer, pool, JacobiWindow(prompt))
             fixed = FixedPolicy(index, pool)
-            auto = AutoPolicy(index, pool, self.cost_curve, self.acceptance)
+            auto = AutoPolicy(index, pool, self.live_costs, self.acceptance)
 
             out_text = _TextOut(TextStream(self.model.token_bytes), StopMatcher(stop.stop_strings), self.model.is_eog)
             history_tokens = list(prompt)
@@ -354,6 +356,7 @@ class Engine:
                     out = plain.step(self.kv, pending)
                 else:
                     out = lookahead.step(self.kv, pending, choice)
+                self.live_costs.record(out.batch_size, out.n_logits, out.decode_s)
                 if cfg is not None and cfg.auto:
                     auto.observe(choice, out.n_accepted)
                 pending = out.committed[out.n_cached :]

@@ -28,8 +28,9 @@ class LookaheadConfig:
              verification candidate N-1 draft tokens.
     guesses: G, how many pool n-grams are verified per step (0 turns the
              verification branch off).
-    auto:    let the decoder pick W, N and G each step (window, ngram and
-             guesses are then the largest it may use).
+    auto:    let the decoder pick each step's shape (window and ngram are
+             then the largest window it may run, guesses=0 turns drafts off;
+             history drafts are sized by Auto, up to 15 tokens).
     """
 
     window: int = 0
@@ -96,5 +97,5 @@ class StopConfig:
 # Manual default for this kind of machine (2 cores), chosen from a measured
 # grid (README, "Choosing W, N, G"): verification only, short drafts.
 DEFAULT_FIXED = LookaheadConfig(window=0, ngram=2, guesses=1)
-# Auto is the default: W, N and G here are the most it may use in one step.
+# Auto is the default: W and N here bound its window, G>0 lets it draft.
 DEFAULT_LOOKAHEAD = LookaheadConfig(window=4, ngram=MAX_NGRAM, guesses=2, auto=True)

@@ -1,8 +1,8 @@
 import pytest
 
-from engine.auto import AcceptanceStats, AutoPolicy, FixedPolicy, expected_tokens
+from engine.auto import AcceptanceStats, AutoPolicy, FixedPolicy, bucket, expected_tokens
 from engine.costmodel import CostCurve
-from engine.drafts import Draft, HistoryIndex
+from engine.drafts import AGREE, ALONE, SPLIT, Draft, HistoryIndex
 from engine.pool import NgramPool
 from engine.settings import LookaheadConfig
 
@@ -63,11 +63,34 @@ def test_auto_runs_a_window_only_where_the_curve_is_flat():
 def test_acceptance_stats_learn_from_what_landed():
     stats = AcceptanceStats()
     d = Draft((1, 2, 3, 4), "history", 5)
-    prior = stats.p(("history", 5))
+    prior = stats.p(bucket(d))
     for _ in range(20):
-        stats.observe(d, 4, 4)
-    assert stats.p(("history", 5)) > prior
-    assert stats.p_optimistic(("history", 5)) >= stats.p(("history", 5))
+        stats.observe(d, 4, 0)  # its first token never lands
+    assert stats.p(bucket(d)) < prior / 2
+    assert stats.p(bucket(d, 3)) == pytest.approx(AcceptanceStats().p(bucket(d, 3)), abs=1e-9)  # untested: still the prior
+
+
+def test_later_tokens_of_a_draft_count_on_a_longer_match():
+    stats = AcceptanceStats()
+    d = Draft((1, 2, 3, 4, 5, 6), "history", 2)
+    assert bucket(d, 0)[1] == 2 and bucket(d, 4)[1] == 6
+    ps = [stats.p(bucket(d, k)) for k in range(6)]
+    assert ps == sorted(ps) and ps[-1] > ps[0]
+    e = stats.expected(d)
+    assert e[0] == 1.0 and e[1] == pytest.approx(1 + ps[0])
+    assert e[2] == pytest.approx(1 + ps[0] + ps[0] * ps[1])
+
+
+def test_auto_stops_a_draft_where_earlier_occurrences_disagree():
+    h = copying_history()
+    stats = AcceptanceStats()
+    auto = AutoPolicy(h, NgramPool(max_len=7), STEEP, stats)
+    d = auto.history.propose(h.tokens[-1], 8, 1)[0]
+    split = Draft(d.tokens, d.source, d.match, (AGREE, AGREE, SPLIT, SPLIT, SPLIT, SPLIT, SPLIT, SPLIT))
+    agree = Draft(d.tokens, d.source, d.match, (AGREE,) * 8)
+    assert stats.expected(split)[8] < stats.expected(agree)[8]
+    assert stats.p(bucket(split, 2)) < 0.7 < stats.p(bucket(agree, 2))
+    assert stats.p(bucket(Draft((1,), "history", 12, (ALONE,)))) > 0.85
 
 
 def test_fixed_policy_shrinks_the_window_to_fit_the_room():

@@ -1,4 +1,4 @@
-from engine.drafts import HistoryIndex, rank_drafts
+from engine.drafts import AGREE, ALONE, SPLIT, HistoryIndex, rank_drafts
 from engine.pool import NgramPool
 
 
@@ -32,3 +32,22 @@ def test_pool_fills_in_when_the_history_has_no_match():
     pool.add(7, [1, 2, 3])
     drafts = rank_drafts(h, pool, 7, count=2, length=3)
     assert [(d.tokens, d.source) for d in drafts] == [((1, 2, 3), "pool")]
+
+
+def test_support_says_where_earlier_occurrences_part_ways():
+    h = HistoryIndex()
+    # "2 3" was followed by "4 5 6", "4 5 7" and "4 8": all agree on 4, then two of three go on with 5.
+    h.extend([2, 3, 4, 5, 6, 0, 2, 3, 4, 5, 7, 0, 2, 3, 4, 8, 0, 2, 3])
+    d = h.propose(3, length=3, count=1)[0]
+    assert d.tokens == (4, 8, 0)
+    # The draft follows the latest occurrence: the other two agree on 4 and both go on with 5, not 8.
+    assert d.support == (AGREE, SPLIT, ALONE)
+    assert d.support_at(7) == ALONE
+
+
+def test_a_single_earlier_occurrence_has_no_support_either_way():
+    h = HistoryIndex()
+    h.extend([1, 2, 3, 9, 7, 1, 2, 3])
+    d = h.propose(3, length=2, count=1)[0]
+    assert d.tokens == (9, 7) and d.match == 3
+    assert d.support == (ALONE, ALONE)
