@@ -121,6 +121,18 @@ def expected_tokens(p: float, length: int) -> float:
     return sum(p**i for i in range(length + 1))
 
 
+def break_even_p(curve: CostCurve | LiveCosts, length: int) -> float:
+    """The per-token acceptance above which a draft of ``length`` tokens beats a plain step (1.0: never)."""
+    need = curve.cost(1 + length) / curve.cost(1)
+    if expected_tokens(MAX_P, length) <= need:
+        return 1.0
+    lo, hi = 0.0, MAX_P
+    for _ in range(20):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if expected_tokens(mid, length) <= need else (lo, mid)
+    return hi
+
+
 class FixedPolicy:
     """The user's W, N, G as given: G ranked drafts of N-1 tokens and a W-column window."""
 
@@ -155,12 +167,7 @@ class AutoPolicy:
         self.window_gain = 0.15
         # The least per-token acceptance that makes any draft length pay: drafts
         # from sources below it are not even looked up (they cost a lookup per step).
-        plain_rate = 1.0 / curve.cost(1)
-        self.min_p = next(
-            (q / 100 for q in range(1, 100)
-             if any(expected_tokens(q / 100, L) / curve.cost(1 + L) > plain_rate for L in range(1, MAX_AUTO_DRAFT + 1))),
-            1.0,
-        )
+        self.min_p = min(break_even_p(curve, L) for L in range(1, MAX_AUTO_DRAFT + 1))
 
     def choose(self, token: int, cfg: LookaheadConfig, room: int) -> StepChoice:
         curve = self.curve

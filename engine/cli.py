@@ -278,12 +278,12 @@ def _bench_grid(args: argparse.Namespace, workloads: list) -> int:
 
 def auto_plan(curve) -> dict:
     """What Auto does on this curve: the least per-token acceptance p that makes a draft of L tokens pay."""
-    from .auto import expected_tokens
+    from .auto import break_even_p
 
     rows = {}
-    for L in range(1, 8):
-        need = next((p / 100 for p in range(1, 100) if expected_tokens(p / 100, L) / curve.cost(1 + L) > 1 / curve.cost(1)), None)
-        rows[L] = need
+    for L in (1, 2, 3, 4, 6, 8, 12, 15):
+        need = break_even_p(curve, L)
+        rows[L] = round(need, 3) if need < 1.0 else None
     window = curve.cost(1 + 3 * 2 + 2, 4) / curve.cost(1)
     return {"min_p_for_draft_len": rows, "window_3x2_relative_cost": round(window, 3), "max_exact_batch": curve.max_exact_batch}
 
@@ -297,7 +297,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         return 0
     print(curve.table())
     print(f"measured in {curve.measured_s:.1f} s; batches up to {curve.max_exact_batch} tokens give logits identical to a 1-token step")
-    print("Auto drafts L tokens only when their per-token acceptance p is at least:")
+    print("A draft of L tokens beats a plain step only if each of its tokens lands with probability at least:")
     for L, p in plan["min_p_for_draft_len"].items():
         print(f"  L={L}: p >= {p:.2f}" if p is not None else f"  L={L}: never pays")
     print(f"A 3-column, N=3 Jacobi window would make a step cost {plan['window_3x2_relative_cost']:.2f}x a plain one; "

@@ -1,6 +1,6 @@
 import pytest
 
-from engine.auto import AcceptanceStats, AutoPolicy, FixedPolicy, bucket, expected_tokens
+from engine.auto import AcceptanceStats, AutoPolicy, FixedPolicy, break_even_p, bucket, expected_tokens
 from engine.costmodel import CostCurve
 from engine.drafts import AGREE, ALONE, SPLIT, Draft, HistoryIndex
 from engine.pool import NgramPool
@@ -23,6 +23,13 @@ def copying_history():
 def test_expected_tokens_is_the_geometric_sum():
     assert expected_tokens(0.5, 2) == pytest.approx(1.75)
     assert expected_tokens(0.0, 5) == 1.0
+
+
+def test_break_even_acceptance_prices_the_draft_with_the_curve():
+    p = break_even_p(STEEP, 1)
+    assert expected_tokens(p, 1) == pytest.approx(STEEP.cost(2), abs=1e-4)  # 1 + p = 1.8
+    assert break_even_p(FLAT, 1) < 0.05
+    assert break_even_p(CostCurve(sizes=(1, 2), last_logit=(1, 2.5), all_logits=(1, 2.5), base_ms=10, threads=1), 1) == 1.0
 
 
 def test_auto_takes_a_plain_step_when_no_draft_pays_for_its_cost():
