@@ -175,3 +175,18 @@ def test_auto_drafts_where_the_reply_copies_the_prompt_and_says_why(engine):
     assert all("match" in ev.choice for ev in drafted)
     assert sum(ev.n_accepted for ev in events) >= 8
     assert all(ev.batch_size <= engine.cost_curve.max_exact_batch for ev in events)
+
+
+def test_the_bench_times_short_replies_over_more_runs_and_checks_equality(engine):
+    from engine.bench import MAX_RUNS, run_bench
+
+    engine.tune()
+    workloads = [w for w in load_workloads() if w.id in ("edit-shorten", "struct-csv")]
+    report = run_bench(engine, workloads, DEFAULT_LOOKAHEAD, max_tokens=8)
+    assert [r.id for r in report.results] == ["edit-shorten", "struct-csv"]
+    for r in report.results:
+        assert r.n_tokens == 8 and r.identical
+        assert r.extra["runs"] == MAX_RUNS  # 8 tokens a run: as many runs as allowed
+        assert r.plain_tps == pytest.approx(r.n_tokens / r.plain_s, rel=0.01)
+        assert r.speedup == pytest.approx(r.plain_s / r.lookahead_s, rel=0.01)
+    assert report.summary()["identical"] == 2
