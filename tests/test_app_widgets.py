@@ -271,3 +271,24 @@ def test_chats_can_be_renamed_in_place_deleted_after_confirming_and_exported(qtb
     finally:
         window.close()
         store.close()
+
+
+def test_the_live_stats_say_what_auto_chose_for_the_last_step(qtbot):
+    from app.stats import ReplyStats
+    from app.widgets.stats_view import LiveStatsView
+
+    view = LiveStatsView()
+    qtbot.addWidget(view)
+    stats = ReplyStats()
+    ev = StepEvent(step=0, mode="auto", token_ids=(1, 2, 3), text="abc", n_committed=3, batch_size=4, n_logits=4,
+                   n_drafted=3, n_accepted=2, n_reevaluated=0, window=0, ngram=4, guesses=1, elapsed_s=0.03,
+                   decode_s=0.03, choice="history match 9, L=3, expect 2.60 tokens")
+    stats.observe(ev, auto=True)
+    view.show_progress(stats, [3], ev)
+    assert view.shape.text() == "auto  history match 9, L=3, expect 2.60 tokens  (batch 4)"
+    plain_step = StepEvent(step=1, mode="auto", token_ids=(4,), text="d", n_committed=1, batch_size=1, n_logits=1,
+                           n_drafted=0, n_accepted=0, n_reevaluated=0, window=0, ngram=0, guesses=0, elapsed_s=0.01,
+                           decode_s=0.01, choice="plain: no draft worth its cost")
+    stats.observe(plain_step, auto=True)
+    view.show_progress(stats, [1], plain_step)
+    assert view.shape.text().startswith("auto  plain: no draft worth its cost")

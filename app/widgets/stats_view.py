@@ -152,5 +152,7 @@ class LiveStatsView(QWidget):
         self.tokens.setText(f"{stats.n_tokens} / {stats.steps}")
         if last is not None and last.mode == "lookahead":
             self.shape.setText(f"lookahead  W{last.window} N{last.ngram} G{last.guesses}  (batch {last.batch_size})")
+        elif last is not None and last.mode == "auto":
+            self.shape.setText(f"auto  {last.choice}  (batch {last.batch_size})")
         elif last is not None and last.mode == "plain":
             self.shape.setText(f"plain  (batch {last.batch_size})")
