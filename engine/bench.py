@@ -1,8 +1,9 @@
 """Plain against lookahead on the same prompts, in the same process.
 
-Each prompt runs as a chat message through both decoders, alternating which
-goes first so drift in the machine's speed does not favour either. Speed is
-the ratio of the two in this run; absolute rates are context only.
+Each prompt runs as a chat message through both decoders, in A-B-B-A blocks
+whose first mode alternates, so drift in the machine's speed does not favour
+either; each mode is timed by its fastest run. Speed is the ratio of the two
+in this run; absolute rates are context only.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from .settings import LookaheadConfig, StopConfig
 from .text import Message
 
 WORKLOADS_PATH = Path(__file__).with_name("data") / "workloads.jsonl"
-MIN_TIMED_TOKENS = 256  # per mode and prompt
+MIN_TIMED_TOKENS = 512  # per mode and prompt
 MAX_RUNS = 8
 
 
@@ -198,30 +199,28 @@ def run_bench(
         if cancel is not None and cancel.is_set():
             break
         prompt = engine.render_chat([Message("user", w.prompt)])
-        # A-B-B-A (first mode alternating per prompt): drift in the machine's
-        # speed hits both modes alike; each mode's time is the sum of its runs.
-        # A short reply is timed over more blocks, so every prompt's ratio rests
-        # on at least MIN_TIMED_TOKENS tokens per mode.
+        # A-B-B-A blocks (first mode alternating per prompt): drift in the
+        # machine's speed hits both modes alike. A short reply gets more blocks,
+        # so each mode is timed over at least MIN_TIMED_TOKENS tokens. Each mode
+        # is timed by its fastest run: other load on the machine only ever adds time.
         first, second = (None, lookahead) if k % 2 == 0 else (lookahead, None)
-        a1 = run_one(engine, prompt, first, max_tokens)
-        b1 = run_one(engine, prompt, second, max_tokens)
-        b2 = run_one(engine, prompt, second, max_tokens)
-        a2 = run_one(engine, prompt, first, max_tokens)
-        plain, la = (a1, b1) if first is None else (b1, a1)
-        plain2, la2 = (a2, b2) if first is None else (b2, a2)
-        plain_s = plain.decode_s + plain2.decode_s
-        la_s = la.decode_s + la2.decode_s
-        runs = 2
-        same = la2.token_ids == plain.token_ids and plain2.token_ids == plain.token_ids
-        while runs * max(plain.n_tokens, 1) < MIN_TIMED_TOKENS and runs < MAX_RUNS:
+        times: dict[bool, list[float]] = {False: [], True: []}  # lookahead? -> run times
+        outputs: list[GenerationSummary] = []
+        plain = la = None
+        while True:
             for mode in (first, second, second, first):
-                extra = run_one(engine, prompt, mode, max_tokens)
-                same = same and extra.token_ids == plain.token_ids
-                if mode is None:
-                    plain_s += extra.decode_s
-                else:
-                    la_s += extra.decode_s
-            runs += 2
+                out = run_one(engine, prompt, mode, max_tokens)
+                times[mode is not None].append(out.decode_s)
+                outputs.append(out)
+                if mode is None and plain is None:
+                    plain = out
+                if mode is not None and la is None:
+                    la = out
+            runs = len(times[False])
+            if runs * max(plain.n_tokens, 1) >= MIN_TIMED_TOKENS or runs >= MAX_RUNS:
+                break
+        same = all(o.token_ids == plain.token_ids for o in outputs)
+        plain_s, la_s = min(times[False]), min(times[True])
         div = first_divergence(engine, plain, la)
         if div is not None:
             # The timed run skips the top-2 bookkeeping; an untimed one supplies the gap.
@@ -231,14 +230,14 @@ def run_bench(
             id=w.id,
             cat=w.cat,
             n_tokens=la.n_tokens,
-            plain_tps=round(runs * plain.n_tokens / plain_s, 2) if plain_s > 0 else 0.0,
-            lookahead_tps=round(runs * la.n_tokens / la_s, 2) if la_s > 0 else 0.0,
+            plain_tps=round(plain.n_tokens / plain_s, 2) if plain_s > 0 else 0.0,
+            lookahead_tps=round(la.n_tokens / la_s, 2) if la_s > 0 else 0.0,
             speedup=round((plain_s / la_s) * (la.n_tokens / max(plain.n_tokens, 1)), 4) if la_s > 0 else 0.0,
             tokens_per_step=round(la.tokens_per_step, 3),
             identical=div is None and same,
             first_divergence=asdict(div) if div else None,
-            plain_s=round(plain_s / runs, 4),
-            lookahead_s=round(la_s / runs, 4),
+            plain_s=round(plain_s, 4),
+            lookahead_s=round(la_s, 4),
         )
         res.extra["oracle_bound"] = round(oracle_bound(prompt, plain.token_ids, engine.cost_curve), 4)
         res.extra["runs"] = runs
