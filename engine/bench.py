@@ -191,8 +191,15 @@ def run_bench(
     max_tokens: int = 128,
     on_result: Callable[[PromptResult], None] | None = None,
     cancel: threading.Event | None = None,
+    null: bool = False,
 ) -> BenchReport:
+    """Plain against ``lookahead`` on every workload.
+
+    ``null`` runs plain in both places instead, on the same schedule: the
+    "speedups" it reports are this machine's timing noise.
+    """
     results: list[PromptResult] = []
+    second_mode = None if null else lookahead
     if workloads:  # warm-up: page in the weights before anything is timed
         run_one(engine, engine.render_chat([Message("user", workloads[0].prompt)]), None, 16)
     for k, w in enumerate(workloads):
@@ -203,23 +210,19 @@ def run_bench(
         # machine's speed hits both modes alike. A short reply gets more blocks,
         # so each mode is timed over at least MIN_TIMED_TOKENS tokens. Each mode
         # is timed by its fastest run: other load on the machine only ever adds time.
-        first, second = (None, lookahead) if k % 2 == 0 else (lookahead, None)
-        times: dict[bool, list[float]] = {False: [], True: []}  # lookahead? -> run times
-        outputs: list[GenerationSummary] = []
-        plain = la = None
+        block = (False, True, True, False) if k % 2 == 0 else (True, False, False, True)  # lookahead's turn?
+        times: dict[bool, list[float]] = {False: [], True: []}
+        outputs: dict[bool, list[GenerationSummary]] = {False: [], True: []}
         while True:
-            for mode in (first, second, second, first):
-                out = run_one(engine, prompt, mode, max_tokens)
-                times[mode is not None].append(out.decode_s)
-                outputs.append(out)
-                if mode is None and plain is None:
-                    plain = out
-                if mode is not None and la is None:
-                    la = out
+            for is_la in block:
+                out = run_one(engine, prompt, second_mode if is_la else None, max_tokens)
+                times[is_la].append(out.decode_s)
+                outputs[is_la].append(out)
+            plain, la = outputs[False][0], outputs[True][0]
             runs = len(times[False])
             if runs * max(plain.n_tokens, 1) >= MIN_TIMED_TOKENS or runs >= MAX_RUNS:
                 break
-        same = all(o.token_ids == plain.token_ids for o in outputs)
+        same = all(o.token_ids == plain.token_ids for o in outputs[False] + outputs[True])
         plain_s, la_s = min(times[False]), min(times[True])
         div = first_divergence(engine, plain, la)
         if div is not None:
@@ -252,7 +255,7 @@ def run_bench(
     return BenchReport(
         results=results,
         model=engine.summary.path,
-        lookahead=asdict(lookahead),
+        lookahead={"null": True} if null else asdict(lookahead),
         threads=engine.n_threads,
         max_tokens=max_tokens,
     )

@@ -79,6 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--no-references", action="store_true",
                    help="skip the llama-cpp-python Llama and fixed W=15/N=5/G=15 reference runs")
     b.add_argument("--reference-prompts", type=int, default=3, help="prompts for the W=15/N=5/G=15 reference (default 3)")
+    b.add_argument("--null", action="store_true",
+                   help="time plain against plain on the same schedule: the spread of its 'speedups' is this machine's noise")
 
     t = sub.add_parser("tune", help="measure this machine's cost curve for Auto and show what Auto will do")
     _add_model_args(t)
@@ -210,9 +212,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
         if lookahead.auto:
             eng.tune()
-        report = run_bench(eng, workloads, lookahead, max_tokens=args.max_tokens, on_result=progress)
+        report = run_bench(eng, workloads, lookahead, max_tokens=args.max_tokens, on_result=progress, null=args.null)
         extra = {"cost_curve": eng.cost_curve.to_json(), "perfect_draft_bound": round(perfect_draft_bound(eng.cost_curve), 4)}
-        if not args.no_references:
+        if not args.no_references and not args.null:
             extra.update(_references(args, eng, workloads, lookahead, report))
     out = report.to_json()
     out["references"] = extra

@@ -190,3 +190,6 @@ def test_the_bench_times_short_replies_over_more_runs_and_checks_equality(engine
         assert r.plain_tps == pytest.approx(r.n_tokens / r.plain_s, rel=0.01)  # the fastest run of each mode
         assert r.speedup == pytest.approx(r.plain_s / r.lookahead_s, rel=0.01)
     assert report.summary()["identical"] == 2
+    null = run_bench(engine, workloads[:1], DEFAULT_LOOKAHEAD, max_tokens=8, null=True)
+    assert null.lookahead == {"null": True}
+    assert null.results[0].tokens_per_step == 1.0 and null.results[0].identical  # plain on both sides
