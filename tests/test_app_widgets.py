@@ -285,10 +285,12 @@ def test_the_live_stats_say_what_auto_chose_for_the_last_step(qtbot):
                    decode_s=0.03, choice="history match 9, L=3, expect 2.60 tokens")
     stats.observe(ev, auto=True)
     view.show_progress(stats, [3], ev)
-    assert view.shape.text() == "auto  history match 9, L=3, expect 2.60 tokens  (batch 4)"
+    assert view.shape.text() == "auto  3-token draft  (batch 4)"
+    assert view.shape.toolTip() == "history match 9, L=3, expect 2.60 tokens"  # why, on hover
     plain_step = StepEvent(step=1, mode="auto", token_ids=(4,), text="d", n_committed=1, batch_size=1, n_logits=1,
                            n_drafted=0, n_accepted=0, n_reevaluated=0, window=0, ngram=0, guesses=0, elapsed_s=0.01,
                            decode_s=0.01, choice="plain: no draft worth its cost")
     stats.observe(plain_step, auto=True)
     view.show_progress(stats, [1], plain_step)
-    assert view.shape.text().startswith("auto  plain: no draft worth its cost")
+    assert view.shape.text() == "auto  plain step  (batch 1)"
+    assert view.shape.toolTip() == "plain: no draft worth its cost"

@@ -119,6 +119,7 @@ class LiveStatsView(QWidget):
         self.first_token = QLabel()
         self.tokens = QLabel()
         self.shape = QLabel()
+        self.shape.setWordWrap(True)
         form = QFormLayout()
         form.setContentsMargins(0, 0, 0, 0)
         form.setHorizontalSpacing(12)
@@ -153,6 +154,10 @@ class LiveStatsView(QWidget):
         if last is not None and last.mode == "lookahead":
             self.shape.setText(f"lookahead  W{last.window} N{last.ngram} G{last.guesses}  (batch {last.batch_size})")
         elif last is not None and last.mode == "auto":
-            self.shape.setText(f"auto  {last.choice}  (batch {last.batch_size})")
+            what = f"{last.n_drafted}-token draft" if last.n_drafted else "plain step"
+            if last.window:
+                what += f" + window {last.window}"
+            self.shape.setText(f"auto  {what}  (batch {last.batch_size})")
+            self.shape.setToolTip(last.choice)
         elif last is not None and last.mode == "plain":
             self.shape.setText(f"plain  (batch {last.batch_size})")
