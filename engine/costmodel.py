@@ -103,11 +103,13 @@ class LiveCosts:
     """The cost curve, corrected by the steps this engine has actually run.
 
     The curve is measured once and cached; the machine's load, its clock and
-    the cache length of a long chat change what a batch really costs. Every
-    decode's time is recorded: 1-token steps give the current base, batches
-    of n tokens (all with logits, as Auto's verification steps are) give
-    ``time / base`` samples, and the median of the recent ones is blended
-    with the curve's value, more so as samples accumulate.
+    the cache length of a long chat change what a batch really costs, and a
+    lookahead step spends a little more time outside llama_decode than a
+    plain one. Every step's wall time is recorded: 1-token steps give the
+    current base, batches of n tokens (all with logits, as Auto's
+    verification steps are) give ``time / base`` samples, and the median of
+    the recent ones is blended with the curve's value, more so as samples
+    accumulate.
     """
 
     SAMPLES = 24  # recent batches kept per size

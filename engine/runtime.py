@@ -356,7 +356,6 @@ class Engine:
                     out = plain.step(self.kv, pending)
                 else:
                     out = lookahead.step(self.kv, pending, choice)
-                self.live_costs.record(out.batch_size, out.n_logits, out.decode_s)
                 if cfg is not None and cfg.auto:
                     auto.observe(choice, out.n_accepted)
                 pending = out.committed[out.n_cached :]
@@ -375,6 +374,10 @@ class Engine:
                     reason = "stop_string"
                 elif reason:
                     delta += out_text.finish()
+                elapsed = time.perf_counter() - ts
+                # Wall time, not just llama_decode's: a lookahead step's planning and
+                # cache clean-up are part of what it costs.
+                self.live_costs.record(out.batch_size, out.n_logits, elapsed)
                 yield StepEvent(
                     step=step,
                     mode="plain" if cfg is None else ("auto" if cfg.auto else "lookahead"),
@@ -389,7 +392,7 @@ class Engine:
                     window=out.window,
                     ngram=out.ngram,
                     guesses=out.guesses,
-                    elapsed_s=time.perf_counter() - ts,
+                    elapsed_s=elapsed,
                     decode_s=out.decode_s,
                     prefill_tokens=prefill_tokens if step == 0 else 0,
                     prefill_s=prefill_s if step == 0 else 0.0,
