@@ -21,6 +21,7 @@ import pytest
 
 from tests.app_fixtures import *  # noqa: F403 (fixtures)
 from tests.app_fixtures import OFFSCREEN_NOISE, REPLY_TIMEOUT_MS, quick_settings
+from tests.tiny_models import write_tiny_mamba
 
 from engine import (  # noqa: E402
     GenerationControls,
@@ -60,65 +61,6 @@ def data_start(path: Path) -> int:
 
     with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
         return models._parse_header(models._Cursor(mm, len(mm))).data_start
-
-
-def write_tiny_mamba(path: Path, context_length: int = 1024) -> Path:
-    """A 2-layer Mamba model with random weights and a byte-level SPM vocabulary, in the shapes llama.cpp expects.
-
-    Mamba's memory is recurrent: llama.cpp cannot drop a few positions from it, so lookahead must be refused.
-    """
-    import gguf
-
-    n_embd, d_inner, d_state, d_conv, dt_rank, n_layer = 32, 64, 8, 4, 4, 2
-    tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)] + ["▁"] + [chr(c) for c in range(97, 123)]
-    types = [2, 3, 3] + [6] * 256 + [1] * 27  # unknown, control, byte, normal
-    scores = [0.0] * 259 + [-float(i) for i in range(27)]
-    n_vocab = len(tokens)
-    rng = np.random.default_rng(0)
-
-    def w(*shape: int, scale: float = 0.1) -> np.ndarray:  # numpy shape = llama.cpp's ne reversed
-        return (rng.standard_normal(shape) * scale).astype(np.float32)
-
-    writer = gguf.GGUFWriter(str(path), "mamba")
-    writer.add_name("tiny-mamba-test")
-    writer.add_context_length(context_length)
-    writer.add_embedding_length(n_embd)
-    writer.add_block_count(n_layer)
-    writer.add_feed_forward_length(0)
-    writer.add_head_count(0)
-    writer.add_ssm_conv_kernel(d_conv)
-    writer.add_ssm_inner_size(d_inner)
-    writer.add_ssm_state_size(d_state)
-    writer.add_ssm_time_step_rank(dt_rank)
-    writer.add_ssm_dt_b_c_rms(False)
-    writer.add_layer_norm_rms_eps(1e-5)
-    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
-    writer.add_tokenizer_model("llama")
-    writer.add_token_list(tokens)
-    writer.add_token_scores(scores)
-    writer.add_token_types(types)
-    writer.add_bos_token_id(1)
-    writer.add_eos_token_id(2)
-    writer.add_unk_token_id(0)
-    writer.add_tensor("token_embd.weight", w(n_vocab, n_embd))
-    writer.add_tensor("output_norm.weight", np.ones(n_embd, dtype=np.float32))
-    writer.add_tensor("output.weight", w(n_vocab, n_embd))
-    for i in range(n_layer):
-        writer.add_tensor(f"blk.{i}.attn_norm.weight", np.ones(n_embd, dtype=np.float32))
-        writer.add_tensor(f"blk.{i}.ssm_in.weight", w(2 * d_inner, n_embd))
-        writer.add_tensor(f"blk.{i}.ssm_conv1d.weight", w(d_inner, d_conv))
-        writer.add_tensor(f"blk.{i}.ssm_conv1d.bias", w(d_inner))
-        writer.add_tensor(f"blk.{i}.ssm_x.weight", w(dt_rank + 2 * d_state, d_inner))
-        writer.add_tensor(f"blk.{i}.ssm_dt.weight", w(d_inner, dt_rank))
-        writer.add_tensor(f"blk.{i}.ssm_dt.bias", w(d_inner))
-        writer.add_tensor(f"blk.{i}.ssm_a", -np.exp(w(d_inner, d_state)))
-        writer.add_tensor(f"blk.{i}.ssm_d", np.ones(d_inner, dtype=np.float32))
-        writer.add_tensor(f"blk.{i}.ssm_out.weight", w(n_embd, d_inner))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,129 @@
+"""Tiny GGUF models written with gguf's GGUFWriter: other architectures and shapes than the bundled model.
+
+Random weights, a byte-level SPM vocabulary (bytes plus a-z), in the tensor
+shapes llama.cpp expects (numpy shape = llama.cpp's ne reversed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+TOKENS = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)] + ["▁"] + [chr(c) for c in range(97, 123)]
+
+
+def _add_byte_vocab(writer) -> None:
+    writer.add_tokenizer_model("llama")
+    writer.add_token_list(TOKENS)
+    writer.add_token_scores([0.0] * 259 + [-float(i) for i in range(27)])
+    writer.add_token_types([2, 3, 3] + [6] * 256 + [1] * 27)  # unknown, control, byte, normal
+    writer.add_bos_token_id(1)
+    writer.add_eos_token_id(2)
+    writer.add_unk_token_id(0)
+
+
+def _random_weights(seed: int) -> Callable[..., np.ndarray]:
+    rng = np.random.default_rng(seed)
+
+    def w(*shape: int, scale: float = 0.1) -> np.ndarray:
+        return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+    return w
+
+
+def _finish(writer, path: Path) -> Path:
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def write_tiny_mamba(path: Path, context_length: int = 1024) -> Path:
+    """A 2-layer Mamba model with random weights and a byte-level SPM vocabulary, in the shapes llama.cpp expects.
+
+    Mamba's memory is recurrent: llama.cpp cannot drop a few positions from it, so lookahead must be refused.
+    """
+    import gguf
+
+    n_embd, d_inner, d_state, d_conv, dt_rank, n_layer = 32, 64, 8, 4, 4, 2
+    n_vocab = len(TOKENS)
+    w = _random_weights(0)
+
+    writer = gguf.GGUFWriter(str(path), "mamba")
+    writer.add_name("tiny-mamba-test")
+    writer.add_context_length(context_length)
+    writer.add_embedding_length(n_embd)
+    writer.add_block_count(n_layer)
+    writer.add_feed_forward_length(0)
+    writer.add_head_count(0)
+    writer.add_ssm_conv_kernel(d_conv)
+    writer.add_ssm_inner_size(d_inner)
+    writer.add_ssm_state_size(d_state)
+    writer.add_ssm_time_step_rank(dt_rank)
+    writer.add_ssm_dt_b_c_rms(False)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
+    _add_byte_vocab(writer)
+    writer.add_tensor("token_embd.weight", w(n_vocab, n_embd))
+    writer.add_tensor("output_norm.weight", np.ones(n_embd, dtype=np.float32))
+    writer.add_tensor("output.weight", w(n_vocab, n_embd))
+    for i in range(n_layer):
+        writer.add_tensor(f"blk.{i}.attn_norm.weight", np.ones(n_embd, dtype=np.float32))
+        writer.add_tensor(f"blk.{i}.ssm_in.weight", w(2 * d_inner, n_embd))
+        writer.add_tensor(f"blk.{i}.ssm_conv1d.weight", w(d_inner, d_conv))
+        writer.add_tensor(f"blk.{i}.ssm_conv1d.bias", w(d_inner))
+        writer.add_tensor(f"blk.{i}.ssm_x.weight", w(dt_rank + 2 * d_state, d_inner))
+        writer.add_tensor(f"blk.{i}.ssm_dt.weight", w(d_inner, dt_rank))
+        writer.add_tensor(f"blk.{i}.ssm_dt.bias", w(d_inner))
+        writer.add_tensor(f"blk.{i}.ssm_a", -np.exp(w(d_inner, d_state)))
+        writer.add_tensor(f"blk.{i}.ssm_d", np.ones(d_inner, dtype=np.float32))
+        writer.add_tensor(f"blk.{i}.ssm_out.weight", w(n_embd, d_inner))
+    return _finish(writer, path)
+
+
+def write_tiny_llama(path: Path, context_length: int = 2048, f16: bool = True) -> Path:
+    """A 2-layer llama-architecture model (grouped-query attention, SwiGLU), F16 matrices by default.
+
+    Its greedy text is repetitive, so lookahead has drafts to verify; its
+    matrices take other kernels than the bundled Q4_1 model's.
+    """
+    import gguf
+
+    n_embd, n_head, n_head_kv, n_ff, n_layer = 64, 4, 2, 128, 2
+    head_dim = n_embd // n_head
+    n_vocab = len(TOKENS)
+    w = _random_weights(1)
+
+    def m(*shape: int) -> np.ndarray:
+        x = w(*shape, scale=0.3)
+        return x.astype(np.float16) if f16 else x
+
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_name("tiny-llama-test")
+    writer.add_context_length(context_length)
+    writer.add_embedding_length(n_embd)
+    writer.add_block_count(n_layer)
+    writer.add_feed_forward_length(n_ff)
+    writer.add_head_count(n_head)
+    writer.add_head_count_kv(n_head_kv)
+    writer.add_rope_dimension_count(head_dim)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_file_type(gguf.LlamaFileType.MOSTLY_F16 if f16 else gguf.LlamaFileType.ALL_F32)
+    _add_byte_vocab(writer)
+    writer.add_tensor("token_embd.weight", w(n_vocab, n_embd, scale=1.0))
+    writer.add_tensor("output_norm.weight", np.ones(n_embd, dtype=np.float32))
+    writer.add_tensor("output.weight", m(n_vocab, n_embd))
+    for i in range(n_layer):
+        writer.add_tensor(f"blk.{i}.attn_norm.weight", np.ones(n_embd, dtype=np.float32))
+        writer.add_tensor(f"blk.{i}.attn_q.weight", m(n_embd, n_embd))
+        writer.add_tensor(f"blk.{i}.attn_k.weight", m(n_head_kv * head_dim, n_embd))
+        writer.add_tensor(f"blk.{i}.attn_v.weight", m(n_head_kv * head_dim, n_embd))
+        writer.add_tensor(f"blk.{i}.attn_output.weight", m(n_embd, n_embd))
+        writer.add_tensor(f"blk.{i}.ffn_norm.weight", np.ones(n_embd, dtype=np.float32))
+        writer.add_tensor(f"blk.{i}.ffn_gate.weight", m(n_ff, n_embd))
+        writer.add_tensor(f"blk.{i}.ffn_up.weight", m(n_ff, n_embd))
+        writer.add_tensor(f"blk.{i}.ffn_down.weight", m(n_embd, n_ff))
+    return _finish(writer, path)
