@@ -34,7 +34,6 @@ from PySide6.QtWidgets import (
 )
 
 from engine import LookaheadConfig, Message
-from engine.settings import DEFAULT_LOOKAHEAD
 from engine.bench import Workload, load_workloads
 
 from . import paths
@@ -658,15 +657,7 @@ class MainWindow(QMainWindow):
 
     def compare_lookahead_config(self) -> LookaheadConfig:
         """The decoding panel's Auto or W/N/G, used even while lookahead is switched off for the chat."""
-        p = self.panel
-        if p.auto_check.isChecked():
-            return DEFAULT_LOOKAHEAD
-        return LookaheadConfig(
-            window=p.window_spin.value(),
-            ngram=p.ngram_spin.value(),
-            guesses=p.guesses_spin.value(),
-            auto=p.auto_check.isChecked(),
-        )
+        return self.panel.chosen_lookahead()
 
     def _context_messages(self, user_text: str) -> tuple[Message, ...]:
         system_prompt = self.panel.system_prompt().strip()

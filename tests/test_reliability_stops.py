@@ -20,7 +20,7 @@ STOP_LIMIT_S = 0.2
 
 
 def test_stop_at_the_default_settings_ends_the_reply_within_200_ms(qtbot, make_window):
-    window = make_window(AppSettings())  # lookahead W4 N4 G3, all cores, 512 tokens
+    window = make_window(AppSettings())  # the defaults: Auto lookahead, all cores, 512 tokens
     latencies: list[float] = []
     finished: list[float] = []
     # Connected without a receiver: called as the worker emits (or as soon as the GUI thread gets it).

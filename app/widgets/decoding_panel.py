@@ -188,13 +188,16 @@ class DecodingPanel(QWidget):
         """The lookahead setting in effect; None = plain decoding (switched off or unavailable)."""
         if self._block_reason or not self.lookahead_check.isChecked():
             return None
+        return self.chosen_lookahead()
+
+    def chosen_lookahead(self) -> LookaheadConfig:
+        """Auto or the W/N/G set here, whether or not lookahead is switched on."""
         if self.auto_check.isChecked():
             return DEFAULT_LOOKAHEAD  # Auto chooses each step within these limits
         return LookaheadConfig(
             window=self.window_spin.value(),
             ngram=self.ngram_spin.value(),
             guesses=self.guesses_spin.value(),
-            auto=self.auto_check.isChecked(),
         )
 
     def sampling_config(self) -> SamplingConfig:
