@@ -616,12 +616,17 @@ class MainWindow(QMainWindow):
         if user_text is not None:
             messages.append(Message("user", user_text))
         lookahead = self.panel.lookahead_config()
+        replaced: tuple[str, ...] = ()
+        if replace_from is not None and self._conversation_id is not None:
+            # A regenerated or re-asked reply often says much of what it replaces: free drafts.
+            replaced = tuple(m.content for m in self.store.messages(self._conversation_id) if m.id >= replace_from)
         request = GenerationRequest(
             request_id=self._next_request_id,
             messages=tuple(messages),
             lookahead=lookahead,
             sampling=self.panel.sampling_config(),
             stop=self.panel.stop_config(),
+            drafts_from=replaced,
         )
         self._next_request_id += 1
         self._turn = _Turn(

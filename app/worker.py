@@ -89,6 +89,7 @@ class GenerationRequest:
     lookahead: LookaheadConfig | None
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     stop: StopConfig = field(default_factory=StopConfig)
+    drafts_from: tuple[str, ...] = ()  # texts this reply replaces (regenerate, edit): drafts for lookahead
 
 
 @dataclass(frozen=True)
@@ -206,7 +207,11 @@ class EngineWorker(QObject):
         stop_reason: str | None = None
         try:
             events = self._session.reply(
-                list(request.messages), controls=controls, sampling=request.sampling, stop=request.stop
+                list(request.messages),
+                controls=controls,
+                sampling=request.sampling,
+                stop=request.stop,
+                drafts_from=request.drafts_from,
             )
             started = True
             self.replyStarted.emit(request.request_id)

@@ -66,12 +66,22 @@ class ChatSession:
         controls: GenerationControls | None = None,
         sampling: SamplingConfig = SamplingConfig(),
         stop: StopConfig = StopConfig(),
+        drafts_from: Sequence[str] = (),
     ) -> Iterator[StepEvent]:
-        """Generate the assistant's reply to ``messages`` (which end with the user's turn)."""
+        """Generate the assistant's reply to ``messages`` (which end with the user's turn).
+
+        ``drafts_from``: texts that are not part of the conversation but that
+        the reply may repeat, such as the reply it regenerates or the turn an
+        edit replaces; lookahead drafts from them as from the history.
+        """
         fitted = self.fit(messages, stop.max_tokens)
         notice = ""
         if fitted.dropped:
             notice = f"context full: left out the {fitted.dropped} oldest message(s), kept the system prompt and the latest turn"
+        history = list(fitted.history)
+        for text in drafts_from:
+            if text:
+                history += self.engine.tokenize(text, add_special=False)
         return self.engine.generate(
-            fitted.tokens, controls=controls, sampling=sampling, stop=stop, history=fitted.history, notice=notice
+            fitted.tokens, controls=controls, sampling=sampling, stop=stop, history=history, notice=notice
         )

@@ -197,9 +197,13 @@ def test_regenerate_replaces_the_last_reply(qtbot, make_window):
     before = window.store.messages(first.conversation_id)
     regenerate = window.chat_view.bubbles()[-1].regenerate_button
     assert regenerate.isVisible()
+    requests = []
+    window.engine.generateRequested.connect(requests.append)
     with qtbot.waitSignal(window.replyCompleted, timeout=REPLY_TIMEOUT_MS) as blocker:
         regenerate.click()
     second: ReplyRecord = blocker.args[0]
+    assert requests[0].drafts_from == (first.text,)  # the replaced reply is offered as drafts
+    assert second.stats.n_accepted > first.stats.n_accepted
 
     stored = window.store.messages(first.conversation_id)
     assert [m.role for m in stored] == ["user", "assistant"]

@@ -193,3 +193,21 @@ def test_the_bench_times_short_replies_over_more_runs_and_checks_equality(engine
     null = run_bench(engine, workloads[:1], DEFAULT_LOOKAHEAD, max_tokens=8, null=True)
     assert null.lookahead == {"null": True}
     assert null.results[0].tokens_per_step == 1.0 and null.results[0].identical  # plain on both sides
+
+
+def test_a_regenerated_reply_drafts_from_the_one_it_replaces(engine):
+    session = ChatSession(engine)
+    messages = [Message("user", "Name three colours of the rainbow.")]
+    fixed = LookaheadConfig(window=0, ngram=6, guesses=1)
+
+    def reply(drafts_from=()) -> GenerationSummary:
+        engine.reset()
+        summary = GenerationSummary()
+        for ev in session.reply(messages, GenerationControls(lookahead=fixed), stop=StopConfig(max_tokens=40), drafts_from=drafts_from):
+            summary.observe(ev)
+        return summary
+
+    first = reply()
+    again = reply(drafts_from=[first.text])
+    assert again.token_ids == first.token_ids  # greedy: the same text, whatever the drafts
+    assert again.tokens_per_step > 2.5 and again.tokens_per_step > first.tokens_per_step
