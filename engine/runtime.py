@@ -348,8 +348,9 @@ class Engine:
                 if cfg is None or room < 1:
                     choice = StepChoice(reason="plain")
                 else:
-                    if len(index) < len(history_tokens):  # catch up after plain steps
-                        index.extend(history_tokens[len(index) :])
+                    indexed = len(index) - len(history)  # the index holds the history, then these
+                    if indexed < len(history_tokens):  # catch up after plain steps
+                        index.extend(history_tokens[indexed:])
                     policy = auto if cfg.auto else fixed
                     choice = policy.choose(pending[-1], cfg, room)
                 if choice.plain:

@@ -196,18 +196,34 @@ def test_the_bench_times_short_replies_over_more_runs_and_checks_equality(engine
 
 
 def test_a_regenerated_reply_drafts_from_the_one_it_replaces(engine):
+    from engine.auto import AcceptanceStats
+    from engine.costmodel import DEFAULT_CURVE, LiveCosts
+
     session = ChatSession(engine)
     messages = [Message("user", "Name three colours of the rainbow.")]
     fixed = LookaheadConfig(window=0, ngram=6, guesses=1)
 
-    def reply(drafts_from=()) -> GenerationSummary:
+    def reply(lookahead, drafts_from=()) -> tuple[GenerationSummary, list[str]]:
         engine.reset()
-        summary = GenerationSummary()
-        for ev in session.reply(messages, GenerationControls(lookahead=fixed), stop=StopConfig(max_tokens=40), drafts_from=drafts_from):
+        summary, choices = GenerationSummary(), []
+        for ev in session.reply(messages, GenerationControls(lookahead=lookahead), stop=StopConfig(max_tokens=40),
+                                drafts_from=drafts_from):
             summary.observe(ev)
-        return summary
+            choices.append(ev.choice)
+        return summary, choices
 
-    first = reply()
-    again = reply(drafts_from=[first.text])
+    first, _ = reply(None)
+    again, _ = reply(fixed, drafts_from=[first.text])
     assert again.token_ids == first.token_ids  # greedy: the same text, whatever the drafts
-    assert again.tokens_per_step > 2.5 and again.tokens_per_step > first.tokens_per_step
+    assert again.tokens_per_step > 2.5
+    # Auto finds the replaced reply through the history index (not only the n-gram pool), on a fixed plan.
+    engine.tune()
+    saved = engine.live_costs, engine.acceptance
+    engine.live_costs, engine.acceptance = LiveCosts(DEFAULT_CURVE), AcceptanceStats()
+    try:
+        auto, choices = reply(DEFAULT_LOOKAHEAD, drafts_from=[first.text])
+    finally:
+        engine.live_costs, engine.acceptance = saved
+    assert auto.token_ids == first.token_ids
+    assert auto.tokens_per_step > 2.5
+    assert any(c.startswith("history match") for c in choices)
