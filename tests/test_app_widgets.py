@@ -159,7 +159,7 @@ class _FakeSession:
     def __init__(self, engine) -> None:
         self.engine = engine
 
-    def reply(self, messages, controls: GenerationControls, sampling=None, stop=None):
+    def reply(self, messages, controls: GenerationControls, sampling=None, stop=None, drafts_from=()):
         def events():
             for step in range(self.steps):
                 if controls.cancel.is_set():
