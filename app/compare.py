@@ -84,24 +84,24 @@ class RunRecord:
     @property
     def decode_s(self) -> float:
         """Sum of the steps' wall times (prompt evaluation left out: it is the same work for both)."""
-        return sum(ev.elapsed_s for ev in self.events)
+        return self.summary.decode_s
 
     @property
     def steps(self) -> int:
         """Forward passes that committed tokens (the closing event is not one)."""
-        return sum(1 for ev in self.events if ev.mode != "none")
+        return self.summary.steps
 
     @property
     def n_tokens(self) -> int:
-        return len(self.summary.token_ids)
+        return self.summary.n_tokens
 
     @property
     def tokens_per_s(self) -> float:
-        return self.n_tokens / self.decode_s if self.decode_s > 0 else 0.0
+        return self.summary.tokens_per_s
 
     @property
     def tokens_per_step(self) -> float:
-        return self.n_tokens / self.steps if self.steps else 0.0
+        return self.summary.tokens_per_step
 
 
 @dataclass(frozen=True)

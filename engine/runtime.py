@@ -101,7 +101,9 @@ class GenerationSummary:
     def observe(self, ev: StepEvent) -> None:
         self.token_ids.extend(ev.token_ids)
         self.text += ev.text
-        self.steps += 1
+        if ev.mode != "none":  # the closing event of a stopped generation is not a forward pass
+            self.steps += 1
+            self.per_step.append(ev.n_committed)
         self.elapsed_s += ev.elapsed_s + ev.prefill_s
         self.prefill_s += ev.prefill_s
         if self.first_token_s is None and ev.token_ids:
@@ -109,7 +111,6 @@ class GenerationSummary:
         self.n_drafted += ev.n_drafted
         self.n_accepted += ev.n_accepted
         self.top2_gaps.extend(ev.top2_gaps)
-        self.per_step.append(ev.n_committed)
         if ev.stop_reason:
             self.stop_reason = ev.stop_reason
 
