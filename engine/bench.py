@@ -211,19 +211,17 @@ def run_bench(
         # so each mode is timed over at least MIN_TIMED_TOKENS tokens. Each mode
         # is timed by its fastest run: other load on the machine only ever adds time.
         block = (False, True, True, False) if k % 2 == 0 else (True, False, False, True)  # lookahead's turn?
-        times: dict[bool, list[float]] = {False: [], True: []}
         outputs: dict[bool, list[GenerationSummary]] = {False: [], True: []}
         while True:
             for is_la in block:
-                out = run_one(engine, prompt, second_mode if is_la else None, max_tokens)
-                times[is_la].append(out.decode_s)
-                outputs[is_la].append(out)
-            plain, la = outputs[False][0], outputs[True][0]
-            runs = len(times[False])
-            if runs * max(plain.n_tokens, 1) >= MIN_TIMED_TOKENS or runs >= MAX_RUNS:
+                outputs[is_la].append(run_one(engine, prompt, second_mode if is_la else None, max_tokens))
+            runs = len(outputs[False])
+            if runs * max(outputs[False][0].n_tokens, 1) >= MIN_TIMED_TOKENS or runs >= MAX_RUNS:
                 break
+        plain, la = outputs[False][0], outputs[True][0]
         same = all(o.token_ids == plain.token_ids for o in outputs[False] + outputs[True])
-        plain_s, la_s = min(times[False]), min(times[True])
+        plain_s = min(o.decode_s for o in outputs[False])
+        la_s = min(o.decode_s for o in outputs[True])
         div = first_divergence(engine, plain, la)
         if div is not None:
             # The timed run skips the top-2 bookkeeping; an untimed one supplies the gap.
