@@ -566,8 +566,8 @@ class MainWindow(QMainWindow):
         if self.model is None or self.is_loading():
             self.statusBar().showMessage("Wait for the model to load before sending", 4000)
             return
-        history = self._history(until=self._editing_message_id)
-        self._start_turn(history, user_text=text, replace_from=self._editing_message_id)
+        history, replaced = self._split_history(at=self._editing_message_id)
+        self._start_turn(history, user_text=text, replaced=replaced)
 
     @Slot()
     def regenerate_last(self) -> None:
@@ -575,12 +575,12 @@ class MainWindow(QMainWindow):
         if self.is_busy() or self.model is None or self.is_loading() or self._conversation_id is None:
             return
         messages = self.store.messages(self._conversation_id)
-        replace_from = None
+        replaced: list[StoredMessage] = []
         while messages and messages[-1].role == "assistant":
-            replace_from = messages.pop().id
+            replaced.insert(0, messages.pop())
         if not messages:
             return
-        self._start_turn(messages, user_text=None, replace_from=replace_from)
+        self._start_turn(messages, user_text=None, replaced=replaced)
 
     @Slot(int)
     def begin_edit(self, message_id: int) -> None:
@@ -601,39 +601,38 @@ class MainWindow(QMainWindow):
             self._editing_message_id = None
             self.edit_banner.setVisible(False)
 
-    def _history(self, until: int | None) -> list[StoredMessage]:
+    def _split_history(self, at: int | None) -> tuple[list[StoredMessage], list[StoredMessage]]:
+        """The chat's messages before message ``at``, and ``at`` with those after it (``at`` None: all, none)."""
         if self._conversation_id is None:
-            return []
+            return [], []
         messages = self.store.messages(self._conversation_id)
-        if until is not None:
-            messages = [m for m in messages if m.id < until]
-        return messages
+        if at is None:
+            return messages, []
+        return [m for m in messages if m.id < at], [m for m in messages if m.id >= at]
 
-    def _start_turn(self, history: list[StoredMessage], user_text: str | None, replace_from: int | None) -> None:
+    def _start_turn(self, history: list[StoredMessage], user_text: str | None, replaced: list[StoredMessage]) -> None:
+        """Generate the next reply; ``replaced`` (an edited turn, a regenerated reply) goes once it is accepted."""
         system_prompt = self.panel.system_prompt().strip()
         messages = [Message("system", system_prompt)] if system_prompt else []
         messages += [Message(m.role, m.content) for m in history if m.role in ("user", "assistant")]
         if user_text is not None:
             messages.append(Message("user", user_text))
         lookahead = self.panel.lookahead_config()
-        replaced: tuple[str, ...] = ()
-        if replace_from is not None and self._conversation_id is not None:
-            # A regenerated or re-asked reply often says much of what it replaces: free drafts.
-            replaced = tuple(m.content for m in self.store.messages(self._conversation_id) if m.id >= replace_from)
         request = GenerationRequest(
             request_id=self._next_request_id,
             messages=tuple(messages),
             lookahead=lookahead,
             sampling=self.panel.sampling_config(),
             stop=self.panel.stop_config(),
-            drafts_from=replaced,
+            # A regenerated or re-asked reply often says much of what it replaces: free drafts.
+            drafts_from=tuple(m.content for m in replaced),
         )
         self._next_request_id += 1
         self._turn = _Turn(
             request_id=request.request_id,
             conversation_id=self._conversation_id,
             user_text=user_text,
-            replace_from=replace_from,
+            replace_from=replaced[0].id if replaced else None,
             system_prompt=self.panel.system_prompt(),
             auto=lookahead is not None and lookahead.auto,
         )
