@@ -7,6 +7,7 @@ instead of blocking, and a check that no engine thread is left running.
 from __future__ import annotations
 
 import os
+import time
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # CI has no display
 
@@ -19,6 +20,7 @@ from PySide6.QtWidgets import QMessageBox  # noqa: E402
 
 from app import paths  # noqa: E402
 from app.settings import AppSettings  # noqa: E402
+from app.store import ChatStore, StoredMessage  # noqa: E402
 from app.worker import LIVE_THREADS  # noqa: E402
 
 # The offscreen platform says this whenever a top-level window's size limits change; xcb does not.
@@ -115,3 +117,20 @@ def make_window(qtbot, app_home: Path, dialogs: DialogLog):
     for window in windows:
         window.close()
         window.deleteLater()
+
+
+def close_mid_reply(window) -> list[StoredMessage]:
+    """Close ``window`` while a reply runs: it must exit within 2 s with its engine thread stopped.
+
+    Returns the messages stored for the one chat.
+    """
+    t0 = time.perf_counter()
+    window.close()
+    assert time.perf_counter() - t0 < 2.0
+    assert not window.engine.thread.isRunning()
+    store = ChatStore()
+    try:
+        (conv,) = store.conversations()
+        return store.messages(conv.id)
+    finally:
+        store.close()

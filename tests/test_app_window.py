@@ -3,19 +3,17 @@
 from __future__ import annotations
 
 import os
-import time
 
 import pytest
 
 from tests.app_fixtures import *  # noqa: F403 (fixtures)
-from tests.app_fixtures import OFFSCREEN_NOISE, REPLY_TIMEOUT_MS, quick_settings
+from tests.app_fixtures import OFFSCREEN_NOISE, REPLY_TIMEOUT_MS, close_mid_reply, quick_settings
 
 from PySide6.QtCore import Qt  # noqa: E402 (after the offscreen platform is set)
 
 from app.main_window import MainWindow, ReplyRecord  # noqa: E402
 from app.settings import AppSettings  # noqa: E402
 from app.stats import ReplyStats  # noqa: E402
-from app.store import ChatStore  # noqa: E402
 
 pytestmark = [pytest.mark.model, OFFSCREEN_NOISE]
 
@@ -158,17 +156,7 @@ def test_closing_the_window_mid_reply_stops_it_quickly_and_keeps_the_partial_rep
     with qtbot.waitSignal(window.replyStepReceived, timeout=REPLY_TIMEOUT_MS):
         window.send_button.click()
 
-    t0 = time.perf_counter()
-    window.close()
-    assert time.perf_counter() - t0 < 2.0
-    assert not window.engine.thread.isRunning()
-
-    store = ChatStore()
-    try:
-        (conv,) = store.conversations()
-        messages = store.messages(conv.id)
-    finally:
-        store.close()
+    messages = close_mid_reply(window)
     assert [m.role for m in messages] == ["user", "assistant"]
     assert messages[1].content.strip()
     assert ReplyStats.from_json(messages[1].stats_json).stop_reason == "cancelled"

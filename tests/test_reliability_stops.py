@@ -7,11 +7,10 @@ import time
 import pytest
 
 from tests.app_fixtures import *  # noqa: F403 (fixtures)
-from tests.app_fixtures import MODEL_LOAD_TIMEOUT_MS, OFFSCREEN_NOISE, REPLY_TIMEOUT_MS
+from tests.app_fixtures import MODEL_LOAD_TIMEOUT_MS, OFFSCREEN_NOISE, REPLY_TIMEOUT_MS, close_mid_reply
 
 from app.settings import AppSettings  # noqa: E402
 from app.stats import ReplyStats  # noqa: E402
-from app.store import ChatStore  # noqa: E402
 
 pytestmark = [pytest.mark.model, OFFSCREEN_NOISE]
 
@@ -56,17 +55,7 @@ def test_closing_mid_reply_at_the_default_settings_exits_quickly_and_saves_the_p
     window.send_button.click()
     qtbot.waitUntil(lambda: sum(1 for t in texts if t) >= 3, timeout=REPLY_TIMEOUT_MS)
 
-    t0 = time.perf_counter()
-    window.close()
-    assert time.perf_counter() - t0 < 2.0
-    assert not window.engine.thread.isRunning()
-
-    store = ChatStore()
-    try:
-        (conv,) = store.conversations()
-        messages = store.messages(conv.id)
-    finally:
-        store.close()
+    messages = close_mid_reply(window)
     assert [m.role for m in messages] == ["user", "assistant"]
     assert messages[1].content == "".join(texts)  # everything that was streamed, nothing more or less
     assert ReplyStats.from_json(messages[1].stats_json).stop_reason == "cancelled"
