@@ -52,9 +52,12 @@ MATCH_EDGES = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24)
 # greedy replies of a 135M instruct model to 60 mixed prompts, then shaded down
 # a little. Worth PRIOR_WEIGHT tokens; what lands while generating moves them.
 _HISTORY_PRIORS = {
-    ALONE: (0.35, 0.52, 0.6, 0.72, 0.75, 0.78, 0.8, 0.86, 0.89, 0.95, 0.96),
-    AGREE: (0.6, 0.78, 0.83, 0.88, 0.9, 0.9, 0.93, 0.95, 0.95, 0.98, 0.99),
-    SPLIT: (0.15, 0.2, 0.25, 0.45, 0.5, 0.4, 0.5, 0.5, 0.6, 0.6, 0.8),
+    support: dict(zip(MATCH_EDGES, priors))
+    for support, priors in (
+        (ALONE, (0.35, 0.52, 0.6, 0.72, 0.75, 0.78, 0.8, 0.86, 0.89, 0.95, 0.96)),
+        (AGREE, (0.6, 0.78, 0.83, 0.88, 0.9, 0.9, 0.93, 0.95, 0.95, 0.98, 0.99)),
+        (SPLIT, (0.15, 0.2, 0.25, 0.45, 0.5, 0.4, 0.5, 0.5, 0.6, 0.6, 0.8)),
+    )
 }
 POOL_PRIOR = 0.2
 PRIOR_WEIGHT = 6.0
@@ -78,7 +81,7 @@ def bucket(d: Draft, k: int = 0) -> Bucket:
 def _prior(b: Bucket) -> float:
     source, edge, support = b
     if source == "history":
-        return _HISTORY_PRIORS[support][MATCH_EDGES.index(edge)]
+        return _HISTORY_PRIORS[support][edge]
     return POOL_PRIOR
 
 
@@ -154,7 +157,8 @@ class FixedPolicy:
 class AutoPolicy:
     """Sizes every step from the cost curve and the acceptance seen so far.
 
-    ``cfg`` bounds what it may use (its W, N, G are maxima).
+    ``cfg`` bounds its window (W and N are maxima); G=0 turns drafting off.
+    History drafts are sized here, up to MAX_AUTO_DRAFT tokens.
     """
 
     def __init__(self, history: HistoryIndex, pool: NgramPool, curve: CostCurve | LiveCosts, stats: AcceptanceStats) -> None:

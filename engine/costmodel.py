@@ -118,7 +118,6 @@ class LiveCosts:
 
     def __init__(self, curve: CostCurve) -> None:
         self.curve = curve
-        self.max_exact_batch = curve.max_exact_batch
         self._singles: deque[float] = deque(maxlen=64)
         self._ratios: dict[int, deque[float]] = {}
         self._cost: dict[int, float] = {}
