@@ -22,14 +22,14 @@ from dataclasses import dataclass, field
 from engine import (
     ChatSession,
     GenerationControls,
-    GenerationSummary,
     LookaheadConfig,
     Message,
+    RunStats,
     SamplingConfig,
     StepEvent,
     StopConfig,
 )
-from engine.bench import PromptResult, Workload, first_divergence, geomean
+from engine.measure import CategoryRow, Divergence, PromptResult, Workload, by_category, first_divergence, speedup
 
 FAIRNESS_NOTE = "Runs one after the other, replayed at measured speed, so the two never compete for the CPU."
 
@@ -61,57 +61,20 @@ class CompareProgress:
 
 @dataclass(frozen=True)
 class RunRecord:
-    """One decoder's measured run: every step event, in order, and their totals."""
+    """One decoder's measured run: every step event, in order (for the replay), and their statistics."""
 
     events: tuple[StepEvent, ...]
-    summary: GenerationSummary
+    stats: RunStats
 
     @classmethod
-    def from_events(cls, events: Sequence[StepEvent]) -> "RunRecord":
-        summary = GenerationSummary()
-        for ev in events:
-            summary.observe(ev)
-        return cls(tuple(events), summary)
-
-    @property
-    def token_ids(self) -> tuple[int, ...]:
-        return tuple(self.summary.token_ids)
-
-    @property
-    def text(self) -> str:
-        return self.summary.text
-
-    @property
-    def decode_s(self) -> float:
-        """Sum of the steps' wall times (prompt evaluation left out: it is the same work for both)."""
-        return self.summary.decode_s
-
-    @property
-    def steps(self) -> int:
-        """Forward passes that committed tokens (the closing event is not one)."""
-        return self.summary.steps
-
-    @property
-    def n_tokens(self) -> int:
-        return self.summary.n_tokens
-
-    @property
-    def tokens_per_s(self) -> float:
-        return self.summary.tokens_per_s
-
-    @property
-    def tokens_per_step(self) -> float:
-        return self.summary.tokens_per_step
+    def from_events(cls, events: Sequence[StepEvent]) -> RunRecord:
+        return cls(tuple(events), RunStats.of(events))
 
 
 @dataclass(frozen=True)
-class DivergenceMark:
-    """Where the two replies first differ, located in each reply's text for highlighting."""
+class DivergenceMark(Divergence):
+    """Where the two replies first differ, also located in each reply's text for highlighting."""
 
-    index: int  # token index
-    plain_piece: str
-    lookahead_piece: str
-    plain_top2_gap: float | None  # small gap: a near tie the plain decoder broke one way
     plain_offset: int  # character offset of the divergent token in the plain text
     lookahead_offset: int
 
@@ -134,14 +97,18 @@ class CompareResult:
 
     @property
     def speedup(self) -> float:
-        """Plain decode time ÷ lookahead decode time (each the sum of its steps' measured times)."""
-        if self.plain is None or self.lookahead is None or self.lookahead.decode_s <= 0:
+        """Lookahead against plain, as ``engine.measure.speedup`` defines it (0.0 unless both ran)."""
+        if self.plain is None or self.lookahead is None:
             return 0.0
-        return self.plain.decode_s / self.lookahead.decode_s
+        return speedup(self.plain.stats, self.lookahead.stats)
 
     @property
     def identical(self) -> bool:
-        return self.plain is not None and self.lookahead is not None and self.plain.token_ids == self.lookahead.token_ids
+        return (
+            self.plain is not None
+            and self.lookahead is not None
+            and self.plain.stats.token_ids == self.lookahead.stats.token_ids
+        )
 
 
 def run_comparison(
@@ -174,16 +141,14 @@ def run_comparison(
     cancelled = cancel.is_set() or len(runs) < 2
     plain, lookahead = runs.get(PLAIN), runs.get(LOOKAHEAD)
     mark = None
-    if plain is not None and lookahead is not None and plain.token_ids != lookahead.token_ids:
-        div = first_divergence(engine, plain.summary, lookahead.summary)
+    if plain is not None and lookahead is not None:
+        p, la = plain.stats, lookahead.stats
+        div = first_divergence(p, la, engine.detokenize)
         if div is not None:
             mark = DivergenceMark(
-                index=div.index,
-                plain_piece=div.plain_piece,
-                lookahead_piece=div.lookahead_piece,
-                plain_top2_gap=div.plain_top2_gap,
-                plain_offset=min(len(engine.detokenize(plain.token_ids[: div.index])), len(plain.text)),
-                lookahead_offset=min(len(engine.detokenize(lookahead.token_ids[: div.index])), len(lookahead.text)),
+                **div.as_dict(),
+                plain_offset=min(len(engine.detokenize(p.token_ids[: div.index])), len(p.text)),
+                lookahead_offset=min(len(engine.detokenize(la.token_ids[: div.index])), len(la.text)),
             )
     return CompareResult(
         request_id=request.request_id,
@@ -252,31 +217,15 @@ class SpeedReportRequest:
 
 
 def prompt_result(workload: Workload, result: CompareResult) -> PromptResult:
-    """A finished comparison as a row of the speed report (``engine.bench``'s own result type).
-
-    The speedup here is lookahead tokens/s ÷ plain tokens/s, as ``engine.bench``
-    computes it: the same as the time ratio when the texts are identical, and
-    still fair when one reply ended earlier than the other.
-    """
+    """A finished comparison as a row of the speed report: ``engine bench``'s row, built the same way."""
     assert result.plain is not None and result.lookahead is not None
-    plain, la = result.plain, result.lookahead
-    div = result.divergence
-    return PromptResult(
-        id=workload.id,
-        cat=workload.cat,
-        n_tokens=la.n_tokens,
-        plain_tps=round(plain.tokens_per_s, 2),
-        lookahead_tps=round(la.tokens_per_s, 2),
-        speedup=round(la.tokens_per_s / plain.tokens_per_s, 4) if plain.tokens_per_s > 0 else 0.0,
-        tokens_per_step=round(la.tokens_per_step, 3),
+    return PromptResult.from_runs(
+        workload,
+        result.plain.stats,
+        result.lookahead.stats,
         identical=result.identical,
-        first_divergence=None if div is None else {
-            "index": div.index, "plain_piece": div.plain_piece, "lookahead_piece": div.lookahead_piece,
-            "plain_top2_gap": div.plain_top2_gap,
-        },
-        plain_s=round(plain.decode_s, 4),
-        lookahead_s=round(la.decode_s, 4),
-        extra={"plain_first": result.plain_first},
+        divergence=result.divergence,
+        plain_first=result.plain_first,
     )
 
 
@@ -286,11 +235,17 @@ def run_speed_report(
     cancel: threading.Event,
     on_result: Callable[[PromptResult], None] | None = None,
 ) -> list[PromptResult]:
-    """Every workload through ``run_comparison``, alternating which decoder goes first.
+    """Every workload through ``run_comparison``, alternating which decoder goes first; Stop ends the step in flight.
 
-    Not ``engine.bench.run_bench``: that one checks its cancel flag only between
-    prompts, and one prompt can take many seconds on a slow CPU. Here Stop
-    reaches the step in flight, so Cancel (and closing the window) is prompt.
+    Its rows are ``engine bench``'s: ``PromptResult.from_runs`` builds them and
+    ``engine.measure.speedup`` gives their speedup, so the Compare tab, this
+    report and ``engine bench`` compare the same two runs by one rule. Not
+    ``engine.bench.run_bench`` itself, on purpose: this report is the Compare
+    tab's comparison (one run of each decoder, with the chat's system prompt
+    and sampling) over many prompts, as quick as that many comparisons, with a
+    row per prompt as it ends; ``run_bench`` times each decoder by the fastest
+    of up to eight greedy A-B-B-A runs (and adds the oracle bound), several
+    times longer, for the command line. Both stop within one step of ``cancel``.
     """
     results: list[PromptResult] = []
     for k, workload in enumerate(request.workloads):
@@ -323,34 +278,6 @@ class SpeedReportOutcome:
     error: str | None = None
 
 
-@dataclass(frozen=True)
-class CategoryRow:
-    cat: str
-    n: int
-    speedup: float  # geometric mean
-    tokens_per_step: float  # arithmetic mean
-    identical: int
-
-
-def category_rows(results: Sequence[PromptResult]) -> list[CategoryRow]:
-    """Per category (in order of first appearance), then "all"."""
-    groups: dict[str, list[PromptResult]] = {}
-    for r in results:
-        groups.setdefault(r.cat, []).append(r)
-    if results:
-        groups["all"] = list(results)
-    return [
-        CategoryRow(
-            cat=cat,
-            n=len(rs),
-            speedup=geomean(r.speedup for r in rs),
-            tokens_per_step=sum(r.tokens_per_step for r in rs) / len(rs),
-            identical=sum(r.identical for r in rs),
-        )
-        for cat, rs in groups.items()
-    ]
-
-
 PROMPT_COLUMNS = ("id", "category", "tokens", "plain tok/s", "lookahead tok/s", "speedup", "tokens/step", "identical")
 CATEGORY_COLUMNS = ("category", "prompts", "speedup (geomean)", "tokens/step (mean)", "identical")
 
@@ -375,7 +302,7 @@ def report_csv(results: Sequence[PromptResult]) -> str:
     for r in results:
         writer.writerow([r.id, r.cat, r.n_tokens, r.plain_tps, r.lookahead_tps, r.speedup, r.tokens_per_step,
                          "yes" if r.identical else "no", r.plain_s, r.lookahead_s])
-    for c in category_rows(results):
+    for c in by_category(results):
         writer.writerow(["", c.cat, "", "", "", round(c.speedup, 4), round(c.tokens_per_step, 3),
                          f"{c.identical}/{c.n}", "", ""])
     return out.getvalue()
@@ -392,5 +319,5 @@ def report_markdown(results: Sequence[PromptResult], title: str = "Speed report"
     lines = [f"## {title}", ""]
     lines += table(PROMPT_COLUMNS, [prompt_cells(r) for r in results])
     lines += ["", "### By category", ""]
-    lines += table(CATEGORY_COLUMNS, [category_cells(c) for c in category_rows(results)])
+    lines += table(CATEGORY_COLUMNS, [category_cells(c) for c in by_category(results)])
     return "\n".join(lines) + "\n"

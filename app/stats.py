@@ -1,68 +1,40 @@
-"""Statistics of one reply, built from the engine's step events; stored with the message.
+"""A reply's statistics as the app shows and stores them.
 
-No Qt here: the live panel and the stats line under each reply both read these.
+The counting is ``engine.measure.RunStats``'s; this adds what the app knows
+besides the events (the model's name, whether Auto chose the shape), the line
+shown under a reply, and the JSON stored with the message. No Qt here.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import Any
 
-from engine import StepEvent
+from engine import RunStats, StepEvent
+
+# What a message row stores: the counts, not the tokens or text (the message holds the text).
+# Rows written before RunStats existed have exactly these keys, so they load as they are.
+STORED_FIELDS = (
+    "n_tokens", "steps", "decode_s", "first_token_s", "n_drafted", "n_accepted", "modes", "window", "ngram",
+    "guesses", "auto", "model", "stop_reason", "per_step", "elapsed_s",
+)
+
+STOP_WORDS = {"cancelled": "stopped", "max_tokens": "length limit", "context_full": "context full"}
 
 
 @dataclass
-class ReplyStats:
+class ReplyStats(RunStats):
     """What a finished (or stopped) reply cost, and how lookahead did."""
 
-    n_tokens: int = 0
-    steps: int = 0  # forward passes that committed tokens
-    decode_s: float = 0.0
-    first_token_s: float | None = None  # prompt evaluation + first step
-    n_drafted: int = 0
-    n_accepted: int = 0
-    modes: list[str] = field(default_factory=list)  # distinct modes in order of first use
-    window: int = 0  # lookahead shape of the last lookahead step
-    ngram: int = 0
-    guesses: int = 0
-    auto: bool = False
+    auto: bool = False  # the last lookahead shape was chosen by Auto
     model: str = ""
-    stop_reason: str | None = None
-    per_step: list[int] = field(default_factory=list)  # tokens committed by each step
-    elapsed_s: float = 0.0  # prompt evaluation + all steps
 
     def observe(self, ev: StepEvent, auto: bool = False) -> None:
-        """Fold one step event in (in order)."""
-        self.elapsed_s += ev.elapsed_s + ev.prefill_s
-        if ev.mode != "none":
-            self.steps += 1
-            self.per_step.append(ev.n_committed)
-            self.decode_s += ev.elapsed_s
-            if ev.mode not in self.modes:
-                self.modes.append(ev.mode)
+        """Fold one step event in (in order); ``auto``: the reply runs in Auto mode."""
+        super().observe(ev)
         if ev.mode == "lookahead":
-            self.window, self.ngram, self.guesses, self.auto = ev.window, ev.ngram, ev.guesses, auto
-        if ev.token_ids and self.first_token_s is None:
-            self.first_token_s = self.elapsed_s
-        self.n_tokens += len(ev.token_ids)
-        self.n_drafted += ev.n_drafted
-        self.n_accepted += ev.n_accepted
-        if ev.stop_reason:
-            self.stop_reason = ev.stop_reason
-
-    @property
-    def tokens_per_s(self) -> float:
-        return self.n_tokens / self.decode_s if self.decode_s > 0 else 0.0
-
-    @property
-    def tokens_per_step(self) -> float:
-        return self.n_tokens / self.steps if self.steps else 0.0
-
-    @property
-    def acceptance(self) -> float | None:
-        """Accepted / drafted tokens; None when nothing was drafted."""
-        return self.n_accepted / self.n_drafted if self.n_drafted else None
+            self.auto = auto
 
     @property
     def mode(self) -> str:
@@ -82,28 +54,25 @@ class ReplyStats:
         if self.first_token_s is not None:
             parts.append(f"TTFT {self.first_token_s:.2f} s")
         parts.append(f"{self.tokens_per_step:.2f} tok/step")
-        shape = self.shape_text()
-        parts.append(f"{self.mode} {shape}".strip())
+        parts.append(f"{self.mode} {self.shape_text()}".strip())
         if self.acceptance is not None:
             parts.append(f"accepted {self.acceptance:.0%}")
         if self.model:
             parts.append(self.model)
         if self.stop_reason and self.stop_reason not in ("eog", "stop_string"):
-            parts.append({"cancelled": "stopped", "max_tokens": "length limit", "context_full": "context full"}.get(
-                self.stop_reason, self.stop_reason))
+            parts.append(STOP_WORDS.get(self.stop_reason, self.stop_reason))
         return " · ".join(parts)
 
     def to_json(self) -> str:
-        return json.dumps(dataclasses.asdict(self))
+        return json.dumps({name: getattr(self, name) for name in STORED_FIELDS})
 
     @classmethod
-    def from_json(cls, text: str | None) -> "ReplyStats | None":
+    def from_json(cls, text: str | None) -> ReplyStats | None:
         """Parse stored stats; None for messages without any (or unreadable ones)."""
         if not text:
             return None
         try:
-            data = json.loads(text)
-            names = {f.name for f in dataclasses.fields(cls)}
-            return cls(**{k: v for k, v in data.items() if k in names})
-        except (ValueError, TypeError):
+            data: dict[str, Any] = json.loads(text)
+            return cls(**{k: v for k, v in data.items() if k in STORED_FIELDS})
+        except (ValueError, TypeError, AttributeError):
             return None

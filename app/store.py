@@ -281,6 +281,29 @@ class ChatStore:
         return cur.rowcount
 
 
+def open_chat_store() -> tuple[ChatStore, str | None]:
+    """The user's chat database, and what went wrong opening it (for the user), if anything.
+
+    A damaged file is replaced (with a backup); one that cannot be used at all
+    (locked by another program, from a newer version) is left as it is and the
+    chats of this session are kept in memory.
+    """
+    try:
+        store = ChatStore()
+    except (DatabaseLockedError, SchemaTooNewError, sqlite3.Error, OSError) as exc:
+        hint = (
+            "Close the other program and restart Lookahead Chat to see your chats again."
+            if isinstance(exc, DatabaseLockedError)
+            else "The file was left as it is."
+        )
+        notice = (
+            f"The chats cannot be opened: {exc}.\n\nYou can keep chatting, but this session's chats "
+            f"will not be saved. {hint}"
+        )
+        return ChatStore(MEMORY), notice
+    return store, store.recovered.message() if store.recovered is not None else None
+
+
 def export_markdown(conversation: Conversation, messages: Iterable[StoredMessage]) -> str:
     """A conversation as a Markdown document (File → Export chat…)."""
     from .stats import ReplyStats  # local: keeps this module importable on its own

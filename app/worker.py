@@ -15,7 +15,8 @@ import logging
 import threading
 import time
 import weakref
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from typing import Any
 from pathlib import Path
 
 from PySide6.QtCore import QObject, Qt, QThread, Signal, Slot
@@ -26,19 +27,19 @@ from engine import (
     GenerationControls,
     LookaheadConfig,
     LookaheadUnsupportedError,
-    Message,
     ModelFileError,
     NativeError,
     PromptTooLongError,
-    SamplingConfig,
     SettingsError,
-    StepEvent,
-    StopConfig,
     TemplateRenderError,
     default_model_path,
 )
 from engine.bench import PromptResult
+from engine.costmodel import MeasurementCancelled
+from engine.probe import ProbeResult, ensure_loadable
+from engine.runtime import default_threads
 
+from .requests import GenerationRequest, LoadedModel, ReplyOutcome, StepUpdate
 from .compare import (
     CompareProgress,
     CompareRequest,
@@ -64,55 +65,6 @@ _USER_ERRORS = (
 LIVE_THREADS: "weakref.WeakSet[QThread]" = weakref.WeakSet()
 
 
-@dataclass(frozen=True)
-class LoadedModel:
-    """Facts about the model now in use, for the status bar and the stats lines."""
-
-    path: str
-    display_name: str
-    gguf_name: str
-    architecture: str
-    file_type: str
-    n_ctx: int
-    n_params: int
-    n_threads: int
-    lookahead_block_reason: str | None
-    load_s: float
-
-
-@dataclass(frozen=True)
-class GenerationRequest:
-    """One reply to generate: the whole conversation so far, ending with the user's turn."""
-
-    request_id: int
-    messages: tuple[Message, ...]
-    lookahead: LookaheadConfig | None
-    sampling: SamplingConfig = field(default_factory=SamplingConfig)
-    stop: StopConfig = field(default_factory=StopConfig)
-    drafts_from: tuple[str, ...] = ()  # texts this reply replaces (regenerate, edit): drafts for lookahead
-
-
-@dataclass(frozen=True)
-class StepUpdate:
-    """One step event, with the lookahead setting the worker handed the engine for that step."""
-
-    request_id: int
-    event: StepEvent
-    requested: LookaheadConfig | None
-    after_stop: bool  # the stop request was already set when this event was emitted
-
-
-@dataclass(frozen=True)
-class ReplyOutcome:
-    """How a generation ended (the text and statistics come with the step updates)."""
-
-    request_id: int
-    stop_reason: str | None
-    n_tokens: int
-    steps_after_stop: int  # committing steps emitted after Stop was pressed (at most the one in flight)
-    error: str | None = None
-
-
 class EngineWorker(QObject):
     """Owns the engine; lives on its own QThread.
 
@@ -129,6 +81,9 @@ class EngineWorker(QObject):
         compareFailed(int, str): the comparison with this id failed; the message is for the user.
         reportProgress(object): a ``SpeedReportProgress`` per prompt of a speed report.
         reportFinished(object): a ``SpeedReportOutcome``: the report is over (done, cancelled or failed).
+        measureProgress(float): measuring this machine's cost curve for Auto, 0..1.
+        measureFinished(str, str): the measurement is over: ("measured" | "cached" | "cancelled" |
+            "unneeded" | "failed", a sentence for the user).
     """
 
     modelLoading = Signal(float)
@@ -143,9 +98,23 @@ class EngineWorker(QObject):
     compareFailed = Signal(int, str)
     reportProgress = Signal(object)
     reportFinished = Signal(object)
+    measureProgress = Signal(float)
+    measureFinished = Signal(str, str)
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        engine_factory: Callable[..., Engine] = Engine,
+        session_factory: Callable[[Engine], ChatSession] = ChatSession,
+        default_model: Callable[[], Path] = default_model_path,
+        check_loadable: Callable[..., ProbeResult] = ensure_loadable,
+    ) -> None:
+        """The factories build the engine and its chat session (tests pass fakes); ``check_loadable``
+        test-loads a file opened for the first time in a child process (engine/probe.py)."""
         super().__init__()
+        self._engine_factory = engine_factory
+        self._session_factory = session_factory
+        self._default_model = default_model
+        self._check_loadable = check_loadable
         self._engine: Engine | None = None
         self._session: ChatSession | None = None
         self._lock = threading.Lock()
@@ -153,6 +122,8 @@ class EngineWorker(QObject):
         self._pending_lookahead: tuple[LookaheadConfig | None] | None = None  # 1-tuple: None is a valid value
         self._shutting_down = threading.Event()
         self._job_cancel: threading.Event | None = None  # the running comparison's or speed report's
+        self._measuring: tuple[int, threading.Event] | None = None  # the running measurement's id and cancel
+        self._measure_cancelled_upto = 0  # measurements with this id or a lower one are not wanted any more
 
     # --- slots run on the worker thread (queued) ---
 
@@ -167,13 +138,16 @@ class EngineWorker(QObject):
             return not self._shutting_down.is_set()  # False aborts the load
 
         try:
-            model_path = Path(path) if path else default_model_path()
-            engine = Engine(model_path, n_ctx=n_ctx, n_threads=n_threads or None, progress=progress)
+            model_path = Path(path) if path else self._default_model()
+            # A file never loaded before is loaded in a child first: damage that makes llama.cpp
+            # abort kills the child, not the app (and the model in use stays).
+            probe = self._check_loadable(model_path, n_ctx=n_ctx, n_threads=n_threads or default_threads())
+            engine = self._engine_factory(model_path, n_ctx=n_ctx, n_threads=n_threads or None, progress=progress)
         except Exception as exc:  # every failure becomes a message for the user
             log.warning("model load failed: %s", exc)
             self.modelFailed.emit(_describe(exc))
             return
-        old, self._engine, self._session = self._engine, engine, ChatSession(engine)
+        old, self._engine, self._session = self._engine, engine, self._session_factory(engine)
         if old is not None:
             old.close()
         s = engine.summary
@@ -188,6 +162,7 @@ class EngineWorker(QObject):
             n_threads=engine.n_threads,
             lookahead_block_reason=engine.lookahead_block_reason,
             load_s=time.perf_counter() - t0,
+            probe_s=probe.seconds if probe.probed else None,
         )
         self.modelLoaded.emit(loaded)
 
@@ -240,6 +215,41 @@ class EngineWorker(QObject):
             with self._lock:
                 self._controls = None
         self.replyFinished.emit(ReplyOutcome(request.request_id, stop_reason, n_tokens, steps_after_stop))
+
+    @Slot(int)
+    def measureMachine(self, request_id: int) -> None:
+        """Measure what a batch costs here, for Auto (a few seconds, once per model).
+
+        Meant for idle time: ``interruptMeasurement`` with this id or a later one
+        stops it (also before it starts), so a reply asked for meanwhile waits at
+        most one decode and plans with the reference curve (see ``Engine.tune``).
+        """
+        engine = self._engine
+        if engine is None or engine.lookahead_block_reason is not None:
+            self.measureFinished.emit("unneeded", "")
+            return
+        if engine.load_cached_curve():
+            self.measureFinished.emit("cached", "")
+            return
+        cancel = threading.Event()
+        with self._lock:
+            if request_id <= self._measure_cancelled_upto or self._shutting_down.is_set():
+                cancel.set()
+            self._measuring = (request_id, cancel)
+        t0 = time.perf_counter()
+        try:
+            engine.tune(progress=self.measureProgress.emit, cancel=cancel)
+        except MeasurementCancelled:
+            self.measureFinished.emit("cancelled", "")
+            return
+        except Exception as exc:  # a failed measurement only leaves Auto on the reference curve
+            log.warning("cost measurement failed: %s", exc)
+            self.measureFinished.emit("failed", _describe(exc))
+            return
+        finally:
+            with self._lock:
+                self._measuring = None
+        self.measureFinished.emit("measured", f"Measured this PC for lookahead in {time.perf_counter() - t0:.1f} s")
 
     def _apply_pending_lookahead(self, controls: GenerationControls) -> LookaheadConfig | None:
         with self._lock:
@@ -318,6 +328,14 @@ class EngineWorker(QObject):
 
     # --- slots connected directly: run on the caller's thread, touch only thread-safe state ---
 
+    @Slot(int)
+    def interruptMeasurement(self, upto_id: int) -> None:
+        """Stop measurements with ids up to ``upto_id``, running or still queued, between two decodes."""
+        with self._lock:
+            self._measure_cancelled_upto = max(self._measure_cancelled_upto, upto_id)
+            if self._measuring is not None and self._measuring[0] <= upto_id:
+                self._measuring[1].set()
+
     @Slot()
     def stop(self) -> None:
         """Ask the running generation (or comparison, or speed report) to stop before its next step."""
@@ -339,6 +357,7 @@ class EngineWorker(QObject):
     def requestShutdown(self) -> None:
         """Thread-safe: abort a running load and the running generation."""
         self._shutting_down.set()
+        self.interruptMeasurement(2**62)
         self.stop()
 
 
@@ -361,7 +380,9 @@ class EngineThread(QObject):
         generateRequested(object): queued to ``EngineWorker.generate``.
         compareRequested(object): queued to ``EngineWorker.compare``.
         speedReportRequested(object): queued to ``EngineWorker.speedReport``.
+        measureRequested(int): queued to ``EngineWorker.measureMachine``.
         stopRequested(): direct to ``EngineWorker.stop``.
+        measureInterruptRequested(int): direct to ``EngineWorker.interruptMeasurement``.
         lookaheadChanged(object): direct to ``EngineWorker.setLookahead``.
     """
 
@@ -369,13 +390,16 @@ class EngineThread(QObject):
     generateRequested = Signal(object)
     compareRequested = Signal(object)
     speedReportRequested = Signal(object)
+    measureRequested = Signal(int)
     stopRequested = Signal()
+    measureInterruptRequested = Signal(int)
     lookaheadChanged = Signal(object)
     _shutdownRequested = Signal()
 
-    def __init__(self, parent: QObject | None = None) -> None:
+    def __init__(self, parent: QObject | None = None, **worker_options: Any) -> None:
+        """``worker_options`` go to ``EngineWorker`` (its factories)."""
         super().__init__(parent)
-        self.worker = EngineWorker()
+        self.worker = EngineWorker(**worker_options)
         self.thread = QThread()
         self.thread.setObjectName("engine")
         self.worker.moveToThread(self.thread)
@@ -383,9 +407,11 @@ class EngineThread(QObject):
         self.generateRequested.connect(self.worker.generate, Qt.ConnectionType.QueuedConnection)
         self.compareRequested.connect(self.worker.compare, Qt.ConnectionType.QueuedConnection)
         self.speedReportRequested.connect(self.worker.speedReport, Qt.ConnectionType.QueuedConnection)
+        self.measureRequested.connect(self.worker.measureMachine, Qt.ConnectionType.QueuedConnection)
         self._shutdownRequested.connect(self.worker.shutdown, Qt.ConnectionType.QueuedConnection)
-        # Direct: the worker's event loop is busy inside the generation these two must reach.
+        # Direct: the worker's event loop is busy inside the generation or measurement these must reach.
         self.stopRequested.connect(self.worker.stop, Qt.ConnectionType.DirectConnection)
+        self.measureInterruptRequested.connect(self.worker.interruptMeasurement, Qt.ConnectionType.DirectConnection)
         self.lookaheadChanged.connect(self.worker.setLookahead, Qt.ConnectionType.DirectConnection)
         LIVE_THREADS.add(self.thread)
         self.thread.start()

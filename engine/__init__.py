@@ -3,12 +3,12 @@
 Never imports Qt; the desktop app in ``app/`` drives it from a worker thread.
 """
 
+from .measure import RunStats
 from .models import GgufSummary, ModelFileError, check_gguf, default_model_path
 from .native import NativeError
 from .runtime import (
     Engine,
     GenerationControls,
-    GenerationSummary,
     LookaheadUnsupportedError,
     PromptTooLongError,
     StepEvent,
@@ -21,7 +21,6 @@ __all__ = [
     "ChatSession",
     "Engine",
     "GenerationControls",
-    "GenerationSummary",
     "GgufSummary",
     "LookaheadConfig",
     "LookaheadUnsupportedError",
@@ -29,6 +28,7 @@ __all__ = [
     "ModelFileError",
     "NativeError",
     "PromptTooLongError",
+    "RunStats",
     "SamplingConfig",
     "SettingsError",
     "StepEvent",

@@ -20,27 +20,13 @@ from dataclasses import dataclass, field
 
 from .costmodel import CostCurve, LiveCosts
 from .drafts import AGREE, ALONE, SPLIT, Draft, HistoryIndex, rank_drafts
+from .plan import StepChoice
 from .pool import NgramPool
-from .settings import MAX_GUESSES, MAX_NGRAM, MAX_WINDOW, LookaheadConfig
+from .settings import MAX_GUESSES, MAX_WINDOW, LookaheadConfig
 
 # Longest history draft Auto verifies in one step. Drafts are not bound by N, the
 # window's n-gram size: a long copy of earlier text can land 15 tokens at a time.
 MAX_AUTO_DRAFT = 15
-
-
-@dataclass(frozen=True)
-class StepChoice:
-    """What one step holds. No drafts and no window = a plain step."""
-
-    drafts: tuple[Draft, ...] = ()
-    window: int = 0
-    ngram: int = 0
-    reason: str = ""
-    expected_gain: float = 1.0  # expected tokens per unit cost, relative to a plain step
-
-    @property
-    def plain(self) -> bool:
-        return not self.drafts and self.window == 0
 
 
 # Match lengths are pooled in these buckets (a bucket holds lengths from its edge to the next).

@@ -3,33 +3,34 @@
 Each prompt runs as a chat message through both decoders, in A-B-B-A blocks
 whose first mode alternates, so drift in the machine's speed does not favour
 either; each mode is timed by its fastest run. Speed is the ratio of the two
-in this run; absolute rates are context only.
+in this run (``measure.speedup``); absolute rates are context only.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import threading
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from .costmodel import CostCurve
-from .runtime import Engine, GenerationControls, GenerationSummary
+from .measure import (
+    ALL,
+    CategoryRow,
+    PromptResult,
+    RunStats,
+    Workload,
+    by_category,
+    first_divergence,
+)
+from .runtime import Engine, GenerationControls
 from .settings import LookaheadConfig, StopConfig
 from .text import Message
 
 WORKLOADS_PATH = Path(__file__).with_name("data") / "workloads.jsonl"
 MIN_TIMED_TOKENS = 512  # per mode and prompt
 MAX_RUNS = 8
-
-
-@dataclass(frozen=True)
-class Workload:
-    id: str
-    cat: str
-    prompt: str
 
 
 def load_workloads(path: str | Path | None = None) -> list[Workload]:
@@ -50,56 +51,12 @@ def load_workloads(path: str | Path | None = None) -> list[Workload]:
     return out
 
 
-def geomean(values: Iterable[float]) -> float:
-    vals = [v for v in values if v > 0]
-    if not vals:
-        return 0.0
-    return math.exp(sum(math.log(v) for v in vals) / len(vals))
-
-
-@dataclass
-class Divergence:
-    index: int
-    plain_token: int
-    lookahead_token: int
-    plain_top2_gap: float | None
-    plain_piece: str
-    lookahead_piece: str
-
-
-def first_divergence(engine: Engine, plain: GenerationSummary, other: GenerationSummary) -> Divergence | None:
-    """Where two runs first differ, with the plain decoder's top-2 logit gap there."""
-    a, b = plain.token_ids, other.token_ids
-    for i in range(max(len(a), len(b))):
-        ta = a[i] if i < len(a) else -1
-        tb = b[i] if i < len(b) else -1
-        if ta != tb:
-            gap = plain.top2_gaps[i] if i < len(plain.top2_gaps) else None
-            return Divergence(
-                index=i,
-                plain_token=ta,
-                lookahead_token=tb,
-                plain_top2_gap=gap,
-                plain_piece=engine.detokenize([ta]) if ta >= 0 else "",
-                lookahead_piece=engine.detokenize([tb]) if tb >= 0 else "",
-            )
-    return None
-
-
-@dataclass
-class PromptResult:
-    id: str
-    cat: str
-    n_tokens: int
-    plain_tps: float
-    lookahead_tps: float
-    speedup: float
-    tokens_per_step: float
-    identical: bool
-    first_divergence: dict | None
-    plain_s: float = 0.0
-    lookahead_s: float = 0.0
-    extra: dict = field(default_factory=dict)
+def _split_roll_up(results: Sequence[PromptResult]) -> tuple[list[CategoryRow], CategoryRow]:
+    """``by_category`` as (the categories, the row over all of them)."""
+    rows = by_category(results)
+    if not rows:
+        return [], CategoryRow(cat=ALL, n=0, speedup=0.0, tokens_per_step=0.0, identical=0)
+    return rows[:-1], rows[-1]
 
 
 @dataclass
@@ -111,20 +68,15 @@ class BenchReport:
     max_tokens: int
 
     def summary(self) -> dict:
-        cats: dict[str, list[float]] = {}
-        oracle: dict[str, list[float]] = {}
-        for r in self.results:
-            cats.setdefault(r.cat, []).append(r.speedup)
-            if "oracle_bound" in r.extra:
-                oracle.setdefault(r.cat, []).append(r.extra["oracle_bound"])
+        cats, overall = _split_roll_up(self.results)
         return {
-            "oracle_by_cat": {c: round(geomean(v), 4) for c, v in oracle.items()},
-            "oracle_geomean": round(geomean(v for vs in oracle.values() for v in vs), 4),
-            "by_cat": {c: round(geomean(v), 4) for c, v in cats.items()},
-            "geomean": round(geomean(r.speedup for r in self.results), 4),
-            "identical": sum(r.identical for r in self.results),
-            "n": len(self.results),
-            "tokens_per_step": round(sum(r.tokens_per_step for r in self.results) / max(len(self.results), 1), 3),
+            "oracle_by_cat": {c.cat: round(c.oracle_bound, 4) for c in cats if c.oracle_bound is not None},
+            "oracle_geomean": round(overall.oracle_bound or 0.0, 4),
+            "by_cat": {c.cat: round(c.speedup, 4) for c in cats},
+            "geomean": round(overall.speedup, 4),
+            "identical": overall.identical,
+            "n": overall.n,
+            "tokens_per_step": round(overall.tokens_per_step, 3),
             "min_speedup": round(min((r.speedup for r in self.results), default=0.0), 4),
         }
 
@@ -168,20 +120,27 @@ def run_one(
     max_tokens: int,
     record_gaps: bool = False,
     exact_only: bool = True,
-) -> GenerationSummary:
-    """One generation from an empty cache."""
+    cancel: threading.Event | None = None,
+) -> RunStats:
+    """One generation from an empty cache; setting ``cancel`` ends it before its next step."""
     engine.reset()
-    summary = GenerationSummary()
-    events = engine.generate(
-        prompt,
-        GenerationControls(lookahead=lookahead),
-        stop=StopConfig(max_tokens=max_tokens),
-        record_gaps=record_gaps,
-        exact_only=exact_only,
+    controls = GenerationControls(lookahead=lookahead)
+    if cancel is not None:
+        controls.cancel = cancel
+    return RunStats.of(
+        engine.generate(
+            prompt,
+            controls,
+            stop=StopConfig(max_tokens=max_tokens),
+            record_gaps=record_gaps,
+            exact_only=exact_only,
+        )
     )
-    for ev in events:
-        summary.observe(ev)
-    return summary
+
+
+def fastest(runs: Sequence[RunStats]) -> RunStats:
+    """The run with the most tokens per second: other load on the machine only ever adds time."""
+    return max(runs, key=lambda r: r.tokens_per_s)
 
 
 def run_bench(
@@ -196,57 +155,21 @@ def run_bench(
     """Plain against ``lookahead`` on every workload.
 
     ``null`` runs plain in both places instead, on the same schedule: the
-    "speedups" it reports are this machine's timing noise.
+    "speedups" it reports are this machine's timing noise. Setting ``cancel``
+    stops the run in flight at its next step; the report then holds the prompts
+    measured in full before it.
     """
+    cancel = cancel if cancel is not None else threading.Event()
     results: list[PromptResult] = []
     second_mode = None if null else lookahead
     if workloads:  # warm-up: page in the weights before anything is timed
-        run_one(engine, engine.render_chat([Message("user", workloads[0].prompt)]), None, 16)
+        run_one(engine, engine.render_chat([Message("user", workloads[0].prompt)]), None, 16, cancel=cancel)
     for k, w in enumerate(workloads):
-        if cancel is not None and cancel.is_set():
+        if cancel.is_set():
             break
-        prompt = engine.render_chat([Message("user", w.prompt)])
-        # A-B-B-A blocks (first mode alternating per prompt): drift in the
-        # machine's speed hits both modes alike. A short reply gets more blocks,
-        # so each mode is timed over at least MIN_TIMED_TOKENS tokens. Each mode
-        # is timed by its fastest run: other load on the machine only ever adds time.
-        block = (False, True, True, False) if k % 2 == 0 else (True, False, False, True)  # lookahead's turn?
-        outputs: dict[bool, list[GenerationSummary]] = {False: [], True: []}
-        while True:
-            for is_la in block:
-                outputs[is_la].append(run_one(engine, prompt, second_mode if is_la else None, max_tokens))
-            runs = len(outputs[False])
-            if runs * max(outputs[False][0].n_tokens, 1) >= MIN_TIMED_TOKENS or runs >= MAX_RUNS:
-                break
-        plain, la = outputs[False][0], outputs[True][0]
-        same = all(o.token_ids == plain.token_ids for o in outputs[False] + outputs[True])
-        plain_s = min(o.decode_s for o in outputs[False])
-        la_s = min(o.decode_s for o in outputs[True])
-        div = first_divergence(engine, plain, la)
-        if div is not None:
-            # The timed run skips the top-2 bookkeeping; an untimed one supplies the gap.
-            gapped = run_one(engine, prompt, None, max_tokens, record_gaps=True)
-            div = first_divergence(engine, gapped, la)
-        res = PromptResult(
-            id=w.id,
-            cat=w.cat,
-            n_tokens=la.n_tokens,
-            plain_tps=round(plain.n_tokens / plain_s, 2) if plain_s > 0 else 0.0,
-            lookahead_tps=round(la.n_tokens / la_s, 2) if la_s > 0 else 0.0,
-            speedup=round((plain_s / la_s) * (la.n_tokens / max(plain.n_tokens, 1)), 4) if la_s > 0 else 0.0,
-            tokens_per_step=round(la.tokens_per_step, 3),
-            identical=div is None and same,
-            first_divergence=asdict(div) if div else None,
-            plain_s=round(plain_s, 4),
-            lookahead_s=round(la_s, 4),
-        )
-        res.extra["oracle_bound"] = round(oracle_bound(prompt, plain.token_ids, engine.cost_curve), 4)
-        res.extra["runs"] = runs
-        res.extra["drafted"] = la.n_drafted
-        res.extra["accepted"] = la.n_accepted
-        # Rate after the first token, the way the llama-cpp-python reference is timed.
-        rest = plain.elapsed_s - (plain.first_token_s or 0.0)
-        res.extra["plain_tps_after_first"] = round((plain.n_tokens - 1) / rest, 2) if rest > 0 else 0.0
+        res = _bench_prompt(engine, w, k % 2 == 1, second_mode, max_tokens, cancel)
+        if res is None:
+            break
         results.append(res)
         if on_result:
             on_result(res)
@@ -257,6 +180,50 @@ def run_bench(
         threads=engine.n_threads,
         max_tokens=max_tokens,
     )
+
+
+def _bench_prompt(
+    engine: Engine,
+    w: Workload,
+    lookahead_first: bool,
+    second_mode: LookaheadConfig | None,
+    max_tokens: int,
+    cancel: threading.Event,
+) -> PromptResult | None:
+    """One prompt's row; None when ``cancel`` was set meanwhile (a prompt measured in part is no result)."""
+    prompt = engine.render_chat([Message("user", w.prompt)])
+    # A-B-B-A blocks (first mode alternating per prompt): drift in the
+    # machine's speed hits both modes alike. A short reply gets more blocks,
+    # so each mode is timed over at least MIN_TIMED_TOKENS tokens.
+    block = (True, False, False, True) if lookahead_first else (False, True, True, False)  # lookahead's turn?
+    outputs: dict[bool, list[RunStats]] = {False: [], True: []}
+    while True:
+        for is_la in block:
+            outputs[is_la].append(run_one(engine, prompt, second_mode if is_la else None, max_tokens, cancel=cancel))
+            if cancel.is_set():
+                return None
+        runs = len(outputs[False])
+        if runs * max(outputs[False][0].n_tokens, 1) >= MIN_TIMED_TOKENS or runs >= MAX_RUNS:
+            break
+    plain, la = outputs[False][0], outputs[True][0]
+    same = all(o.token_ids == plain.token_ids for o in outputs[False] + outputs[True])
+    div = first_divergence(plain, la, engine.detokenize)
+    if div is not None:
+        # The timed run skips the top-2 bookkeeping; an untimed one supplies the gap.
+        gapped = run_one(engine, prompt, None, max_tokens, record_gaps=True, cancel=cancel)
+        if cancel.is_set():
+            return None
+        div = first_divergence(gapped, la, engine.detokenize)
+    # Each mode is timed by its fastest run; the ratio is measure.speedup's.
+    res = PromptResult.from_runs(w, fastest(outputs[False]), fastest(outputs[True]), div is None and same, div)
+    res.extra["oracle_bound"] = round(oracle_bound(prompt, plain.token_ids, engine.cost_curve), 4)
+    res.extra["runs"] = runs
+    res.extra["drafted"] = la.n_drafted
+    res.extra["accepted"] = la.n_accepted
+    # Rate after the first token, the way the llama-cpp-python reference is timed.
+    rest = plain.elapsed_s - (plain.first_token_s or 0.0)
+    res.extra["plain_tps_after_first"] = round((plain.n_tokens - 1) / rest, 2) if rest > 0 else 0.0
+    return res
 
 
 def parse_grid(spec: str) -> list[LookaheadConfig]:
@@ -299,37 +266,34 @@ def run_grid(
     max_tokens: int = 96,
     on_prompt: Callable[[str], None] | None = None,
 ) -> list[GridRow]:
-    """Every config on every prompt; each prompt's plain time is the mean of a run before and after."""
-    per_cfg: dict[int, list[tuple[str, float, float, bool]]] = {i: [] for i in range(len(configs))}
+    """Every config on every prompt; each prompt's plain decoding is timed by the faster of a run before and after."""
+    per_cfg: list[list[PromptResult]] = [[] for _ in configs]
     for w in workloads:
         prompt = engine.render_chat([Message("user", w.prompt)])
         before = run_one(engine, prompt, None, max_tokens)
         runs = [run_one(engine, prompt, cfg, max_tokens) for cfg in configs]
         after = run_one(engine, prompt, None, max_tokens)
-        plain_tps = (before.tokens_per_s + after.tokens_per_s) / 2
-        for i, la in enumerate(runs):
-            per_cfg[i].append((w.cat, la.tokens_per_s / plain_tps, la.tokens_per_step, la.token_ids == before.token_ids))
+        plain = fastest([before, after])
+        for rows, la in zip(per_cfg, runs):
+            rows.append(PromptResult.from_runs(w, plain, la, identical=la.token_ids == before.token_ids))
         if on_prompt:
             on_prompt(w.id)
-    rows = []
-    for i, cfg in enumerate(configs):
-        vals = per_cfg[i]
-        cats: dict[str, list[float]] = {}
-        for cat, sp, _, _ in vals:
-            cats.setdefault(cat, []).append(sp)
-        rows.append(
+    grid = []
+    for cfg, results in zip(configs, per_cfg):
+        cats, overall = _split_roll_up(results)
+        grid.append(
             GridRow(
                 window=cfg.window,
                 ngram=cfg.ngram,
                 guesses=cfg.guesses,
-                geomean=round(geomean(v[1] for v in vals), 4),
-                by_cat={c: round(geomean(v), 4) for c, v in cats.items()},
-                tokens_per_step=round(sum(v[2] for v in vals) / max(len(vals), 1), 3),
-                identical=sum(v[3] for v in vals),
-                n=len(vals),
+                geomean=round(overall.speedup, 4),
+                by_cat={c.cat: round(c.speedup, 4) for c in cats},
+                tokens_per_step=round(overall.tokens_per_step, 3),
+                identical=overall.identical,
+                n=overall.n,
             )
         )
-    return rows
+    return grid
 
 
 def oracle_bound(context: Sequence[int], output: Sequence[int], curve: CostCurve, max_draft: int = 16) -> float:

@@ -12,13 +12,21 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from .bench import geomean, llama_cpp_tps, load_workloads, parse_grid, perfect_draft_bound, run_bench, run_grid, run_one
+from .bench import llama_cpp_tps, load_workloads, parse_grid, perfect_draft_bound, run_bench, run_grid, run_one
+from .measure import RunStats, geomean
 from .models import ModelFileError, default_model_path
 from .native import NativeError
-from .runtime import Engine, GenerationControls, GenerationSummary, LookaheadUnsupportedError, PromptTooLongError
+from .probe import ensure_loadable
+from .runtime import (
+    Engine,
+    GenerationControls,
+    LookaheadUnsupportedError,
+    PromptTooLongError,
+    default_threads,
+)
 from .session import ChatSession
 from .settings import DEFAULT_LOOKAHEAD, LookaheadConfig, SamplingConfig, SettingsError, StopConfig
-from .text import Message, TemplateRenderError
+from .text import Message, TemplateRenderError, conversation_messages
 
 EXIT_BAD_INPUT = 2
 EXIT_FAILED = 1
@@ -115,10 +123,25 @@ def lookahead_from_args(args: argparse.Namespace, eng: Engine | None = None) -> 
 
 
 def open_engine(args: argparse.Namespace) -> Engine:
+    """The engine for ``--model``/``--ctx``/``--threads``; a file opened for the first time is test-loaded
+    in a child process first, so damage that would crash llama.cpp ends as one error line (engine/probe.py)."""
     path = Path(args.model) if args.model else default_model_path()
     if args.threads is not None and args.threads < 1:
         raise CliError(f"--threads must be >= 1, got {args.threads}")
+    ensure_loadable(path, n_ctx=args.ctx, n_threads=args.threads or default_threads())
     return Engine(path, n_ctx=args.ctx, n_threads=args.threads)
+
+
+def prepare_auto(eng: Engine, lookahead: LookaheadConfig | None) -> None:
+    """For benchmarks: Auto plans with this machine's cost curve; load it, or measure it once and say so.
+
+    ``generate`` and ``chat`` do not measure: Auto uses the curve ``engine tune`` saved, or the
+    reference curve within a quickly probed exact batch size, as the app's first replies do.
+    """
+    if lookahead is None or not lookahead.auto or eng.load_cached_curve():
+        return
+    print("note: measuring this machine for lookahead (once per model and thread count)…", file=sys.stderr)
+    eng.tune()
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
@@ -136,11 +159,11 @@ def cmd_generate(args: argparse.Namespace) -> int:
         lookahead = lookahead_from_args(args, eng)
         controls = GenerationControls(lookahead=lookahead)
         if args.chat:
-            messages = ([Message("system", args.system)] if args.system else []) + [Message("user", prompt_text)]
+            messages = conversation_messages(args.system or "", user_text=prompt_text)
             events = ChatSession(eng).reply(messages, controls=controls, sampling=sampling, stop=stop)
         else:
             events = eng.generate(eng.tokenize(prompt_text), controls=controls, sampling=sampling, stop=stop)
-        summary = GenerationSummary()
+        summary = RunStats()
         shapes = []
         for ev in events:
             summary.observe(ev)
@@ -210,8 +233,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
                     file=sys.stderr,
                 )
 
-        if lookahead.auto:
-            eng.tune()
+        prepare_auto(eng, lookahead)
         report = run_bench(eng, workloads, lookahead, max_tokens=args.max_tokens, on_result=progress, null=args.null)
         extra = {"cost_curve": eng.cost_curve.to_json(), "perfect_draft_bound": round(perfect_draft_bound(eng.cost_curve), 4)}
         if not args.no_references and not args.null:
@@ -314,7 +336,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
     with open_engine(args) as eng:
         lookahead = lookahead_from_args(args, eng)
         session = ChatSession(eng)
-        messages = [Message("system", args.system)] if args.system else []
+        messages = conversation_messages(args.system or "")
         print(f"Model: {eng.summary.name} ({eng.summary.file_type}). Empty line or Ctrl+D to quit.", file=sys.stderr)
         while True:
             try:
@@ -325,7 +347,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
                 break
             messages.append(Message("user", line))
             controls = GenerationControls(lookahead=lookahead)
-            summary = GenerationSummary()
+            summary = RunStats()
             try:
                 for ev in session.reply(messages, controls=controls, sampling=sampling, stop=stop):
                     summary.observe(ev)

@@ -12,8 +12,10 @@ import hashlib
 import json
 import os
 import platform
+import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -24,6 +26,9 @@ SIZES = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24, 32, 48, 64)
 _TABLE = 300
 CACHE_VERSION = 4
 EXACT_PROBE_SIZES = (2, 4, 8, 16, 24, 32, 48, 63, 64, 96, 128)
+# Before the first lookahead step of a model whose curve is unknown: cheap (86 tokens), covers every
+# Auto draft and the common fixed shapes; the full probe runs with the measurement.
+QUICK_PROBE_SIZES = (2, 4, 8, 16, 24, 32)
 
 
 @dataclass(frozen=True)
@@ -199,7 +204,28 @@ def save_cached(model_path: str, threads: int, curve: CostCurve) -> Path:
     return path
 
 
-def measure(engine, budget_s: float = 6.0, sizes: tuple[int, ...] = SIZES) -> CostCurve:
+class MeasurementCancelled(Exception):
+    """A measurement was stopped before it finished; ``max_exact_batch`` is kept when its probe had run."""
+
+    def __init__(self, max_exact_batch: int | None) -> None:
+        super().__init__("the cost measurement was cancelled")
+        self.max_exact_batch = max_exact_batch
+
+
+FILLER_TEXT = "The quick brown fox jumps over the lazy dog. " * 40
+
+# Share of a measurement's progress spent on the exact-batch probe (it runs first).
+_PROBE_SHARE = 0.1
+
+
+def measure(
+    engine,
+    budget_s: float = 6.0,
+    sizes: tuple[int, ...] = SIZES,
+    progress: Callable[[float], None] | None = None,
+    cancel: threading.Event | None = None,
+    max_exact_batch: int | None = None,
+) -> CostCurve:
     """Time decode steps of every size, with one and with all logits, relative to a 1-token step.
 
     Each timed batch is paired with a 1-token step decoded just before it, as
@@ -208,13 +234,27 @@ def measure(engine, budget_s: float = 6.0, sizes: tuple[int, ...] = SIZES) -> Co
     both halves of a pair alike. Small batches, the ones Auto uses most, are
     timed every round, large ones every third round. The cache holds as many
     tokens as a chat reply sees. Leaves the engine's cache empty.
+
+    The exact-batch probe runs first (skipped when ``max_exact_batch`` is
+    given). ``progress`` hears 0..1; setting ``cancel`` stops the measurement
+    between two decodes with ``MeasurementCancelled``.
     """
     from .plan import ALL_SEQS  # local: keeps this module importable without llama.cpp
 
+    def report(fraction: float) -> None:
+        if cancel is not None and cancel.is_set():
+            engine.reset()
+            raise MeasurementCancelled(max_exact_batch)
+        if progress is not None:
+            progress(min(max(fraction, 0.0), 1.0))
+
+    filler = engine.tokenize(FILLER_TEXT, add_special=False)
+    report(0.0)
+    if max_exact_batch is None:
+        max_exact_batch = probe_exact_batch(engine, filler, lambda f: report(f * _PROBE_SHARE))
     engine.reset()
-    filler = engine.tokenize("The quick brown fox jumps over the lazy dog. " * 40, add_special=False)
     n_kv = min(160, engine.n_ctx // 4)
-    engine._prefill(filler[:n_kv])
+    engine.prefill(filler[:n_kv])
     sizes = tuple(s for s in sizes if s + n_kv + 1 < engine.n_ctx and s <= engine.ctx.n_batch)
     batch, ctx = engine.batch, engine.ctx
     ratios: dict[tuple[int, bool], list[float]] = {(n, a): [] for n in sizes for a in (False, True)}
@@ -238,6 +278,7 @@ def measure(engine, budget_s: float = 6.0, sizes: tuple[int, ...] = SIZES) -> Co
         for n in sizes:
             if n == 1 or (n > 16 and rounds % 3):
                 continue
+            report(_PROBE_SHARE + (1 - _PROBE_SHARE) * min((time.perf_counter() - t_start) / budget_s, rounds / 3))
             for a in (False, True):
                 one = once(1, True)
                 singles.append(one)
@@ -248,7 +289,8 @@ def measure(engine, budget_s: float = 6.0, sizes: tuple[int, ...] = SIZES) -> Co
         if rounds >= 40:
             break
     engine.reset()
-    max_exact = probe_exact_batch(engine, filler)
+    if progress is not None:
+        progress(1.0)
     med = {k: float(np.median(v)) if v else 1.0 for k, v in ratios.items()}
     last = np.maximum.accumulate([1.0 if n == 1 else med[(n, False)] for n in sizes])
     every = np.maximum.accumulate([1.0 if n == 1 else med[(n, True)] for n in sizes])
@@ -260,19 +302,29 @@ def measure(engine, budget_s: float = 6.0, sizes: tuple[int, ...] = SIZES) -> Co
         base_ms=round(float(np.median(singles)) * 1000, 3),
         threads=engine.n_threads,
         measured_s=round(time.perf_counter() - t_start, 2),
-        max_exact_batch=max_exact,
+        max_exact_batch=max_exact_batch,
     )
 
 
-def probe_exact_batch(engine, filler: list[int]) -> int:
-    """Largest batch size whose first token's logits equal a lone decode's, bit for bit."""
+def probe_exact_batch(
+    engine,
+    filler: list[int] | None = None,
+    progress: Callable[[float], None] | None = None,
+    sizes: tuple[int, ...] = EXACT_PROBE_SIZES,
+) -> int:
+    """Largest of ``sizes`` whose batch gives its first token the logits of a lone decode, bit for bit.
+
+    Leaves the engine's cache empty.
+    """
     from .plan import ALL_SEQS
 
+    if filler is None:
+        filler = engine.tokenize(FILLER_TEXT, add_special=False)
     prefix = filler[:64]
     batch, ctx = engine.batch, engine.ctx
 
     engine.reset()
-    engine._prefill(prefix)
+    engine.prefill(prefix)
     start = engine.kv.n
 
     def first_row(n: int) -> np.ndarray:
@@ -286,23 +338,35 @@ def probe_exact_batch(engine, filler: list[int]) -> int:
 
     reference = first_row(1)
     best = 0
-    for n in EXACT_PROBE_SIZES:
+    total = sum(sizes)
+    done = 0
+    for n in sizes:
+        if progress is not None:
+            progress(done / total)
         if n > batch.capacity or 64 + n > len(filler):
             break
         if not np.array_equal(first_row(n), reference):
             break
         best = n
+        done += n
     engine.reset()
     return best
 
 
-def curve_for(engine, refresh: bool = False, budget_s: float = 6.0) -> tuple[CostCurve, bool]:
+def curve_for(
+    engine,
+    refresh: bool = False,
+    budget_s: float = 6.0,
+    progress: Callable[[float], None] | None = None,
+    cancel: threading.Event | None = None,
+    max_exact_batch: int | None = None,
+) -> tuple[CostCurve, bool]:
     """The cached curve for this model/threads/CPU, measuring it when missing. Returns (curve, measured_now)."""
     if not refresh:
         cached = load_cached(engine.summary.path, engine.n_threads)
         if cached is not None:
             return cached, False
-    curve = measure(engine, budget_s=budget_s)
+    curve = measure(engine, budget_s=budget_s, progress=progress, cancel=cancel, max_exact_batch=max_exact_batch)
     try:
         save_cached(engine.summary.path, engine.n_threads, curve)
     except OSError:

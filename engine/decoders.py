@@ -1,8 +1,8 @@
 """Plain and lookahead decoding behind one interface.
 
 A decoder turns the pending tokens (committed, not yet in the KV cache) into
-one forward pass and reports what it committed. ``Engine`` (runtime.py) owns
-the loop, the stop rules and the text; decoders own the batch and the cache
+one forward pass and reports what it committed. ``Generation`` (generation.py)
+owns the loop, the stop rules and the text; decoders own the batch and the cache
 clean-up of their step.
 """
 
@@ -14,8 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .native import Batch, Context, Sampler
-from .plan import ALL_SEQS, StepPlan, build_step
-from .auto import StepChoice
+from .plan import ALL_SEQS, StepChoice, StepPlan, build_step
 from .pool import NgramPool
 
 

@@ -14,6 +14,7 @@ import threading
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -40,13 +41,105 @@ def _log_callback(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
         _log_lines.append(text.decode("utf-8", errors="replace"))
 
 
+class UnsupportedBuildError(NativeError):
+    """The llama.cpp in use was built with code known to crash on this machine."""
+
+
+# How to build llama-cpp-python without ggml's AMX matrix code (packaging/setup-venv.sh does this).
+NO_AMX_FLAGS = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+REBUILD_WITHOUT_AMX = (
+    f"CMAKE_ARGS=\"-DCMAKE_C_FLAGS='{NO_AMX_FLAGS}' -DCMAKE_CXX_FLAGS='{NO_AMX_FLAGS}'\" "
+    "pip install --no-cache-dir --force-reinstall --no-deps --no-binary llama-cpp-python llama-cpp-python"
+)
+
+
+def system_features() -> dict[str, str]:
+    """The CPU features llama.cpp was built with, from ``llama_print_system_info()`` ({"AVX2": "1", ...})."""
+    raw = ll.llama_print_system_info()
+    text = raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else str(raw)
+    features: dict[str, str] = {}
+    for part in text.split("|"):
+        name, sep, value = part.rpartition(":")[2].partition("=")
+        if sep:
+            features[name.strip()] = value.strip()
+    return features
+
+
+def check_build() -> None:
+    """Refuse a llama.cpp with AMX compiled in: its matmul dies with SIGILL on the first batch (llama.cpp PR #26954).
+
+    ``LOOKAHEAD_ALLOW_AMX=1`` skips the check, for a llama.cpp whose AMX path is known to work.
+    """
+    if os.environ.get("LOOKAHEAD_ALLOW_AMX") == "1":
+        return
+    amx = [name for name, value in system_features().items() if name.startswith("AMX") and value not in ("", "0")]
+    if amx:
+        raise UnsupportedBuildError(
+            f"the installed llama.cpp was built with AMX ({', '.join(sorted(amx))}), whose matrix code crashes "
+            "this process on the first prompt on Intel Xeon CPUs with AMX. Rebuild llama-cpp-python without it: "
+            f"{REBUILD_WITHOUT_AMX} (or delete .venv and run packaging/setup-venv.sh)"
+        )
+
+
+# llama_cpp's own library folder, next to its module (a PyInstaller bundle keeps it there too).
+_PACKAGE_LIB_DIR = Path(os.path.abspath(os.path.dirname(ll.__file__))) / "lib"
+
+
+def _llama_lib_dir() -> Path:
+    """The folder llama_cpp loads its libraries from (its rule): ``LLAMA_CPP_LIB_PATH``, else llama_cpp/lib."""
+    override = os.environ.get("LLAMA_CPP_LIB_PATH")
+    return Path(override) if override else _PACKAGE_LIB_DIR
+
+
+def _libggml(lib_dir: Path) -> ctypes.CDLL | None:
+    """libggml as llama.cpp uses it (ggml's backend registry lives in that one loaded copy), or None if absent."""
+    if lib_dir == _PACKAGE_LIB_DIR:
+        from llama_cpp._ggml import libggml  # llama_cpp's own handle, opened from llama_cpp/lib
+
+        return libggml
+    from llama_cpp._ctypes_extensions import load_shared_library
+
+    try:
+        # The file libllama was linked against in that folder: the loader hands back the copy already loaded.
+        return load_shared_library("ggml", lib_dir)
+    except (OSError, RuntimeError):  # no separate libggml there: ggml is linked into libllama with its backends
+        return None
+
+
+def _register_backends(ggml: ctypes.CDLL, lib_dir: Path) -> None:
+    """Load ggml's backends from ``lib_dir`` if none is registered yet.
+
+    A portable build (GGML_BACKEND_DL with GGML_CPU_ALL_VARIANTS) keeps its CPU code in one library per
+    instruction-set level (libggml-cpu-haswell.so ...) and registers nothing until ggml_backend_load_all*()
+    is called: llama-cpp-python 0.3.x never calls it (abetlen/llama-cpp-python#2069), and ggml's default
+    search path is the executable's folder. ggml scores each variant on this CPU and loads the best one
+    ("load_backend: loaded CPU backend from ..." in the log). A build with its backend linked in has one
+    registered already: then this does nothing.
+    """
+    ggml.ggml_backend_reg_count.restype = ctypes.c_size_t
+    ggml.ggml_backend_reg_count.argtypes = []
+    if ggml.ggml_backend_reg_count() > 0:
+        return
+    ggml.ggml_backend_load_all_from_path.restype = None
+    ggml.ggml_backend_load_all_from_path.argtypes = [ctypes.c_char_p]
+    ggml.ggml_backend_load_all_from_path(os.fsencode(lib_dir))
+    if ggml.ggml_backend_reg_count() == 0:
+        detail = last_log_error()
+        raise NativeError(f"no ggml backend could be loaded from {lib_dir}" + (f": {detail}" if detail else ""))
+
+
 def _ensure_backend() -> None:
     global _backend_ready
     with _backend_lock:
         if not _backend_ready:
             if not os.environ.get("LOOKAHEAD_LLAMA_LOG"):
                 ll.llama_log_set(_log_callback, ctypes.c_void_p(0))
+            lib_dir = _llama_lib_dir()
+            ggml = _libggml(lib_dir)
+            if ggml is not None:
+                _register_backends(ggml, lib_dir)  # after the log hook: ggml logs what it loads
             ll.llama_backend_init()
+            check_build()  # before any model is loaded or decoded; raised again on every later try
             _backend_ready = True
 
 
@@ -56,10 +149,6 @@ def last_log_error() -> str:
         if "error" in line.lower() or "failed" in line.lower():
             return line.strip()
     return ""
-
-
-def max_parallel_sequences() -> int:
-    return int(ll.llama_max_parallel_sequences())
 
 
 # --- model --------------------------------------------------------------------
@@ -132,16 +221,6 @@ class Model:
             recurrent=bool(ll.llama_model_is_recurrent(self.ptr)),
             hybrid=bool(ll.llama_model_is_hybrid(self.ptr)),
         )
-
-    def meta(self, key: str) -> str | None:
-        buf = ctypes.create_string_buffer(4096)
-        n = ll.llama_model_meta_val_str(self.ptr, key.encode(), buf, ctypes.sizeof(buf))
-        if n < 0:
-            return None
-        if n >= ctypes.sizeof(buf):
-            buf = ctypes.create_string_buffer(n + 1)
-            ll.llama_model_meta_val_str(self.ptr, key.encode(), buf, ctypes.sizeof(buf))
-        return buf.value.decode("utf-8", errors="replace")
 
     def chat_template(self) -> str | None:
         raw = ll.llama_model_chat_template(self.ptr, None)
@@ -331,9 +410,6 @@ class Context:
 
     def seq_cp(self, src: int, dst: int, p0: int, p1: int) -> None:
         ll.llama_memory_seq_cp(self._mem, src, dst, p0, p1)
-
-    def seq_keep(self, seq: int) -> None:
-        ll.llama_memory_seq_keep(self._mem, seq)
 
     def seq_pos_max(self, seq: int) -> int:
         return int(ll.llama_memory_seq_pos_max(self._mem, seq))

@@ -28,6 +28,9 @@ so the best candidate's path lands exactly where plain decoding would have put
 those tokens: accepting along it keeps the cache in position order. Accepted
 tokens from any other branch are dropped from the cache after the step and
 re-evaluated at the front of the next batch.
+
+What a step holds is decided elsewhere (fixed settings or Auto, in auto.py) and
+handed over as a ``StepChoice``; ``build_step`` lays it out.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .drafts import Draft
 from .settings import MAX_GUESSES, MAX_WINDOW
 
 N_SEQ = 1 + MAX_GUESSES + MAX_WINDOW
@@ -49,6 +53,21 @@ def candidate_seq(g: int) -> int:
 
 def window_seq(i: int) -> int:
     return 1 + MAX_GUESSES + i
+
+
+@dataclass(frozen=True)
+class StepChoice:
+    """What one step holds. No drafts and no window = a plain step."""
+
+    drafts: tuple[Draft, ...] = ()
+    window: int = 0
+    ngram: int = 0
+    reason: str = ""
+    expected_gain: float = 1.0  # expected tokens per unit cost, relative to a plain step
+
+    @property
+    def plain(self) -> bool:
+        return not self.drafts and self.window == 0
 
 
 @dataclass

@@ -8,7 +8,7 @@ were seen. Pure Python; no model needed to use or test it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 
@@ -104,6 +104,3 @@ class NgramPool:
                 if len(out) < count:
                     out.append(cut)
         return out
-
-    def keys(self) -> Iterable[int]:
-        return self._entries.keys()

@@ -30,6 +30,18 @@ class Message:
     content: str
 
 
+def conversation_messages(
+    system_prompt: str, turns: Sequence[tuple[str, str]] = (), user_text: str | None = None
+) -> list[Message]:
+    """A chat turn's messages: the system prompt (left out when blank), the earlier user and assistant
+    turns as (role, text) pairs (other roles left out), then the new user message if there is one."""
+    messages = [Message("system", system_prompt.strip())] if system_prompt.strip() else []
+    messages += [Message(role, text) for role, text in turns if role in ("user", "assistant")]
+    if user_text is not None:
+        messages.append(Message("user", user_text))
+    return messages
+
+
 class _StrictSandbox(ImmutableSandboxedEnvironment):
     """Jinja2's immutable sandbox, raising at the first unsafe attribute instead of rendering it as ''."""
 

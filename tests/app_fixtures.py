@@ -1,4 +1,4 @@
-"""Shared fixtures of the app's tests (imported with ``from tests.app_fixtures import *``).
+"""Shared fixtures of the app's tests (a pytest plugin: tests/conftest.py lists it in ``pytest_plugins``).
 
 Every test gets its own data dir (``LOOKAHEAD_CHAT_HOME``), dialogs that record
 instead of blocking, and a check that no engine thread is left running.
@@ -6,40 +6,27 @@ instead of blocking, and a check that no engine thread is left running.
 
 from __future__ import annotations
 
+import functools
+import tempfile
 import os
 import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
 
-os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # CI has no display
+import pytest
+from PySide6.QtWidgets import QMessageBox
 
-from collections.abc import Callable, Iterator  # noqa: E402
-from dataclasses import dataclass, field  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-import pytest  # noqa: E402
-from PySide6.QtWidgets import QMessageBox  # noqa: E402
-
-from app import paths  # noqa: E402
-from app.settings import AppSettings  # noqa: E402
-from app.store import ChatStore, StoredMessage  # noqa: E402
-from app.worker import LIVE_THREADS  # noqa: E402
+from app import paths
+from app.settings import AppSettings
+from app.store import ChatStore, StoredMessage
+from app.worker import LIVE_THREADS
 
 # The offscreen platform says this whenever a top-level window's size limits change; xcb does not.
 OFFSCREEN_NOISE = pytest.mark.qt_log_ignore(r"This plugin does not support propagateSizeHints\(\)")
 
 MODEL_LOAD_TIMEOUT_MS = 60_000
 REPLY_TIMEOUT_MS = 90_000
-
-__all__ = [
-    "MODEL_LOAD_TIMEOUT_MS",
-    "OFFSCREEN_NOISE",
-    "REPLY_TIMEOUT_MS",
-    "DialogLog",
-    "app_home",
-    "dialogs",
-    "make_window",
-    "no_engine_thread_left",
-    "quick_settings",
-]
 
 
 @pytest.fixture
@@ -96,15 +83,27 @@ def quick_settings(**overrides) -> AppSettings:
     return AppSettings(**values)
 
 
+# Files the test session has seen load in a child process: each is probed once, not in every test's new home.
+_PROBE_CACHE = Path(os.environ.get("LOOKAHEAD_CHAT_HOME") or tempfile.gettempdir()) / "probed-models.json"
+
+
 @pytest.fixture
-def make_window(qtbot, app_home: Path, dialogs: DialogLog):
+def worker_options() -> dict:
+    """What the windows' engine workers are built with; fixtures with fake engines fill in their factories."""
+    from engine.probe import ensure_loadable
+
+    return {"check_loadable": functools.partial(ensure_loadable, cache=_PROBE_CACHE)}
+
+
+@pytest.fixture
+def make_window(qtbot, app_home: Path, dialogs: DialogLog, worker_options: dict):
     """Opens MainWindows on the bundled model (waiting for it to load); closes them after the test."""
     from app.main_window import MainWindow
 
     windows: list[MainWindow] = []
 
     def make(settings: AppSettings | None = None, wait_for_model: bool = True) -> MainWindow:
-        window = MainWindow(settings if settings is not None else quick_settings())
+        window = MainWindow(settings if settings is not None else quick_settings(), worker_options=worker_options)
         windows.append(window)
         window.show()
         if wait_for_model:

@@ -12,6 +12,9 @@ import pytest
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ.setdefault("LOOKAHEAD_CHAT_HOME", tempfile.mkdtemp(prefix="lookahead-chat-tests-"))
 
+# The app's fixtures (windows, dialogs, data dirs, the engine-thread check), for every test module.
+pytest_plugins = ["tests.app_fixtures"]
+
 
 @pytest.fixture(scope="session")
 def model_path():

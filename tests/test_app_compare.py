@@ -15,7 +15,6 @@ from types import SimpleNamespace
 
 import pytest
 
-from tests.app_fixtures import *  # noqa: F403 (fixtures)
 from tests.app_fixtures import MODEL_LOAD_TIMEOUT_MS, REPLY_TIMEOUT_MS, quick_settings
 
 from engine import (  # noqa: E402
@@ -26,15 +25,15 @@ from engine import (  # noqa: E402
     StepEvent,
     StopConfig,
 )
-from engine.bench import PromptResult, load_workloads  # noqa: E402
+from engine.bench import load_workloads  # noqa: E402
+from engine.measure import PromptResult, by_category  # noqa: E402
 
-from app import worker as worker_module  # noqa: E402
+from engine.probe import ProbeResult  # noqa: E402
 from app.compare import (  # noqa: E402
     FAIRNESS_NOTE,
     CompareRequest,
     CompareResult,
     ReplayTrack,
-    category_rows,
     report_csv,
     report_markdown,
     run_comparison,
@@ -88,6 +87,9 @@ class ScriptedEngine:
     def close(self) -> None:
         pass
 
+    def load_cached_curve(self) -> bool:
+        return True  # nothing to measure: the app never shows the measurement for a fake
+
     def reset(self) -> None:
         self.resets += 1
 
@@ -128,17 +130,20 @@ class ScriptedSession:
         return SimpleNamespace(tokens=self.engine.render_chat(messages), dropped=0, history=[])
 
 
+def no_probe(*_args, **_kwargs) -> ProbeResult:
+    return ProbeResult(probed=False, seconds=0.0)  # a fake engine's file is never loaded by llama.cpp
+
+
 @pytest.fixture
-def scripted_engine(monkeypatch):
+def scripted_engine(monkeypatch, worker_options):
     engines: list[ScriptedEngine] = []
 
     def make(*args, **kwargs):
         engines.append(ScriptedEngine(*args, **kwargs))
         return engines[-1]
 
-    monkeypatch.setattr(worker_module, "Engine", make)
-    monkeypatch.setattr(worker_module, "ChatSession", ScriptedSession)
-    monkeypatch.setattr(worker_module, "default_model_path", lambda: Path("/models/scripted.gguf"))
+    worker_options.update(engine_factory=make, session_factory=ScriptedSession, check_loadable=no_probe,
+                          default_model=lambda: Path("/models/scripted.gguf"))
     monkeypatch.setattr(ScriptedEngine, "step_sleep_s", 0.0)
     monkeypatch.setattr(ScriptedEngine, "diverge_at", None)
     return engines
@@ -163,9 +168,9 @@ def test_a_comparison_runs_each_decoder_alone_from_an_empty_cache_in_the_order_a
     assert engine.runs == ["plain", "lookahead", "lookahead", "plain"]
     assert engine.resets == 6  # before each run, and after the pair (the chat must not reuse that cache)
     assert first.identical and first.divergence is None
-    assert first.plain.steps == 8 and first.lookahead.steps == 4
+    assert first.plain.stats.steps == 8 and first.lookahead.stats.steps == 4
     assert first.speedup == pytest.approx((8 * PLAIN_STEP_S) / (4 * LOOKAHEAD_STEP_S))
-    assert first.plain.text == second.lookahead.text == "".join(_piece(t) for t in range(8))
+    assert first.plain.stats.text == second.lookahead.stats.text == "".join(_piece(t) for t in range(8))
 
 
 def test_a_divergent_token_is_located_in_both_texts(monkeypatch):
@@ -176,8 +181,8 @@ def test_a_divergent_token_is_located_in_both_texts(monkeypatch):
     assert not result.identical
     d = result.divergence
     assert (d.index, d.plain_piece, d.lookahead_piece, d.plain_top2_gap) == (5, "w5 ", "w105 ", 0.5)
-    assert result.plain.text[d.plain_offset :].startswith("w5 ")
-    assert result.lookahead.text[d.lookahead_offset :].startswith("w105 ")
+    assert result.plain.stats.text[d.plain_offset :].startswith("w5 ")
+    assert result.lookahead.stats.text[d.lookahead_offset :].startswith("w105 ")
 
 
 def test_a_cancelled_comparison_says_so_and_skips_the_second_run():
@@ -214,7 +219,7 @@ def test_the_speed_report_tables_group_by_category_and_export_as_csv_and_markdow
         _result("a2", "code", 0.5, 1.5, False),
         _result("b1", "chat|x", 1.5, 1.2, True),
     ]
-    rows = category_rows(results)
+    rows = by_category(results)
     assert [(r.cat, r.n, r.identical) for r in rows] == [("code", 2, 1), ("chat|x", 1, 1), ("all", 3, 2)]
     assert rows[0].speedup == pytest.approx(1.0)  # geometric mean of 2.0 and 0.5
     assert rows[0].tokens_per_step == pytest.approx(2.0)
@@ -249,8 +254,8 @@ def test_the_panes_replay_both_runs_on_their_own_clocks_and_show_the_verdict(qtb
     result = _compare(qtbot, window, "go")
 
     assert "plain runs first" in view.note.text()
-    assert view.plain_pane.text.toPlainText() == result.plain.text == "".join(_piece(t) for t in range(40))
-    assert view.lookahead_pane.text.toPlainText() == result.lookahead.text == result.plain.text
+    assert view.plain_pane.text.toPlainText() == result.plain.stats.text == "".join(_piece(t) for t in range(40))
+    assert view.lookahead_pane.text.toPlainText() == result.lookahead.stats.text == result.plain.stats.text
     assert view.plain_pane.chart.values() == [1] * 40
     assert view.lookahead_pane.chart.values() == [2] * 20
     assert view.plain_pane.title() == "Plain decoding"
@@ -378,10 +383,10 @@ def test_a_comparison_with_the_bundled_model_fills_both_panes_identically_and_ti
     result = _compare(qtbot, window, DETERMINISTIC_PROMPT, timeout=REPLY_TIMEOUT_MS)
     view = window.compare_view
 
-    assert result.complete and result.plain.n_tokens > 10
+    assert result.complete and result.plain.stats.n_tokens > 10
     assert result.identical, f"greedy lookahead changed the text: {result.divergence}"
-    assert view.plain_pane.text.toPlainText() == result.plain.text
-    assert view.lookahead_pane.text.toPlainText() == result.lookahead.text == result.plain.text
+    assert view.plain_pane.text.toPlainText() == result.plain.stats.text
+    assert view.lookahead_pane.text.toPlainText() == result.lookahead.stats.text == result.plain.stats.text
     assert "identical: <b>yes</b>" in view.verdict.text()
     # The speedup is the ratio of the engine's own step timings.
     plain_s = sum(ev.elapsed_s for ev in result.plain.events)
@@ -429,7 +434,7 @@ def test_the_panes_keep_working_after_a_model_switch(qtbot, make_window, model_p
     assert window.model.path == str(model_path)
 
     after = _compare(qtbot, window, "Say hello.", timeout=REPLY_TIMEOUT_MS)
-    assert after.complete and after.plain.text.strip()
-    assert window.compare_view.plain_pane.text.toPlainText() == after.plain.text
-    assert window.compare_view.lookahead_pane.text.toPlainText() == after.lookahead.text
-    assert after.plain.text == before.plain.text  # greedy: the same model gives the same reply
+    assert after.complete and after.plain.stats.text.strip()
+    assert window.compare_view.plain_pane.text.toPlainText() == after.plain.stats.text
+    assert window.compare_view.lookahead_pane.text.toPlainText() == after.lookahead.stats.text
+    assert after.plain.stats.text == before.plain.stats.text  # greedy: the same model gives the same reply

@@ -1,4 +1,4 @@
-"""``engine/`` must not import Qt: the layering the app is built on."""
+"""``engine/`` and the app's Qt-free modules must not import Qt: the layering the app is built on."""
 
 from __future__ import annotations
 
@@ -10,6 +10,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
+# The app's modules that hold logic without widgets: testable, and usable, without Qt.
+QT_FREE_APP_MODULES = ("app.stats", "app.compare")
+
+# Imports engine and every module of it, then the modules named on the command line, with Qt blocked.
 BLOCK_QT_AND_IMPORT_ENGINE = textwrap.dedent(
     """
     import importlib, pkgutil, sys
@@ -19,7 +23,7 @@ BLOCK_QT_AND_IMPORT_ENGINE = textwrap.dedent(
 
         def find_spec(self, name, path=None, target=None):
             if name.split(".")[0] in self.BLOCKED:
-                raise ImportError(f"engine imported Qt: {name}")
+                raise ImportError(f"imported Qt: {name}")
             return None
 
     sys.meta_path.insert(0, BlockQt())
@@ -28,6 +32,8 @@ BLOCK_QT_AND_IMPORT_ENGINE = textwrap.dedent(
         importlib.import_module(f"engine.{mod.name}")
     for name in ("engine.runtime", "engine.session", "engine.settings", "engine.models"):
         importlib.import_module(name)
+    for name in sys.argv[1:]:
+        importlib.import_module(name)
     leaked = sorted(m for m in sys.modules if m.split(".")[0] in BlockQt.BLOCKED)
     assert not leaked, leaked
     print("ok", len([m for m in sys.modules if m.startswith("engine")]))
@@ -35,25 +41,38 @@ BLOCK_QT_AND_IMPORT_ENGINE = textwrap.dedent(
 )
 
 
-def test_engine_and_all_its_modules_import_with_qt_blocked():
-    result = subprocess.run(
-        [sys.executable, "-c", BLOCK_QT_AND_IMPORT_ENGINE],
+def _import_with_qt_blocked(*modules: str, script: str = BLOCK_QT_AND_IMPORT_ENGINE) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", script, *modules],
         cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
         capture_output=True,
         text=True,
         timeout=120,
     )
+
+
+def test_engine_and_all_its_modules_import_with_qt_blocked():
+    result = _import_with_qt_blocked()
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("ok")
+
+
+def test_the_apps_qt_free_modules_import_with_qt_blocked():
+    result = _import_with_qt_blocked(*QT_FREE_APP_MODULES)
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("ok")
 
 
 def test_the_blocker_would_catch_a_qt_import():
-    # The check above is only worth something if importing Qt under the blocker fails.
+    # The checks above are only worth something if importing Qt under the blocker fails.
     script = BLOCK_QT_AND_IMPORT_ENGINE.replace("import engine\n", "import engine\nimport PySide6.QtCore\n", 1)
-    result = subprocess.run(
-        [sys.executable, "-c", script], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
-        capture_output=True, text=True, timeout=120,
-    )
+    result = _import_with_qt_blocked(script=script)
     assert result.returncode != 0
-    assert "engine imported Qt: PySide6" in result.stderr
+    assert "imported Qt: PySide6" in result.stderr
+
+
+def test_the_blocker_would_catch_an_app_module_that_imports_qt():
+    result = _import_with_qt_blocked("app.widgets.stats_view")
+    assert result.returncode != 0
+    assert "imported Qt: PySide6" in result.stderr

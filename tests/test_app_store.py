@@ -134,5 +134,26 @@ def test_reply_stats_add_up_the_steps_of_a_reply():
     assert stats.mode == "mixed" and stats.window == 8
     assert stats.stop_reason == "cancelled"
     assert "stopped" in stats.summary_line()
-    assert ReplyStats.from_json(stats.to_json()) == stats
+    loaded = ReplyStats.from_json(stats.to_json())
+    assert loaded.to_json() == stats.to_json() and loaded.summary_line() == stats.summary_line()
+    assert loaded.token_ids == [] and loaded.n_tokens == 6  # the message keeps the text; its stats keep the counts
     assert ReplyStats.from_json("garbage") is None and ReplyStats.from_json(None) is None
+
+
+# A message's stats exactly as the app stored them before the counting moved to engine.measure.RunStats.
+STORED_BEFORE_RUNSTATS = (
+    '{"n_tokens": 48, "steps": 32, "decode_s": 0.5, "first_token_s": 0.08, "n_drafted": 60, "n_accepted": 16, '
+    '"modes": ["lookahead"], "window": 4, "ngram": 4, "guesses": 3, "auto": false, "model": "SmolLM2", '
+    '"stop_reason": "max_tokens", "per_step": [1, 2, 1], "elapsed_s": 0.56}'
+)
+
+
+def test_stats_stored_by_an_earlier_version_load_and_read_the_same():
+    stats = ReplyStats.from_json(STORED_BEFORE_RUNSTATS)
+    assert stats is not None
+    assert stats.summary_line() == (
+        "48 tokens · 96.0 tok/s · TTFT 0.08 s · 1.50 tok/step · lookahead W4 N4 G3 · accepted 27% · SmolLM2 · "
+        "length limit"
+    )
+    assert stats.prefill_s == pytest.approx(0.06)
+    assert stats.to_json() == STORED_BEFORE_RUNSTATS  # and are written back byte for byte

@@ -8,7 +8,6 @@ from types import SimpleNamespace
 
 import pytest
 
-from tests.app_fixtures import *  # noqa: F403 (fixtures)
 from tests.app_fixtures import OFFSCREEN_NOISE, quick_settings
 
 from PySide6.QtCore import QElapsedTimer, Qt, QTimer  # noqa: E402
@@ -16,7 +15,7 @@ from PySide6.QtGui import QGuiApplication, QTextFormat  # noqa: E402
 
 from engine import GenerationControls, LookaheadConfig, StepEvent  # noqa: E402
 
-from app import worker as worker_module  # noqa: E402
+from engine.probe import ProbeResult  # noqa: E402
 from app.coalescer import UpdateCoalescer  # noqa: E402
 from app.qt_compat import binding_problem  # noqa: E402
 from app.widgets.chat_input import ChatInput  # noqa: E402
@@ -150,6 +149,9 @@ class _FakeEngine:
     def close(self) -> None:
         pass
 
+    def load_cached_curve(self) -> bool:
+        return True  # nothing to measure: the app never shows the measurement for a fake
+
 
 class _FakeSession:
     """Two tokens every 0.5 ms: ~4000 tokens/s, far faster than a window should repaint."""
@@ -181,10 +183,10 @@ def _event(step: int, mode: str, n: int, reason: str | None) -> StepEvent:
 
 
 @pytest.fixture
-def fake_engine(monkeypatch):
-    monkeypatch.setattr(worker_module, "Engine", _FakeEngine)
-    monkeypatch.setattr(worker_module, "ChatSession", _FakeSession)
-    monkeypatch.setattr(worker_module, "default_model_path", lambda: Path("/models/fake.gguf"))
+def fake_engine(worker_options):
+    worker_options.update(engine_factory=_FakeEngine, session_factory=_FakeSession,
+                          check_loadable=lambda *_a, **_k: ProbeResult(probed=False, seconds=0.0),
+                          default_model=lambda: Path("/models/fake.gguf"))
 
 
 def test_a_stream_of_thousands_of_tokens_a_second_is_drawn_in_batches_without_freezing(

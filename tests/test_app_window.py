@@ -6,7 +6,6 @@ import os
 
 import pytest
 
-from tests.app_fixtures import *  # noqa: F403 (fixtures)
 from tests.app_fixtures import OFFSCREEN_NOISE, REPLY_TIMEOUT_MS, close_mid_reply, quick_settings
 
 from PySide6.QtCore import Qt  # noqa: E402 (after the offscreen platform is set)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine import GenerationControls, GenerationSummary, LookaheadConfig, Message, SamplingConfig, StopConfig
+from engine import GenerationControls, LookaheadConfig, Message, RunStats, SamplingConfig, StopConfig
 from engine.bench import load_workloads
 from engine.plan import ALL_SEQS
 from engine.session import ChatSession
@@ -21,7 +21,7 @@ SHAPES = [
 
 def run(engine, prompt, lookahead, max_tokens=128, sampling=SamplingConfig(), check_cache=False):
     engine.reset()
-    summary = GenerationSummary()
+    summary = RunStats()
     for ev in engine.generate(prompt, GenerationControls(lookahead=lookahead), sampling=sampling,
                               stop=StopConfig(max_tokens=max_tokens)):
         summary.observe(ev)
@@ -107,7 +107,7 @@ def test_a_second_chat_turn_evaluates_only_its_new_tokens(engine):
     engine.reset()
     session = ChatSession(engine)
     messages = [Message("system", "You are helpful."), Message("user", "Name a colour.")]
-    first = GenerationSummary()
+    first = RunStats()
     for ev in session.reply(messages, stop=StopConfig(max_tokens=16)):
         first.observe(ev)
     messages += [Message("assistant", first.text), Message("user", "Name another one.")]
@@ -203,9 +203,9 @@ def test_a_regenerated_reply_drafts_from_the_one_it_replaces(engine):
     messages = [Message("user", "Name three colours of the rainbow.")]
     fixed = LookaheadConfig(window=0, ngram=6, guesses=1)
 
-    def reply(lookahead, drafts_from=()) -> tuple[GenerationSummary, list[str]]:
+    def reply(lookahead, drafts_from=()) -> tuple[RunStats, list[str]]:
         engine.reset()
-        summary, choices = GenerationSummary(), []
+        summary, choices = RunStats(), []
         for ev in session.reply(messages, GenerationControls(lookahead=lookahead), stop=StopConfig(max_tokens=40),
                                 drafts_from=drafts_from):
             summary.observe(ev)

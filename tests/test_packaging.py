@@ -19,14 +19,15 @@ from pathlib import Path
 import pytest
 
 from app import paths
-from engine import ModelFileError, default_model_path
-from engine import models
+from engine import ModelFileError, NativeError, default_model_path
+from engine import models, native
 
 REPO = Path(__file__).resolve().parent.parent
 PACKAGING = REPO / "packaging"
 SPEC = PACKAGING / "lookahead-chat.spec"
 DESKTOP = REPO / "resources" / "lookahead-chat.desktop"
-SHELL_SCRIPTS = ("build-linux.sh", "build-macos.sh", "install-linux.sh", "uninstall-linux.sh")
+SHELL_SCRIPTS = ("build-linux.sh", "build-macos.sh", "build-common.sh", "install-linux.sh", "uninstall-linux.sh")
+SOURCED_SCRIPTS = ("build-common.sh",)  # read by the build scripts with `source`, never run
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux scripts")
 
 
@@ -43,7 +44,7 @@ inputs = _load_bundle_inputs()
 # --- the spec and what it takes in -------------------------------------------------------------------
 
 
-def test_the_spec_parses_and_builds_one_folder_with_llama_libs_model_metadata_and_runtime_hook():
+def test_the_spec_parses_and_builds_one_folder_with_llama_libs_and_model_metadata():
     tree = ast.parse(SPEC.read_text(encoding="utf-8"), filename=str(SPEC))
     calls = {node.func.id for node in ast.walk(tree) if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)}
     assert {"Analysis", "PYZ", "EXE", "COLLECT", "collect_dynamic_libs", "copy_metadata"} <= calls
@@ -51,7 +52,6 @@ def test_the_spec_parses_and_builds_one_folder_with_llama_libs_model_metadata_an
     assert 'collect_dynamic_libs("llama_cpp")' in text
     assert "copy_metadata(inputs.MODEL_DISTRIBUTION)" in text
     assert "inputs.cpu_backend_binaries()" in text and "inputs.model_datas()" in text
-    assert "runtime_hooks=[str(inputs.RUNTIME_HOOK)]" in text
     assert "exclude_binaries=True" in text  # one-folder: binaries go to COLLECT, not into the executable
 
 
@@ -71,7 +71,7 @@ def test_every_repository_file_the_bundle_takes_exists():
     assert len(pairs) == len(inputs.REPO_DATA)
     for src, _dest in pairs:
         assert Path(src).is_file(), src
-    for path in (inputs.ENTRY_SCRIPT, inputs.RUNTIME_HOOK, REPO / inputs.ICON_PNG):
+    for path in (inputs.ENTRY_SCRIPT, REPO / inputs.ICON_PNG):
         assert path.is_file(), path
 
 
@@ -101,11 +101,55 @@ def test_the_launcher_calls_the_apps_main():
     assert any(node.module == "app.__main__" and node.names[0].name == "main" for node in imports)
 
 
-def test_the_runtime_hook_compiles_and_loads_backends_from_llama_cpp_lib():
-    source = inputs.RUNTIME_HOOK.read_text(encoding="utf-8")
-    compile(source, str(inputs.RUNTIME_HOOK), "exec")
-    assert "ggml_backend_load_all_from_path" in source and '"llama_cpp", "lib"' in source
-    assert inputs.LLAMA_LIB_DEST == "llama_cpp/lib"
+class _FakeGgml:
+    """Stands in for libggml's ctypes handle: a backend registry that load_all_from_path fills."""
+
+    def __init__(self, registered: int, loadable: int = 1) -> None:
+        self.registered = registered
+        self.loaded_from: list[bytes] = []
+
+        def reg_count() -> int:
+            return self.registered
+
+        def load_all_from_path(path: bytes) -> None:
+            self.loaded_from.append(path)
+            self.registered += loadable
+
+        # plain functions, so the code under test can set restype/argtypes on them as on ctypes functions
+        self.ggml_backend_reg_count = reg_count
+        self.ggml_backend_load_all_from_path = load_all_from_path
+
+
+def test_a_portable_build_has_its_backends_loaded_from_the_llama_cpp_lib_folder(tmp_path):
+    ggml = _FakeGgml(registered=0)
+    native._register_backends(ggml, tmp_path)
+    assert ggml.loaded_from == [os.fsencode(tmp_path)] and ggml.registered == 1
+
+
+def test_a_build_with_its_backend_linked_in_loads_no_backends(tmp_path):
+    ggml = _FakeGgml(registered=1)
+    native._register_backends(ggml, tmp_path)
+    assert ggml.loaded_from == []
+
+
+def test_a_folder_without_a_loadable_backend_is_a_native_error_naming_it(tmp_path):
+    with pytest.raises(NativeError, match="no ggml backend could be loaded from " + str(tmp_path)):
+        native._register_backends(_FakeGgml(registered=0, loadable=0), tmp_path)
+
+
+def test_backends_come_from_the_folder_llama_cpp_loads_its_libraries_from(monkeypatch, tmp_path):
+    import llama_cpp
+    from llama_cpp._ggml import libggml
+
+    monkeypatch.delenv("LLAMA_CPP_LIB_PATH", raising=False)
+    lib_dir = native._llama_lib_dir()
+    assert lib_dir.resolve() == Path(llama_cpp.__file__).resolve().parent / "lib"
+    assert lib_dir.as_posix().endswith(inputs.LLAMA_LIB_DEST)  # where the bundle puts the CPU variants
+    assert native._libggml(lib_dir) is libggml  # llama_cpp's own handle: the one registry llama.cpp uses
+    assert libggml.ggml_backend_reg_count() > 0  # this venv's build has its CPU backend linked in
+    monkeypatch.setenv("LLAMA_CPP_LIB_PATH", str(tmp_path))
+    assert native._llama_lib_dir() == tmp_path
+    assert native._libggml(tmp_path) is None  # no libggml there: nothing to load backends into
 
 
 @pytest.mark.parametrize(
@@ -122,6 +166,33 @@ def test_the_runtime_hook_compiles_and_loads_backends_from_llama_cpp_lib():
 )
 def test_cpu_backend_variants_are_recognised_by_file_name(name, variant):
     assert bool(inputs._CPU_VARIANT.match(name)) is variant
+
+
+class _FakeDistribution:
+    def __init__(self, root: Path, names: list[str]) -> None:
+        self.root = root
+        self.files = [f"bin/{n}" for n in names]
+        for f in self.files:
+            (root / f).parent.mkdir(parents=True, exist_ok=True)
+            (root / f).write_bytes(b"")
+
+    def locate_file(self, f) -> Path:
+        return self.root / str(f)
+
+
+def test_the_bundle_leaves_out_the_amx_cpu_variant(tmp_path, monkeypatch):
+    names = ["libggml-cpu-haswell.so", "libggml-cpu-zen4.so", "libggml-cpu-sapphirerapids.so",
+             "ggml-cpu-sapphirerapids.dll", "libggml-cpu-x64.so"]
+    fake = _FakeDistribution(tmp_path, names)
+    monkeypatch.setattr(inputs.importlib.metadata, "distribution", lambda _name: fake)
+    taken = sorted(Path(src).name for src, dest in inputs.cpu_backend_binaries())
+    assert taken == ["libggml-cpu-haswell.so", "libggml-cpu-x64.so", "libggml-cpu-zen4.so"]
+    assert inputs.is_amx_variant("libggml-cpu-sapphirerapids.so") and not inputs.is_amx_variant("libggml-cpu-zen4.so")
+
+
+def test_the_installed_portable_llama_if_any_has_no_amx_variant_in_the_bundle_list():
+    # In the project's own (native) build the list is empty; in the bundle venv it is the real list.
+    assert not [src for src, _dest in inputs.cpu_backend_binaries() if "sapphirerapids" in src]
 
 
 def test_only_fully_versioned_library_copies_are_left_out():
@@ -240,8 +311,10 @@ def test_the_desktop_entry_has_the_keys_a_menu_needs():
     assert entry.get("Terminal", "false") == "false"
 
 
-@pytest.mark.skipif(shutil.which("desktop-file-validate") is None, reason="desktop-file-utils not installed")
+@linux_only
 def test_the_desktop_entry_passes_desktop_file_validate():
+    # packaging/setup-venv.sh --test installs desktop-file-utils: missing, the set-up is broken.
+    assert shutil.which("desktop-file-validate"), "desktop-file-validate missing: run packaging/setup-venv.sh --test"
     result = subprocess.run(["desktop-file-validate", str(DESKTOP)], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
 
@@ -250,7 +323,17 @@ def test_the_desktop_entry_passes_desktop_file_validate():
 def test_the_shell_scripts_parse(script):
     result = subprocess.run(["bash", "-n", str(PACKAGING / script)], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
-    assert os.access(PACKAGING / script, os.X_OK)
+    assert os.access(PACKAGING / script, os.X_OK) is (script not in SOURCED_SCRIPTS)
+
+
+@pytest.mark.parametrize("script", ["build-linux.sh", "build-macos.sh"])
+def test_the_build_scripts_read_their_options_through_the_shared_preamble(script):
+    help_text = subprocess.run(["bash", str(PACKAGING / script), "--help"], capture_output=True, text=True)
+    assert help_text.returncode == 0, help_text.stderr
+    lines = help_text.stdout.splitlines()
+    assert lines[0].startswith("# Build the ") and all(line.startswith("#") for line in lines)
+    wrong = subprocess.run(["bash", str(PACKAGING / script), "--no-such-option"], capture_output=True, text=True)
+    assert wrong.returncode == 2 and "unknown option: --no-such-option" in wrong.stderr
 
 
 def _fake_bundle(root: Path) -> Path:

@@ -19,7 +19,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.app_fixtures import *  # noqa: F403 (fixtures)
 from tests.app_fixtures import OFFSCREEN_NOISE, REPLY_TIMEOUT_MS, quick_settings
 from tests.tiny_models import write_tiny_mamba
 

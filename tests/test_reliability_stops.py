@@ -6,7 +6,6 @@ import time
 
 import pytest
 
-from tests.app_fixtures import *  # noqa: F403 (fixtures)
 from tests.app_fixtures import MODEL_LOAD_TIMEOUT_MS, OFFSCREEN_NOISE, REPLY_TIMEOUT_MS, close_mid_reply
 
 from app.settings import AppSettings  # noqa: E402

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.app_fixtures import *  # noqa: F403 (fixtures)
 from tests.app_fixtures import OFFSCREEN_NOISE, quick_settings
 
 from app import paths, store as store_module  # noqa: E402

@@ -21,11 +21,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine import LookaheadConfig, StepEvent
+from engine import LookaheadConfig, RunStats, StepEvent
 
 from ..coalescer import DEFAULT_INTERVAL_MS, UpdateCoalescer
 from ..compare import FAIRNESS_NOTE, LOOKAHEAD, PLAIN, CompareProgress, CompareRequest, CompareResult, ReplayTrack
-from ..stats import ReplyStats
 from .chat_input import ChatInput
 from .stats_view import StepChart
 
@@ -69,7 +68,7 @@ class ComparePane(QGroupBox):
     def reset(self, title: str | None = None) -> None:
         if title is not None:
             self.setTitle(title)
-        self.stats = ReplyStats()
+        self.stats = RunStats()  # of the events shown so far: the run's own statistics once the replay ends
         self.shown = 0  # events of the track already drawn
         self.text.clear()
         self.text.setExtraSelections([])
@@ -98,8 +97,8 @@ class ComparePane(QGroupBox):
     def _show_numbers(self) -> None:
         s = self.stats
         text = f"{s.tokens_per_s:.1f} tok/s · {s.steps} steps · {s.n_tokens} tokens · {s.tokens_per_step:.2f} tok/step"
-        if s.elapsed_s > s.decode_s:  # the clock includes the prompt's evaluation; the speedup does not
-            text += f" · prompt {s.elapsed_s - s.decode_s:.2f} s"
+        if s.prefill_s > 0:  # the clock includes the prompt's evaluation; the speedup does not
+            text += f" · prompt {s.prefill_s:.2f} s"
         self.numbers.setText(text)
 
     def highlight(self, offset: int, length: int, tip: str) -> None:
@@ -391,10 +390,12 @@ class CompareView(QWidget):
             return
         assert result.plain is not None and result.lookahead is not None
         self.status.setText("Done.")
+        plain, la = result.plain.stats, result.lookahead.stats
         speed = (
             f"<b>Speedup {result.speedup:.2f}×</b> "
-            f"(plain {result.plain.decode_s:.2f} s ÷ lookahead {result.lookahead.decode_s:.2f} s of decoding; "
-            f"{result.lookahead.tokens_per_step:.2f} tokens per step)"
+            f"(lookahead {la.tokens_per_s:.1f} ÷ plain {plain.tokens_per_s:.1f} tokens per second of decoding: "
+            f"{la.n_tokens} tokens in {la.decode_s:.2f} s, {plain.n_tokens} in {plain.decode_s:.2f} s; "
+            f"{la.tokens_per_step:.2f} tokens per step)"
         )
         div = result.divergence
         if result.identical:

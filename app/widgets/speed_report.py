@@ -27,7 +27,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine.bench import PromptResult, Workload
+from engine.measure import PromptResult, Workload, by_category
 
 from ..compare import (
     CATEGORY_COLUMNS,
@@ -36,7 +36,6 @@ from ..compare import (
     SpeedReportOutcome,
     SpeedReportProgress,
     category_cells,
-    category_rows,
     prompt_cells,
     report_csv,
     report_markdown,
@@ -268,7 +267,7 @@ class SpeedReportDialog(QDialog):
 
     def _fill_categories(self) -> None:
         self.category_table.setRowCount(0)
-        for row in category_rows(self.results):
+        for row in by_category(self.results):
             self._append_row(self.category_table, category_cells(row), first_number=1)
 
     def table_text(self, table: QTableWidget) -> list[list[str]]:

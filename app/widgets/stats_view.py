@@ -7,9 +7,7 @@ from PySide6.QtCore import QMargins, QPointF, Qt
 from PySide6.QtGui import QColor, QPainter, QPalette, QPen
 from PySide6.QtWidgets import QFormLayout, QLabel, QVBoxLayout, QWidget
 
-from engine import StepEvent
-
-from ..stats import ReplyStats
+from engine import RunStats, StepEvent
 
 MIN_X_RANGE = 20  # steps shown before the axis starts to grow
 
@@ -142,7 +140,7 @@ class LiveStatsView(QWidget):
             label.setText("–")
         self.shape.setText("–")
 
-    def show_progress(self, stats: ReplyStats, new_steps: list[int], last: StepEvent | None) -> None:
+    def show_progress(self, stats: RunStats, new_steps: list[int], last: StepEvent | None) -> None:
         """Update after a batch of steps (called at most ~30 times a second)."""
         self.chart.append(new_steps)
         self.tokens_per_s.setText(f"{stats.tokens_per_s:.1f}")

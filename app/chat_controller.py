@@ -1,0 +1,254 @@
+"""The chat's logic: turns, request ids, edit state and what is written to the store. No Qt here.
+
+A turn goes: ``begin_send``/``begin_regenerate`` builds the worker's request
+(nothing is saved yet) → ``accept`` when the worker has taken it (the
+conversation, the user's message and the deletion of what an edit or a
+regeneration replaces are written now, and only now) → ``observe`` for every
+step → ``finish`` saves the reply as far as it got. ``reject`` forgets a turn
+the worker refused; nothing of it was saved. The window shows what these
+return and sends the requests; it never writes to the store itself.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from engine import LookaheadConfig, SamplingConfig, StepEvent, StopConfig
+from engine.text import conversation_messages
+
+from .stats import ReplyStats
+from .store import ChatStore, StoredMessage
+from .requests import GenerationRequest, ReplyOutcome
+
+NEW_CHAT_TITLE = "New chat"
+TITLE_LENGTH = 40
+
+
+class RequestIds:
+    """Ids for the worker's requests (replies, comparisons, speed reports): one counter for all."""
+
+    def __init__(self) -> None:
+        self._counter = itertools.count(1)
+
+    def next(self) -> int:
+        return next(self._counter)
+
+
+@dataclass
+class Turn:
+    """The reply being generated, from Send until the worker says it is over."""
+
+    request_id: int
+    conversation_id: int | None  # None: a new chat, created once the worker accepts the message
+    user_text: str | None  # None when regenerating
+    replace_from: int | None  # delete this message and the ones after it when accepted (edit, regenerate)
+    system_prompt: str
+    auto: bool
+    history: list[StoredMessage] = field(default_factory=list)  # the messages the reply follows
+    typed: str = ""  # the input box's text as typed, given back if the worker refuses the message
+    sent_at: float = field(default_factory=time.perf_counter)
+    first_token_wait_s: float | None = None  # from Send to the first token: what the user waited
+    started: bool = False
+    text: str = ""
+    stats: ReplyStats = field(default_factory=ReplyStats)
+
+
+@dataclass(frozen=True)
+class ReplyRecord:
+    """A reply that has been saved: what the window emits in ``replyCompleted``."""
+
+    conversation_id: int
+    message_id: int | None  # None if nothing was saved (stopped before any text)
+    text: str
+    stats: ReplyStats
+    outcome: ReplyOutcome
+
+
+@dataclass(frozen=True)
+class TurnSettings:
+    """What the decoding panel says when a turn starts."""
+
+    system_prompt: str
+    lookahead: LookaheadConfig | None
+    sampling: SamplingConfig
+    stop: StopConfig
+
+
+class ChatController:
+    """Runs the open chat: which conversation is shown, the message being edited, the turn in flight."""
+
+    def __init__(self, store: ChatStore, ids: RequestIds) -> None:
+        self.store = store
+        self.ids = ids
+        self.conversation_id: int | None = None
+        self.editing_message_id: int | None = None
+        self.turn: Turn | None = None
+
+    # --- state ---
+
+    def is_generating(self) -> bool:
+        return self.turn is not None
+
+    def messages(self) -> list[StoredMessage]:
+        """The open chat's stored messages (none for a new chat)."""
+        return self.store.messages(self.conversation_id) if self.conversation_id is not None else []
+
+    def start_edit(self, message_id: int) -> str | None:
+        """Edit a user message of the open chat: returns its text for the input box (None if not editable)."""
+        if self.is_generating():
+            return None
+        for m in self.messages():
+            if m.id == message_id and m.role == "user":
+                self.editing_message_id = message_id
+                return m.content
+        return None
+
+    def cancel_edit(self) -> bool:
+        """Leave edit mode; True if there was an edit to cancel."""
+        editing, self.editing_message_id = self.editing_message_id, None
+        return editing is not None
+
+    # --- starting a turn ---
+
+    def begin_send(self, user_text: str, typed: str, settings: TurnSettings) -> tuple[Turn, GenerationRequest]:
+        """A new user message (or an edited one, replacing it and what followed)."""
+        history, replaced = self._split_history(self.editing_message_id)
+        return self._begin(history, user_text, replaced, typed, settings)
+
+    def begin_regenerate(self, settings: TurnSettings) -> tuple[Turn, GenerationRequest] | None:
+        """The last reply again, replacing it; None if the chat has no user message to answer."""
+        history = self.messages()
+        replaced: list[StoredMessage] = []
+        while history and history[-1].role == "assistant":
+            replaced.insert(0, history.pop())
+        if not history:
+            return None
+        return self._begin(history, None, replaced, "", settings)
+
+    def _split_history(self, at: int | None) -> tuple[list[StoredMessage], list[StoredMessage]]:
+        """The chat's messages before message ``at``, and ``at`` with those after it (``at`` None: all, none)."""
+        messages = self.messages()
+        if at is None:
+            return messages, []
+        return [m for m in messages if m.id < at], [m for m in messages if m.id >= at]
+
+    def _begin(
+        self,
+        history: list[StoredMessage],
+        user_text: str | None,
+        replaced: list[StoredMessage],
+        typed: str,
+        settings: TurnSettings,
+    ) -> tuple[Turn, GenerationRequest]:
+        request = GenerationRequest(
+            request_id=self.ids.next(),
+            messages=tuple(conversation_messages(settings.system_prompt, [(m.role, m.content) for m in history],
+                                                 user_text)),
+            lookahead=settings.lookahead,
+            sampling=settings.sampling,
+            stop=settings.stop,
+            # A regenerated or re-asked reply often says much of what it replaces: free drafts.
+            drafts_from=tuple(m.content for m in replaced),
+        )
+        self.turn = Turn(
+            request_id=request.request_id,
+            conversation_id=self.conversation_id,
+            user_text=user_text,
+            replace_from=replaced[0].id if replaced else None,
+            system_prompt=settings.system_prompt,
+            auto=settings.lookahead is not None and settings.lookahead.auto,
+            history=history,
+            typed=typed,
+        )
+        return self.turn, request
+
+    # --- the worker's answers ---
+
+    def current(self, request_id: int) -> Turn | None:
+        """The turn in flight if ``request_id`` is its request (answers to older requests are ignored)."""
+        turn = self.turn
+        return turn if turn is not None and turn.request_id == request_id else None
+
+    def accept(self, request_id: int) -> Turn | None:
+        """The worker took the request: save the new chat, the user's message, and drop what is replaced."""
+        turn = self.current(request_id)
+        if turn is None:
+            return None
+        turn.started = True
+        if turn.conversation_id is None:
+            title = (turn.user_text or NEW_CHAT_TITLE).splitlines()[0][:TITLE_LENGTH].strip() or NEW_CHAT_TITLE
+            turn.conversation_id = self.store.create_conversation(title, turn.system_prompt).id
+            self.conversation_id = turn.conversation_id
+        if turn.replace_from is not None:
+            self.store.delete_messages_from(turn.conversation_id, turn.replace_from)
+        if turn.user_text is not None:
+            self.store.add_message(turn.conversation_id, "user", turn.user_text)
+            self.editing_message_id = None
+        return turn
+
+    def note_step(self, request_id: int, event: StepEvent) -> Turn | None:
+        """A step arrived (before the window draws it): times the wait for the first token."""
+        turn = self.current(request_id)
+        if turn is not None and turn.first_token_wait_s is None and event.token_ids:
+            turn.first_token_wait_s = time.perf_counter() - turn.sent_at
+        return turn
+
+    def observe(self, events: Sequence[StepEvent]) -> list[int]:
+        """Fold drawn steps into the turn's text and statistics; returns the tokens each forward pass committed."""
+        turn = self.turn
+        if turn is None:
+            return []
+        committed = []
+        for ev in events:
+            turn.stats.observe(ev, auto=turn.auto)
+            turn.text += ev.text
+            if ev.mode != "none":
+                committed.append(ev.n_committed)
+        if turn.first_token_wait_s is not None:
+            turn.stats.first_token_s = turn.first_token_wait_s  # the wait the user saw, from Send
+        return committed
+
+    def finish(self, outcome: ReplyOutcome, model_name: str) -> tuple[Turn, ReplyRecord] | None:
+        """The generation is over: save the reply as far as it got (an empty stopped one is dropped)."""
+        turn = self.current(outcome.request_id)
+        if turn is None:
+            return None
+        self.turn = None
+        turn.stats.model = model_name
+        if turn.stats.stop_reason is None:
+            turn.stats.stop_reason = outcome.stop_reason
+        message_id = None
+        if turn.conversation_id is not None and (turn.text or outcome.stop_reason != "cancelled"):
+            message_id = self.store.add_message(turn.conversation_id, "assistant", turn.text, turn.stats.to_json()).id
+        return turn, ReplyRecord(turn.conversation_id or 0, message_id, turn.text, turn.stats, outcome)
+
+    def reject(self, request_id: int) -> Turn | None:
+        """The worker refused the request: forget the turn (nothing of it was saved)."""
+        turn = self.current(request_id)
+        if turn is not None:
+            self.turn = None
+        return turn
+
+    # --- conversations ---
+
+    def rename_conversation(self, conversation_id: int, title: str) -> None:
+        self.store.rename_conversation(conversation_id, title)
+
+    def set_system_prompt(self, text: str) -> None:
+        """The open chat keeps the system prompt typed for it (a new chat gets it when first saved)."""
+        if self.conversation_id is not None:
+            self.store.set_system_prompt(self.conversation_id, text)
+
+    def delete_conversation(self, conversation_id: int) -> bool:
+        """Delete a chat; True if a reply streaming into it lost its place (the caller stops it)."""
+        orphaned = self.turn is not None and self.turn.conversation_id == conversation_id
+        if orphaned:
+            assert self.turn is not None
+            self.turn.conversation_id = None  # the partial reply has nowhere to go
+        self.store.delete_conversation(conversation_id)
+        if conversation_id == self.conversation_id:
+            self.conversation_id = None
+        return orphaned

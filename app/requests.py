@@ -1,0 +1,61 @@
+"""What the window asks of the engine's worker, and what the worker answers. No Qt here.
+
+The worker (app/worker.py) sends these across threads in its signals; the chat
+controller and the tests build and read them without Qt.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from engine import LookaheadConfig, Message, SamplingConfig, StepEvent, StopConfig
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """Facts about the model now in use, for the status bar and the stats lines."""
+
+    path: str
+    display_name: str
+    gguf_name: str
+    architecture: str
+    file_type: str
+    n_ctx: int
+    n_params: int
+    n_threads: int
+    lookahead_block_reason: str | None
+    load_s: float
+    probe_s: float | None = None  # the first-open check in a child process, when it ran
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """One reply to generate: the whole conversation so far, ending with the user's turn."""
+
+    request_id: int
+    messages: tuple[Message, ...]
+    lookahead: LookaheadConfig | None
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    stop: StopConfig = field(default_factory=StopConfig)
+    drafts_from: tuple[str, ...] = ()  # texts this reply replaces (regenerate, edit): drafts for lookahead
+
+
+@dataclass(frozen=True)
+class StepUpdate:
+    """One step event, with the lookahead setting the worker handed the engine for that step."""
+
+    request_id: int
+    event: StepEvent
+    requested: LookaheadConfig | None
+    after_stop: bool  # the stop request was already set when this event was emitted
+
+
+@dataclass(frozen=True)
+class ReplyOutcome:
+    """How a generation ended (the text and statistics come with the step updates)."""
+
+    request_id: int
+    stop_reason: str | None
+    n_tokens: int
+    steps_after_stop: int  # committing steps emitted after Stop was pressed (at most the one in flight)
+    error: str | None = None

@@ -1,0 +1,118 @@
+"""The centre column of the Chat tab: the conversation, the edit banner, the input box and Send/Stop."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from PySide6.QtCore import Qt, Signal, Slot
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
+
+from ..stats import ReplyStats
+from ..store import StoredMessage
+from .chat_input import ChatInput
+from .chat_view import ChatView, MessageBubble
+
+WAITING_LINE = "Reading the prompt…"
+
+
+class ChatPane(QWidget):
+    """Shows a chat and takes the next message; knows nothing of the engine or the store.
+
+    Signals:
+        sendRequested(): Enter in the input box, or Send.
+        stopRequested(): the button while a reply is being written (it reads Stop then).
+        editRequested(int): "Edit" on a user message (its store id).
+        regenerateRequested(): "Regenerate" on the last reply.
+        cancelEditRequested(): "Cancel edit" on the banner.
+    """
+
+    sendRequested = Signal()
+    stopRequested = Signal()
+    editRequested = Signal(int)
+    regenerateRequested = Signal()
+    cancelEditRequested = Signal()
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._replying = False
+        self.chat_view = ChatView()
+        self.chat_view.editRequested.connect(self.editRequested)
+        self.chat_view.regenerateRequested.connect(self.regenerateRequested)
+
+        self.edit_banner = QWidget()
+        banner = QHBoxLayout(self.edit_banner)
+        banner.setContentsMargins(0, 0, 0, 0)
+        banner.addWidget(QLabel("Editing an earlier message: sending replaces it and everything after it."), 1)
+        self.cancel_edit_button = QPushButton("Cancel edit")
+        self.cancel_edit_button.clicked.connect(self.cancelEditRequested)
+        banner.addWidget(self.cancel_edit_button)
+        self.edit_banner.setVisible(False)
+
+        self.input = ChatInput()
+        self.input.submitted.connect(self.sendRequested)
+        self.send_button = QPushButton("Send")
+        self.send_button.setToolTip("Send (Enter / Ctrl+Enter)")
+        self.send_button.setDefault(True)
+        self.send_button.clicked.connect(self._on_button_clicked)
+        input_row = QHBoxLayout()
+        input_row.addWidget(self.input, 1)
+        input_row.addWidget(self.send_button, 0, Qt.AlignmentFlag.AlignBottom)
+
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.chat_view, 1)
+        layout.addWidget(self.edit_banner)
+        layout.addLayout(input_row)
+
+    def set_state(self, replying: bool, can_send: bool, busy: bool) -> None:
+        """Send becomes Stop while a reply is written; message actions are off while the engine is busy."""
+        self._replying = replying
+        self.send_button.setText("Stop" if replying else "Send")
+        self.send_button.setToolTip("Stop (Esc)" if replying else "Send (Enter / Ctrl+Enter)")
+        self.send_button.setEnabled(replying or can_send)
+        self.chat_view.set_busy(busy)
+
+    def show_messages(self, messages: Sequence[StoredMessage]) -> None:
+        """Show a stored chat from the top (each reply with its stats line)."""
+        self.chat_view.clear()
+        for m in messages:
+            stats = ReplyStats.from_json(m.stats_json)
+            self.chat_view.add_message(m.role, m.content, m.id, stats.summary_line() if stats else "")
+
+    def show_pending(self, history: Sequence[StoredMessage], user_text: str) -> None:
+        """The chat as it will be once the message is accepted: the history, the new message, a reply to come."""
+        self.show_messages(history)
+        self.chat_view.add_message("user", user_text)
+        self.add_reply_bubble("")
+        self.chat_view.scroll_to_bottom()
+
+    def add_reply_bubble(self, text: str) -> MessageBubble:
+        """The bubble a streaming reply writes into; says it is waiting until the first text arrives."""
+        bubble = self.chat_view.add_message("assistant", text)
+        if not text:
+            bubble.set_stats_line(WAITING_LINE)
+        return bubble
+
+    def set_editing(self, text: str | None) -> None:
+        """Edit mode with ``text`` in the input box, or (None) back to normal."""
+        self.edit_banner.setVisible(text is not None)
+        if text is not None:
+            self.input.setPlainText(text)
+            self.input.setFocus()
+
+    def take_input(self) -> tuple[str, str]:
+        """(the message to send, the text as typed) — the box is cleared; see ``give_back``."""
+        typed = self.input.toPlainText()
+        return typed.strip(), typed
+
+    def give_back(self, typed: str) -> None:
+        """A refused message goes back into the input box, unless something new was typed meanwhile."""
+        if not self.input.toPlainText().strip():
+            self.input.setPlainText(typed)
+
+    @Slot()
+    def _on_button_clicked(self) -> None:
+        if self._replying:
+            self.stopRequested.emit()
+        else:
+            self.sendRequested.emit()

@@ -1,0 +1,281 @@
+"""One reply: the decoding loop from a prompt to a stop, one ``StepEvent`` per forward pass.
+
+``Engine`` (runtime.py) holds the model, the context and the KV cache and lasts
+across replies. A ``Generation`` holds what lives for one reply: the sampler,
+both decoders, the n-gram pool and history index, the step policies, the text
+output and the tokens still pending. Each ``step()`` is one forward pass:
+
+    1. end with a closing event (mode "none") if cancelled or the context is full;
+    2. choose the step's shape: plain, the user's W/N/G or Auto (auto.py), kept
+       within the batch size measured to give exact logits;
+    3. run it: ``PlainDecoder`` or ``LookaheadDecoder`` (decoders.py, which owns
+       the acceptance rule and the cache clean-up; plan.py lays out the batch);
+    4. cut the committed tokens at end-of-generation or max_tokens, add the
+       reply's new n-grams to the pool, cut the text at a stop string, report.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from .auto import AutoPolicy, FixedPolicy
+from .decoders import JacobiWindow, LookaheadDecoder, PlainDecoder, TokenDrawer
+from .drafts import HistoryIndex
+from .native import Sampler
+from .plan import StepChoice
+from .pool import NgramPool
+from .settings import MAX_NGRAM, LookaheadConfig, SamplingConfig, StopConfig
+from .text import StopMatcher, TextStream
+
+if TYPE_CHECKING:
+    from .runtime import Engine
+
+
+@dataclass(frozen=True)
+class StepEvent:
+    """One forward pass of a generation, as reported to the caller."""
+
+    step: int
+    mode: str  # "plain" | "lookahead" | "auto" (what the user asked for; the shape says what ran)
+    token_ids: tuple[int, ...]
+    text: str
+    n_committed: int
+    batch_size: int
+    n_logits: int
+    n_drafted: int
+    n_accepted: int
+    n_reevaluated: int
+    window: int
+    ngram: int
+    guesses: int
+    elapsed_s: float  # wall time of the step
+    decode_s: float  # of which llama_decode
+    prefill_tokens: int = 0  # prompt tokens evaluated before this step (first step only)
+    prefill_s: float = 0.0
+    top2_gaps: tuple[float, ...] = ()
+    stop_reason: str | None = None  # set on the last event
+    notice: str = ""  # e.g. context policy applied
+    choice: str = ""  # why the step had this shape (Auto explains itself here)
+
+
+@dataclass
+class GenerationControls:
+    """Settings a caller may change while a generation runs; read before every step."""
+
+    lookahead: LookaheadConfig | None = None  # None = plain decoding
+    cancel: threading.Event = field(default_factory=threading.Event)
+
+
+class Generation:
+    """One reply in progress: built per ``Engine.generate`` call, advanced one forward pass per ``step()``.
+
+    Building it brings the engine's cache up to ``prompt[:-1]`` (reusing the
+    cached prefix); the last prompt token is evaluated by the first step. It
+    owns its sampler: ``close()`` frees it. Arguments are those of
+    ``Engine.generate``, already validated there.
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        prompt: list[int],
+        controls: GenerationControls,
+        sampling: SamplingConfig,
+        stop: StopConfig,
+        history: list[int],
+        notice: str,
+        record_gaps: bool,
+        exact_only: bool,
+    ) -> None:
+        self._engine = engine
+        self._controls = controls
+        self._max_tokens = stop.max_tokens
+        self._n_history = len(history)
+        self._notice = notice
+        self._exact_only = exact_only
+
+        t0 = time.perf_counter()
+        self._prefill_tokens = engine.cache_prompt(prompt)
+        self._prefill_s = time.perf_counter() - t0
+
+        self._sampler: Sampler | None = None
+        if not sampling.greedy:
+            self._sampler = Sampler(sampling.temperature, sampling.top_k, sampling.top_p, sampling.min_p, sampling.seed)
+        try:
+            drawer = TokenDrawer(engine.ctx, self._sampler)
+            self._plain = PlainDecoder(engine.ctx, engine.batch, drawer, engine.commit_seqs, record_gaps=record_gaps)
+            self._pool = NgramPool(max_len=MAX_NGRAM - 1)
+            self._pool.add_tokens(history)
+            self._pool.add_tokens(prompt)
+            self._index = HistoryIndex()
+            self._index.extend(history)
+            self._index.extend(prompt)
+            self._lookahead = LookaheadDecoder(engine.ctx, engine.batch, drawer, self._pool, JacobiWindow(prompt))
+            self._fixed = FixedPolicy(self._index, self._pool)
+            self._auto = AutoPolicy(self._index, self._pool, engine.live_costs, engine.acceptance)
+            model = engine.model
+            self._text = _TextOut(TextStream(model.token_bytes), StopMatcher(stop.stop_strings), model.is_eog)
+        except BaseException:
+            self.close()
+            raise
+        self._tokens = list(prompt)  # prompt + reply so far
+        self._pool_synced = len(self._tokens)  # the pool holds the n-grams of tokens[:pool_synced]
+        self._n_generated = 0
+        self._pending = [prompt[-1]]  # committed tokens not yet in the KV cache
+        self._n_steps = 0
+        self._finished = False
+
+    @property
+    def finished(self) -> bool:
+        """True once the event with the stop reason has been returned."""
+        return self._finished
+
+    def step(self) -> StepEvent | None:
+        """Run one forward pass and report it; None once the generation has ended."""
+        if self._finished:
+            return None
+        engine = self._engine
+        if self._controls.cancel.is_set():
+            return self._end("cancelled")
+        budget = min(engine.ctx.n_batch, engine.n_ctx - engine.kv.n)
+        if budget < len(self._pending) + 1:
+            return self._end("context_full")
+        cfg = self._controls.lookahead
+        ts = time.perf_counter()
+        choice = self._choose(cfg, budget)
+        if choice.plain:
+            out = self._plain.step(engine.kv, self._pending)
+        else:
+            out = self._lookahead.step(engine.kv, self._pending, choice)
+        if cfg is not None and cfg.auto:
+            self._auto.observe(choice, out.n_accepted)
+        self._pending = out.committed[out.n_cached :]
+        committed, reason = self._apply_limits(out.committed)
+        self._n_generated += len(committed)
+        self._tokens.extend(committed)
+        if cfg is not None:
+            self._sync_pool(len(committed))
+        delta, hit = self._text.feed(committed)
+        if hit:
+            reason = "stop_string"
+        elif reason:
+            delta += self._text.finish()
+        elapsed = time.perf_counter() - ts
+        # Wall time, not just llama_decode's: a lookahead step's planning and
+        # cache clean-up are part of what it costs.
+        engine.live_costs.record(out.batch_size, out.n_logits, elapsed)
+        first = self._n_steps == 0
+        event = StepEvent(
+            step=self._n_steps,
+            mode="plain" if cfg is None else ("auto" if cfg.auto else "lookahead"),
+            token_ids=tuple(committed),
+            text=delta,
+            n_committed=len(committed),
+            batch_size=out.batch_size,
+            n_logits=out.n_logits,
+            n_drafted=out.n_drafted,
+            n_accepted=out.n_accepted,
+            n_reevaluated=out.n_reevaluated,
+            window=out.window,
+            ngram=out.ngram,
+            guesses=out.guesses,
+            elapsed_s=elapsed,
+            decode_s=out.decode_s,
+            prefill_tokens=self._prefill_tokens if first else 0,
+            prefill_s=self._prefill_s if first else 0.0,
+            top2_gaps=tuple(out.top2_gaps[: len(committed)]),
+            stop_reason=reason,
+            notice=self._notice if first else "",
+            choice=choice.reason,
+        )
+        self._n_steps += 1
+        self._finished = bool(reason)
+        return event
+
+    def close(self) -> None:
+        """Free the sampler (safe to call twice)."""
+        if self._sampler is not None:
+            self._sampler.close()
+            self._sampler = None
+
+    def _choose(self, cfg: LookaheadConfig | None, budget: int) -> StepChoice:
+        """This step's shape, kept within the batch size whose logits match a lone decode's."""
+        cap = max(self._engine.cost_curve.max_exact_batch, 2) if self._exact_only else budget
+        room = min(budget, cap) - len(self._pending)
+        if cfg is None or room < 1:
+            return StepChoice(reason="plain")
+        indexed = len(self._index) - self._n_history  # the index holds the history, then these
+        if indexed < len(self._tokens):  # catch up after plain steps
+            self._index.extend(self._tokens[indexed:])
+        policy = self._auto if cfg.auto else self._fixed
+        return policy.choose(self._pending[-1], cfg, room)
+
+    def _apply_limits(self, committed: list[int]) -> tuple[list[int], str | None]:
+        """Cut ``committed`` after an end-of-generation token or at max_tokens, saying which."""
+        out: list[int] = []
+        for tok in committed:
+            out.append(tok)
+            if self._engine.model.is_eog(tok):
+                return out, "eog"
+            if self._n_generated + len(out) >= self._max_tokens:
+                return out, "max_tokens"
+        return out, None
+
+    def _sync_pool(self, n_new: int) -> None:
+        """Add the n-grams of the reply whose continuation just became complete."""
+        tokens, pool = self._tokens, self._pool
+        n = len(tokens)
+        start = min(self._pool_synced, n - n_new)
+        for i in range(max(start - pool.max_len - 1, 0), n - pool.max_len - 1):
+            pool.add(tokens[i], tokens[i + 1 : i + 1 + pool.max_len])
+        self._pool_synced = n
+
+    def _end(self, reason: str) -> StepEvent:
+        """The closing event of a generation stopped between steps: no forward pass, the text's tail."""
+        self._finished = True
+        return StepEvent(
+            step=self._n_steps,
+            mode="none",
+            token_ids=(),
+            text=self._text.finish(),
+            n_committed=0,
+            batch_size=0,
+            n_logits=0,
+            n_drafted=0,
+            n_accepted=0,
+            n_reevaluated=0,
+            window=0,
+            ngram=0,
+            guesses=0,
+            elapsed_s=0.0,
+            decode_s=0.0,
+            stop_reason=reason,
+        )
+
+
+class _TextOut:
+    """Committed tokens to shown text: UTF-8 safe, end-of-generation tokens hidden, stop strings cut."""
+
+    def __init__(self, stream: TextStream, stops: StopMatcher, is_eog: Callable[[int], bool]) -> None:
+        self._stream = stream
+        self._stops = stops
+        self._is_eog = is_eog
+
+    def feed(self, tokens: Sequence[int]) -> tuple[str, bool]:
+        delta = ""
+        for tok in tokens:
+            if self._is_eog(tok):
+                continue
+            piece, hit = self._stops.push(self._stream.feed(tok))
+            delta += piece
+            if hit:
+                return delta, True
+        return delta, False
+
+    def finish(self) -> str:
+        piece, _ = self._stops.push(self._stream.flush())
+        return piece + self._stops.flush()

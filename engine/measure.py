@@ -1,0 +1,247 @@
+"""What a generation measured, and how two of them compare: the one home of these definitions.
+
+``RunStats`` folds one generation's ``StepEvent``s; ``speedup`` says how two
+runs compare; ``PromptResult`` is one prompt's row and ``by_category`` rolls
+rows up. The CLI, ``engine bench``, the app's reply statistics, its Compare
+tab and its speed report all count and compare through these, so they agree
+on the same runs. Pure Python: no model, no Qt.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .generation import StepEvent
+
+ALL = "all"  # the roll-up row over every category
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One benchmark prompt, sent as a chat message; ``cat`` groups prompts in the roll-up."""
+
+    id: str
+    cat: str
+    prompt: str
+
+
+@dataclass
+class RunStats:
+    """What one generation did, folded from its step events in order (``observe``).
+
+    The only place a run's counts are made. A reply's stored statistics keep
+    the counts but not the tokens themselves (see ``app.stats.ReplyStats``),
+    so ``n_tokens`` is counted rather than read off ``token_ids``.
+    """
+
+    token_ids: list[int] = field(default_factory=list)
+    text: str = ""
+    n_tokens: int = 0
+    steps: int = 0  # forward passes (the closing event of a stopped run is not one)
+    per_step: list[int] = field(default_factory=list)  # tokens committed by each forward pass
+    decode_s: float = 0.0  # the steps' wall times: a lookahead step's planning and cache clean-up included
+    elapsed_s: float = 0.0  # prompt evaluation + all steps
+    first_token_s: float | None = None  # prompt evaluation + the steps up to the first token
+    n_drafted: int = 0
+    n_accepted: int = 0
+    top2_gaps: list[float] = field(default_factory=list)  # plain decoding only, when asked for
+    stop_reason: str | None = None
+    modes: list[str] = field(default_factory=list)  # distinct modes of the forward passes, in order of first use
+    window: int = 0  # shape of the last lookahead step
+    ngram: int = 0
+    guesses: int = 0
+
+    @classmethod
+    def of(cls, events: Iterable[StepEvent]) -> RunStats:
+        """The statistics of a whole run."""
+        stats = cls()
+        for ev in events:
+            stats.observe(ev)
+        return stats
+
+    def observe(self, ev: StepEvent) -> None:
+        """Fold in the next step event."""
+        self.token_ids.extend(ev.token_ids)
+        self.text += ev.text
+        self.n_tokens += len(ev.token_ids)
+        if ev.mode != "none":  # the closing event of a stopped generation is not a forward pass
+            self.steps += 1
+            self.per_step.append(ev.n_committed)
+            if ev.mode not in self.modes:
+                self.modes.append(ev.mode)
+        if ev.mode == "lookahead":
+            self.window, self.ngram, self.guesses = ev.window, ev.ngram, ev.guesses
+        self.decode_s += ev.elapsed_s
+        self.elapsed_s += ev.elapsed_s + ev.prefill_s
+        if self.first_token_s is None and ev.token_ids:
+            self.first_token_s = self.elapsed_s
+        self.n_drafted += ev.n_drafted
+        self.n_accepted += ev.n_accepted
+        self.top2_gaps.extend(ev.top2_gaps)
+        if ev.stop_reason:
+            self.stop_reason = ev.stop_reason
+
+    @property
+    def prefill_s(self) -> float:
+        """Prompt evaluation (the same work for every decoder, so left out of ``tokens_per_s``)."""
+        return max(self.elapsed_s - self.decode_s, 0.0)
+
+    @property
+    def tokens_per_s(self) -> float:
+        """Decoding speed: tokens per second of the steps' time."""
+        return self.n_tokens / self.decode_s if self.decode_s > 0 else 0.0
+
+    @property
+    def tokens_per_step(self) -> float:
+        return self.n_tokens / self.steps if self.steps else 0.0
+
+    @property
+    def acceptance(self) -> float | None:
+        """Accepted / drafted tokens; None when nothing was drafted."""
+        return self.n_accepted / self.n_drafted if self.n_drafted else None
+
+
+def speedup(plain: RunStats, other: RunStats) -> float:
+    """How many times faster ``other`` decoded than ``plain``: the one meaning of "speedup" here.
+
+        speedup = plain's decode time per token ÷ other's decode time per token
+                = other.tokens_per_s ÷ plain.tokens_per_s
+
+    Decode time is the sum of the steps' measured wall times (``RunStats.decode_s``):
+    a lookahead step's planning and cache clean-up count, the prompt's evaluation
+    does not (it is the same work for both). When the two replies are the same
+    tokens this is plain's time ÷ other's time; when one reply ended earlier (an
+    end-of-text token after a different choice at a near tie, say) it still
+    compares like with like, per token. Above 1, ``other`` is faster. 0.0 when
+    either run decoded no tokens or took no time: there is nothing to compare.
+    """
+    if plain.tokens_per_s <= 0 or other.tokens_per_s <= 0:
+        return 0.0
+    return other.tokens_per_s / plain.tokens_per_s
+
+
+def geomean(values: Iterable[float]) -> float:
+    """Geometric mean of the positive values (0.0 when there are none): the mean of ratios."""
+    vals = [v for v in values if v > 0]
+    if not vals:
+        return 0.0
+    return math.exp(sum(math.log(v) for v in vals) / len(vals))
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """Where two runs first differ (a token id of -1: that run had already ended)."""
+
+    index: int
+    plain_token: int
+    lookahead_token: int
+    plain_top2_gap: float | None  # a small gap: a near tie the plain decoder broke one way
+    plain_piece: str
+    lookahead_piece: str
+
+    def as_dict(self) -> dict[str, Any]:
+        """The fields above (and not a subclass's) as a plain dict, for a result row."""
+        return {f.name: getattr(self, f.name) for f in fields(Divergence)}
+
+
+def first_divergence(
+    plain: RunStats, other: RunStats, detokenize: Callable[[Sequence[int]], str]
+) -> Divergence | None:
+    """Where two runs first differ, with the plain run's top-2 logit gap there (if it recorded gaps)."""
+    a, b = plain.token_ids, other.token_ids
+    for i in range(max(len(a), len(b))):
+        ta = a[i] if i < len(a) else -1
+        tb = b[i] if i < len(b) else -1
+        if ta != tb:
+            return Divergence(
+                index=i,
+                plain_token=ta,
+                lookahead_token=tb,
+                plain_top2_gap=plain.top2_gaps[i] if i < len(plain.top2_gaps) else None,
+                plain_piece=detokenize([ta]) if ta >= 0 else "",
+                lookahead_piece=detokenize([tb]) if tb >= 0 else "",
+            )
+    return None
+
+
+@dataclass
+class PromptResult:
+    """One prompt, plain against lookahead: a row of ``engine bench`` and of the app's speed report."""
+
+    id: str
+    cat: str
+    n_tokens: int
+    plain_tps: float
+    lookahead_tps: float
+    speedup: float
+    tokens_per_step: float
+    identical: bool
+    first_divergence: dict[str, Any] | None
+    plain_s: float = 0.0
+    lookahead_s: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_runs(
+        cls,
+        workload: Workload,
+        plain: RunStats,
+        lookahead: RunStats,
+        identical: bool,
+        divergence: Divergence | None = None,
+        **extra: Any,
+    ) -> PromptResult:
+        """The row for these two runs of ``workload`` (which runs they are is the caller's choice)."""
+        return cls(
+            id=workload.id,
+            cat=workload.cat,
+            n_tokens=lookahead.n_tokens,
+            plain_tps=round(plain.tokens_per_s, 2),
+            lookahead_tps=round(lookahead.tokens_per_s, 2),
+            speedup=round(speedup(plain, lookahead), 4),
+            tokens_per_step=round(lookahead.tokens_per_step, 3),
+            identical=identical,
+            first_divergence=None if divergence is None else divergence.as_dict(),
+            plain_s=round(plain.decode_s, 4),
+            lookahead_s=round(lookahead.decode_s, 4),
+            extra=dict(extra),
+        )
+
+
+@dataclass(frozen=True)
+class CategoryRow:
+    """Prompts of one category rolled up (or of every category, ``cat == ALL``)."""
+
+    cat: str
+    n: int
+    speedup: float  # geometric mean
+    tokens_per_step: float  # arithmetic mean
+    identical: int
+    oracle_bound: float | None = None  # geometric mean of the rows' ``extra["oracle_bound"]``, where the bench set one
+
+
+def by_category(results: Sequence[PromptResult]) -> list[CategoryRow]:
+    """One row per category, in order of first appearance, then ``ALL`` over every result (nothing for none)."""
+    groups: dict[str, list[PromptResult]] = {}
+    for r in results:
+        groups.setdefault(r.cat, []).append(r)
+    rows = [_roll_up(cat, rs) for cat, rs in groups.items()]
+    if results:
+        rows.append(_roll_up(ALL, results))
+    return rows
+
+
+def _roll_up(cat: str, results: Sequence[PromptResult]) -> CategoryRow:
+    oracle = [r.extra["oracle_bound"] for r in results if "oracle_bound" in r.extra]
+    return CategoryRow(
+        cat=cat,
+        n=len(results),
+        speedup=geomean(r.speedup for r in results),
+        tokens_per_step=sum(r.tokens_per_step for r in results) / len(results),
+        identical=sum(r.identical for r in results),
+        oracle_bound=geomean(oracle) if oracle else None,
+    )

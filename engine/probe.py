@@ -1,0 +1,356 @@
+"""Load a model file once in a child process before loading it in this one.
+
+llama.cpp aborts the whole process (GGML_ASSERT, SIGABRT) or reads out of bounds on some damage
+that no header check foresees, and the kernel kills a process that runs out of memory. The first
+time a file is opened, ``ensure_loadable`` loads it in a child with the same context size and
+threads, tokenizes and decodes a few tokens, and turns the child's death into a ``ModelFileError``
+of one line. A file that loaded is remembered (absolute path, size, modification time and the
+llama.cpp version) in the user cache dir, so later opens skip the probe.
+
+The child is ``python -m engine.probe PATH --ctx N --threads N``; in a frozen app
+``sys.executable`` is the app itself, which runs it when given ``--engine-probe`` first
+(packaging/launch.py). ``LOOKAHEAD_NO_PROBE=1`` turns the probe off.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from .models import ModelFileError, check_context_fits, check_gguf
+
+NO_PROBE_ENV = "LOOKAHEAD_NO_PROBE"
+FROZEN_FLAG = "--engine-probe"
+CACHE_NAME = "loadable-models.json"
+CACHE_VERSION = 1
+CACHE_MAX_ENTRIES = 200  # newest kept; an evicted file is only probed again
+
+# The child's exit codes besides 0 (loaded) and a signal.
+EXIT_REFUSED = 3  # llama.cpp refused the file with an error (no crash)
+EXIT_FAILED = 4  # anything else went wrong in the child
+
+PROBE_TEXT = "Hello, world!\n"  # tokenized (with special tokens) and decoded in the child
+
+
+class ProbeCancelled(Exception):
+    """``cancel`` was set while the child ran; the child was stopped and nothing is known about the file."""
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """What ``ensure_loadable`` did: probed (a child loaded the file now) or not, and how long it took."""
+
+    probed: bool
+    seconds: float
+
+
+def probe_timeout(size_bytes: int) -> float:
+    """Seconds a child may take: a minute, plus a second per 20 MB (a slow disk read cold)."""
+    return 60.0 + size_bytes / 20e6
+
+
+def cache_path() -> Path:
+    """The JSON file of model files known to load, beside the cost-curve cache."""
+    from .costmodel import cache_dir  # its parent is the app's cache root (LOOKAHEAD_CHAT_HOME/cache)
+
+    return cache_dir().parent / CACHE_NAME
+
+
+def _llama_version() -> str:
+    try:
+        import llama_cpp
+
+        return str(getattr(llama_cpp, "__version__", "?"))
+    except Exception:  # the key only needs to change when llama.cpp does
+        return "?"
+
+
+def probe_key(path: str | os.PathLike[str]) -> str:
+    """What identifies one file's content for the probe: absolute path, size, mtime (ns), llama.cpp version."""
+    p = Path(path).resolve()
+    st = p.stat()
+    return f"{p}|{st.st_size}|{st.st_mtime_ns}|llama-cpp-python {_llama_version()}"
+
+
+def _load_cache(path: Path) -> dict[str, dict]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict) or data.get("version") != CACHE_VERSION or not isinstance(data.get("loadable"), dict):
+        return {}
+    return data["loadable"]
+
+
+def _remember(path: Path, key: str, seconds: float) -> None:
+    """Add a file that loaded; best effort (an unwritable cache only means probing again)."""
+    entries = _load_cache(path)
+    entries.pop(key, None)
+    entries[key] = {"seconds": round(seconds, 3), "when": time.time()}
+    if len(entries) > CACHE_MAX_ENTRIES:
+        entries = dict(list(entries.items())[-CACHE_MAX_ENTRIES:])
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"version": CACHE_VERSION, "loadable": entries}, indent=1), encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError:
+        pass
+
+
+def child_command(path: str | os.PathLike[str], n_ctx: int, n_threads: int) -> list[str]:
+    """The command that probes ``path``: this interpreter with ``-m engine.probe``, or a frozen app's own flag."""
+    args = [str(path), "--ctx", str(n_ctx), "--threads", str(n_threads)]
+    if getattr(sys, "frozen", False):
+        return [sys.executable, FROZEN_FLAG, *args]
+    return [sys.executable, "-m", "engine.probe", *args]
+
+
+def _child_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env[NO_PROBE_ENV] = "1"  # the child never probes itself
+    env["GGML_NO_BACKTRACE"] = "1"  # an abort prints its one line, not a gdb backtrace (slow, and noise)
+    env.pop("LOOKAHEAD_LLAMA_LOG", None)  # the child reports llama.cpp's warnings and errors itself
+    root = str(Path(__file__).resolve().parent.parent)  # where ``engine`` is importable from
+    env["PYTHONPATH"] = os.pathsep.join(x for x in (root, env.get("PYTHONPATH", "")) if x)
+    return env
+
+
+_ASSERT = re.compile(r"(GGML_ASSERT\(.*\) failed)")
+_SOURCE_PREFIX = re.compile(r"^\S*?([\w.-]+\.(?:c|cc|cpp|h)):\d+: ")
+_FUNCTION_PREFIX = re.compile(r"^(?:[a-z_][a-z0-9_]*: )+")  # "llama_model_load: " and the like
+
+
+def _useful_line(stderr: str) -> str:
+    """The child's line that says most about its end: an assert, an error, or "" (a plain warning would mislead)."""
+    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
+    for ln in reversed(lines):
+        m = _ASSERT.search(ln)
+        if m:
+            return m.group(1)
+    for ln in reversed(lines):
+        if ln.startswith("error: "):
+            return ln.removeprefix("error: ")
+    for i, ln in enumerate(lines):  # an uncaught C++ exception: "terminate called ...", then "what(): ..."
+        if ln.startswith("what():") and i > 0 and lines[i - 1].startswith("terminate called"):
+            return f"{lines[i - 1]}: {ln.removeprefix('what():').strip()}"
+    for ln in reversed(lines):
+        low = ln.lower()
+        if "error" in low or "failed" in low or "fatal" in low or "terminate" in low:
+            return _SOURCE_PREFIX.sub(r"\1: ", ln)
+    return ""
+
+
+def _one_line(text: str, limit: int = 240) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def run_probe(
+    path: str | os.PathLike[str],
+    n_ctx: int,
+    n_threads: int,
+    command: Sequence[str] | None = None,
+    timeout: float | None = None,
+    cancel: threading.Event | None = None,
+) -> float:
+    """Run the child once; return its seconds, or raise ModelFileError saying how it ended.
+
+    Setting ``cancel`` stops the child within a fifth of a second and raises ``ProbeCancelled``.
+    """
+    p = Path(path)
+    cmd = list(command) if command is not None else child_command(p, n_ctx, n_threads)
+    limit = timeout if timeout is not None else probe_timeout(p.stat().st_size)
+    t0 = time.perf_counter()
+    try:
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                env=_child_env(), start_new_session=True)
+    except OSError as exc:
+        raise ModelFileError(f"could not start a process to test-load the model ({exc.strerror or exc}): {p}") from None
+    deadline = t0 + limit
+    try:
+        while True:
+            try:  # in short waits, to notice ``cancel``; a retried communicate() loses no output
+                _, err = proc.communicate(timeout=max(0.0, min(0.2, deadline - time.perf_counter())))
+                break
+            except subprocess.TimeoutExpired:
+                if cancel is not None and cancel.is_set():
+                    raise ProbeCancelled(f"the test load of {p} was cancelled") from None
+                if time.perf_counter() >= deadline:
+                    raise ModelFileError(
+                        f"loading the model took longer than {limit:.0f} s in a test process, which was stopped; "
+                        f"the file may be damaged: {p}"
+                    ) from None
+    except BaseException:  # timeout, cancel, Ctrl+C or a closing app: leave no child behind
+        _kill_group(proc)
+        proc.communicate()
+        raise
+    seconds = time.perf_counter() - t0
+    stderr = err.decode("utf-8", errors="replace")
+    detail = _one_line(_useful_line(stderr))
+    rc = proc.returncode
+    if rc == 0:
+        return seconds
+    detail = _FUNCTION_PREFIX.sub("", detail.replace(str(p), p.name))
+    if rc < 0:
+        sig = _signal_name(-rc)
+        if -rc == signal.SIGKILL:
+            raise ModelFileError(
+                f"the test process loading the model was killed (SIGKILL), most likely for lack of memory; "
+                f"try a smaller context or close other programs: {p}"
+            )
+        said = f": {detail}" if detail else ""
+        raise ModelFileError(f"llama.cpp crashed ({sig}) loading the model{said} — the file is damaged: {p}")
+    if rc == EXIT_REFUSED:
+        raise ModelFileError(f"llama.cpp cannot load the model: {detail or 'no reason given'}: {p}")
+    raise ModelFileError(f"test-loading the model failed (exit code {rc}): {detail or 'no reason given'}: {p}")
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # the child and anything it started
+    except (ProcessLookupError, PermissionError):
+        proc.kill()
+
+
+def ensure_loadable(
+    path: str | os.PathLike[str],
+    n_ctx: int,
+    n_threads: int,
+    command: Sequence[str] | None = None,
+    timeout: float | None = None,
+    cache: Path | None = None,
+    cancel: threading.Event | None = None,
+) -> ProbeResult:
+    """Make sure loading ``path`` cannot kill this process; probe it in a child the first time.
+
+    Runs the header checks first (their messages are the precise ones), then, unless the file
+    loaded before or ``LOOKAHEAD_NO_PROBE=1``, the child. Raises ``ModelFileError`` (or the
+    header checks' errors) with one line; returns whether a child ran and its seconds.
+    Setting ``cancel`` (from another thread) stops the child and raises ``ProbeCancelled``.
+    ``command``, ``timeout`` and ``cache`` replace the child's command line, its time limit and
+    the cache file (tests).
+    """
+    summary = check_gguf(path)
+    check_context_fits(summary, n_ctx)
+    if os.environ.get(NO_PROBE_ENV) == "1":
+        return ProbeResult(False, 0.0)
+    store = cache if cache is not None else cache_path()
+    try:
+        key = probe_key(path)
+    except OSError as exc:
+        raise ModelFileError(f"cannot access model file ({exc.strerror}): {path}") from None
+    if key in _load_cache(store):
+        return ProbeResult(False, 0.0)
+    seconds = run_probe(path, n_ctx, n_threads, command=command, timeout=timeout, cancel=cancel)
+    _remember(store, key, seconds)
+    return ProbeResult(True, seconds)
+
+
+# --- the child ------------------------------------------------------------------------------
+
+
+def _report_llama_log() -> None:
+    """Send llama.cpp's warnings and errors to stderr as they come, so a crash leaves its last words."""
+    import ctypes
+
+    import llama_cpp as ll
+
+    from . import native
+
+    native._ensure_backend()  # installs the engine's log capture; replaced here for the child
+    warn, cont = 3, 5  # GGML_LOG_LEVEL_WARN (ERROR is 4), GGML_LOG_LEVEL_CONT (continues the last message)
+    last_level = [0]
+
+    @ll.llama_log_callback
+    def _to_stderr(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
+        if not text:
+            return
+        native._log_lines.append(text.decode("utf-8", errors="replace"))  # NativeError messages quote these
+        if level != cont:
+            last_level[0] = level
+        if last_level[0] in (warn, warn + 1):
+            os.write(2, text)
+
+    _report_llama_log.callback = _to_stderr  # type: ignore[attr-defined]  # ctypes must keep it alive
+    ll.llama_log_set(_to_stderr, ctypes.c_void_p(0))
+
+
+def _llama_reason() -> str:
+    """llama.cpp's last line with "error" in it: "error loading model: <why>" rather than the "failed to load
+    model" that follows it."""
+    from . import native
+
+    for line in reversed(native._log_lines):
+        if "error" in line.lower():
+            return line.strip()
+    return native.last_log_error()
+
+
+def load_and_decode(path: str, n_ctx: int, n_threads: int) -> None:
+    """What the engine does when it opens a model, up to its first token: load, context, tokenize, decode, detokenize."""
+    import numpy as np
+
+    from .native import Batch, Context, Model
+    from .runtime import PREFILL_BATCH, STEP_BATCH_MAX
+
+    model = Model(path)
+    try:
+        info = model.info()
+        n_ctx = min(n_ctx, info.n_ctx_train) if info.n_ctx_train > 0 else n_ctx
+        ctx = Context(model, n_ctx=n_ctx, n_batch=max(PREFILL_BATCH, STEP_BATCH_MAX), n_threads=n_threads)
+        try:
+            tokens = model.tokenize(PROBE_TEXT, add_special=True, parse_special=True)[:8] or [0]
+            batch = Batch(max(len(tokens), 1))
+            batch.set_single_seq(tokens, 0, (0,), last_logits=True)
+            ctx.decode(batch)
+            best = int(np.argmax(ctx.logits_at(len(tokens) - 1)))
+            model.token_bytes(best)
+            model.is_eog(best)
+            model.token_text(best)
+        finally:
+            ctx.close()
+    finally:
+        model.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The child: ``python -m engine.probe PATH --ctx N --threads N``; exit 0 if the model loaded and decoded."""
+    parser = argparse.ArgumentParser(prog="python -m engine.probe", description="test-load a GGUF model")
+    parser.add_argument("path")
+    parser.add_argument("--ctx", type=int, required=True)
+    parser.add_argument("--threads", type=int, required=True)
+    args = parser.parse_args(argv)
+    from .native import NativeError
+
+    try:
+        _report_llama_log()
+        load_and_decode(args.path, args.ctx, args.threads)
+    except NativeError as exc:  # llama.cpp's own reason is the useful part
+        print(f"error: {_one_line(_llama_reason() or str(exc))}", file=sys.stderr)
+        return EXIT_REFUSED
+    except Exception as exc:  # reported as one line; the parent says the test load failed
+        print(f"error: {type(exc).__name__}: {_one_line(str(exc))}", file=sys.stderr)
+        return EXIT_FAILED
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

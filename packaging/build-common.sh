@@ -1,0 +1,55 @@
+# Sourced by build-linux.sh and build-macos.sh (not run by itself): the settings, options and steps both share.
+#
+# The caller sets NICE first: a command prefix for the long steps ("nice -n 10", or "" for none).
+# It gets REPO (and is cd'ed there), PYTHON, BUNDLE_VENV, BUNDLE_PIP_CACHE, LOGS, DIST, VPY,
+# REBUILD_LLAMA and SELF_TEST (from its options: --rebuild-llama, --self-test, -h/--help),
+# and the functions step, pip_install, ensure_bundle_venv and run_pyinstaller.
+# Written for macOS's bash 3.2 too: no mapfile, no empty arrays under set -u.
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$REPO"
+PYTHON="${PYTHON:-python3}"
+BUNDLE_VENV="${BUNDLE_VENV:-$(dirname "$REPO")/bundle-venv}"
+BUNDLE_PIP_CACHE="${BUNDLE_PIP_CACHE:-$(dirname "$REPO")/bundle-pip-cache}"
+LOGS="$REPO/build/bundle-logs"
+DIST="$REPO/dist"
+
+REBUILD_LLAMA=0
+SELF_TEST=0
+for arg in "$@"; do
+    case "$arg" in
+        --rebuild-llama) REBUILD_LLAMA=1 ;;
+        --self-test) SELF_TEST=1 ;;
+        -h|--help) sed -n '2,/^[^#]/{/^#/p;}' "$0"; exit 0 ;;   # the calling script's header comment
+        *) echo "unknown option: $arg" >&2; exit 2 ;;
+    esac
+done
+
+start=$(date +%s)
+mkdir -p "$LOGS" "$DIST"
+VPY="$BUNDLE_VENV/bin/python"
+pip_install() { ${NICE:-} "$VPY" -m pip install --cache-dir "$BUNDLE_PIP_CACHE" -c packaging/bundle-constraints.txt "$@"; }
+step() { echo "== $* ($(( $(date +%s) - start )) s)"; }
+
+# The bundle venv, created on first use, with a current pip.
+ensure_bundle_venv() {
+    if [[ ! -x "$VPY" ]]; then
+        step "creating the bundle venv $BUNDLE_VENV"
+        "$PYTHON" -m venv "$BUNDLE_VENV"
+    fi
+    "$VPY" -m pip install --quiet --cache-dir "$BUNDLE_PIP_CACHE" --upgrade pip
+}
+
+# run_pyinstaller OLD_OUTPUT...: removes the last build's outputs, then runs PyInstaller on
+# packaging/lookahead-chat.spec into DIST; on failure, prints the log's tail and exits 1.
+run_pyinstaller() {
+    step "PyInstaller (log: $LOGS/pyinstaller.log)"
+    rm -rf "$@"
+    if ! ${NICE:-} "$VPY" -m PyInstaller --noconfirm --clean --log-level WARN \
+        --distpath "$DIST" --workpath "$REPO/build/pyinstaller" packaging/lookahead-chat.spec \
+        >"$LOGS/pyinstaller.log" 2>&1; then
+        tail -n 40 "$LOGS/pyinstaller.log" >&2
+        echo "PyInstaller FAILED; full log: $LOGS/pyinstaller.log" >&2
+        exit 1
+    fi
+}

@@ -1,0 +1,269 @@
+"""Measurement: one run's statistics, one speedup, one roll-up, and everyone who reports them agreeing.
+
+Runs here are recorded (hand-made step events), replayed by a stand-in engine:
+no model is loaded.
+"""
+
+from __future__ import annotations
+
+import threading
+from types import SimpleNamespace
+
+import pytest
+
+from engine import LookaheadConfig, Message, StepEvent, StopConfig
+from engine.bench import BenchReport, run_bench, run_grid
+from engine.costmodel import DEFAULT_CURVE
+from engine.measure import (
+    ALL,
+    Divergence,
+    PromptResult,
+    RunStats,
+    Workload,
+    by_category,
+    first_divergence,
+    geomean,
+    speedup,
+)
+
+LOOKAHEAD = LookaheadConfig(window=4, ngram=4, guesses=3)
+EOG = 2
+
+
+def _step(step: int, mode: str, tokens: list[int], elapsed: float, prefill: float = 0.0, drafted: int = 0,
+          accepted: int = 0, reason: str | None = None) -> StepEvent:
+    return StepEvent(
+        step=step, mode=mode, token_ids=tuple(tokens), text="".join(f"w{t} " for t in tokens if t != EOG),
+        n_committed=len(tokens), batch_size=1 if mode == "plain" else 13, n_logits=1, n_drafted=drafted,
+        n_accepted=accepted, n_reevaluated=0, window=4, ngram=4, guesses=3, elapsed_s=elapsed, decode_s=elapsed,
+        prefill_s=prefill, top2_gaps=tuple(0.25 for _ in tokens) if mode == "plain" else (), stop_reason=reason,
+    )
+
+
+# Plain: 10 tokens, one a step, 10 ms each (100 tokens/s), after 2 ms of prompt evaluation.
+PLAIN_RUN = [_step(i, "plain", [10 + i], 0.010, prefill=0.002 if i == 0 else 0.0, reason="max_tokens" if i == 9 else None)
+             for i in range(10)]
+# Lookahead: two tokens a step, 15 ms each, and it ends earlier: its 8th token is end-of-text (~133 tokens/s).
+LOOKAHEAD_RUN = [_step(i, "lookahead", [10 + 2 * i, 11 + 2 * i] if i < 3 else [16, EOG], 0.015,
+                       prefill=0.002 if i == 0 else 0.0, drafted=3, accepted=1, reason="eog" if i == 3 else None)
+                 for i in range(4)]
+RUN_SPEEDUP = (8 / 0.060) / (10 / 0.100)  # tokens/s ratio; the time ratio would say 0.100 / 0.060
+
+
+class RecordedEngine:
+    """Replays the recorded runs: ``PLAIN_RUN`` for plain decoding, ``LOOKAHEAD_RUN`` for lookahead."""
+
+    def __init__(self) -> None:
+        self.summary = SimpleNamespace(path="/models/recorded.gguf")
+        self.n_threads = 1
+        self.cost_curve = DEFAULT_CURVE
+        self.steps_run = 0  # forward passes replayed, over all runs
+        self.after_step = lambda steps_run: None  # a test's hook, e.g. to press Stop mid-run
+
+    def reset(self) -> None:
+        pass
+
+    def render_chat(self, messages) -> list[int]:
+        return [1, 5, 6]
+
+    def detokenize(self, tokens) -> str:
+        return "".join(f"w{t} " for t in tokens if t != EOG)
+
+    def generate(self, prompt, controls, sampling=None, stop=StopConfig(), history=(), record_gaps=False,
+                 exact_only=True):
+        recorded = PLAIN_RUN if controls.lookahead is None else LOOKAHEAD_RUN
+
+        def events():
+            for i, ev in enumerate(recorded):
+                if controls.cancel.is_set():
+                    yield _step(i, "none", [], 0.0, reason="cancelled")
+                    return
+                self.steps_run += 1
+                yield ev
+                self.after_step(self.steps_run)
+
+        return events()
+
+
+class RecordedSession:
+    def __init__(self, engine: RecordedEngine) -> None:
+        self.engine = engine
+
+    def fit(self, messages, max_tokens):
+        return SimpleNamespace(tokens=self.engine.render_chat(messages), dropped=0, history=[])
+
+
+# --- one run's statistics ---
+
+
+def test_run_stats_count_forward_passes_tokens_and_time_of_a_run():
+    closing = _step(4, "none", [], 0.0, reason="cancelled")
+    stats = RunStats.of([*LOOKAHEAD_RUN[:3], closing])
+
+    assert stats.n_tokens == 6 and stats.token_ids == [10, 11, 12, 13, 14, 15]
+    assert stats.steps == 3 and stats.per_step == [2, 2, 2]  # the closing event is not a forward pass
+    assert stats.decode_s == pytest.approx(0.045) and stats.prefill_s == pytest.approx(0.002)
+    assert stats.elapsed_s == pytest.approx(0.047)
+    assert stats.first_token_s == pytest.approx(0.017)  # prompt evaluation and the first step
+    assert stats.tokens_per_s == pytest.approx(6 / 0.045) and stats.tokens_per_step == 2.0
+    assert stats.acceptance == pytest.approx(3 / 9)
+    assert stats.modes == ["lookahead"] and (stats.window, stats.ngram, stats.guesses) == (4, 4, 3)
+    assert stats.stop_reason == "cancelled" and stats.text == "w10 w11 w12 w13 w14 w15 "
+
+
+def test_a_run_that_drafted_nothing_has_no_acceptance_and_an_empty_run_no_speed():
+    assert RunStats.of(PLAIN_RUN).acceptance is None
+    empty = RunStats()
+    assert empty.tokens_per_s == 0.0 and empty.tokens_per_step == 0.0 and empty.first_token_s is None
+
+
+# --- one speedup ---
+
+
+def test_speedup_is_the_ratio_of_decoding_speeds_so_a_reply_that_ended_earlier_is_compared_per_token():
+    plain, la = RunStats.of(PLAIN_RUN), RunStats.of(LOOKAHEAD_RUN)
+    assert speedup(plain, la) == pytest.approx(RUN_SPEEDUP)
+    assert speedup(plain, la) != pytest.approx(plain.decode_s / la.decode_s)
+    assert speedup(la, plain) == pytest.approx(1 / RUN_SPEEDUP)
+
+
+def test_speedup_of_replies_with_the_same_tokens_is_the_ratio_of_their_decode_times():
+    plain = RunStats.of(PLAIN_RUN)
+    faster = RunStats.of([_step(i, "lookahead", [10 + 2 * i, 11 + 2 * i], 0.03, prefill=0.5 if i == 0 else 0.0)
+                          for i in range(5)])
+    assert faster.token_ids == plain.token_ids
+    assert speedup(plain, faster) == pytest.approx(plain.decode_s / faster.decode_s)  # prompt evaluation left out
+
+
+def test_speedup_is_zero_when_either_run_has_nothing_to_compare():
+    plain = RunStats.of(PLAIN_RUN)
+    stopped_at_once = RunStats.of([_step(0, "none", [], 0.0, reason="cancelled")])
+    assert speedup(plain, stopped_at_once) == 0.0 and speedup(stopped_at_once, plain) == 0.0
+
+
+def test_geomean_averages_ratios_and_ignores_values_that_are_not_ratios():
+    assert geomean([2.0, 0.5]) == pytest.approx(1.0)
+    assert geomean([4.0, 1.0, 0.0]) == pytest.approx(2.0)
+    assert geomean([]) == 0.0
+
+
+def test_the_first_divergence_names_both_tokens_and_the_plain_runs_top2_gap():
+    plain, la = RunStats.of(PLAIN_RUN), RunStats.of(LOOKAHEAD_RUN)
+    div = first_divergence(plain, la, RecordedEngine().detokenize)
+    assert div == Divergence(index=7, plain_token=17, lookahead_token=EOG, plain_top2_gap=0.25, plain_piece="w17 ",
+                             lookahead_piece="")
+    assert first_divergence(plain, plain, str) is None
+    shorter = RunStats.of(PLAIN_RUN[:4])
+    assert first_divergence(shorter, plain, RecordedEngine().detokenize).plain_token == -1  # it had ended
+
+
+# --- rows and their roll-up ---
+
+
+def _row(pid: str, cat: str, speedup: float, tps: float, identical: bool, **extra) -> PromptResult:
+    return PromptResult(id=pid, cat=cat, n_tokens=64, plain_tps=10.0, lookahead_tps=10.0 * speedup, speedup=speedup,
+                        tokens_per_step=tps, identical=identical, first_divergence=None, extra=extra)
+
+
+def test_categories_roll_up_in_order_of_first_appearance_then_all():
+    rows = by_category([
+        _row("a1", "code", 2.0, 2.5, True, oracle_bound=4.0),
+        _row("b1", "chat", 1.5, 1.0, False),
+        _row("a2", "code", 0.5, 1.5, False, oracle_bound=1.0),
+    ])
+    assert [(r.cat, r.n, r.identical) for r in rows] == [("code", 2, 1), ("chat", 1, 0), (ALL, 3, 1)]
+    assert rows[0].speedup == pytest.approx(1.0) and rows[0].tokens_per_step == pytest.approx(2.0)
+    assert rows[0].oracle_bound == pytest.approx(2.0) and rows[1].oracle_bound is None
+    assert rows[2].speedup == pytest.approx(1.5 ** (1 / 3)) and rows[2].oracle_bound == pytest.approx(2.0)
+    assert by_category([]) == []
+
+
+def test_the_bench_summary_is_the_same_roll_up():
+    report = BenchReport(results=[_row("a1", "code", 2.0, 2.5, True, oracle_bound=4.0), _row("b1", "chat", 0.5, 1.5, True)],
+                         model="m", lookahead={}, threads=1, max_tokens=8)
+    s = report.summary()
+    assert s["by_cat"] == {"code": 2.0, "chat": 0.5} and s["geomean"] == 1.0
+    assert s["oracle_by_cat"] == {"code": 4.0} and s["oracle_geomean"] == 4.0
+    assert (s["identical"], s["n"], s["tokens_per_step"], s["min_speedup"]) == (2, 2, 2.0, 0.5)
+    empty = BenchReport(results=[], model="m", lookahead={}, threads=1, max_tokens=8).summary()
+    assert (empty["geomean"], empty["n"], empty["by_cat"], empty["oracle_geomean"]) == (0.0, 0, {}, 0.0)
+
+
+def test_a_prompt_row_is_built_from_two_runs():
+    plain, la = RunStats.of(PLAIN_RUN), RunStats.of(LOOKAHEAD_RUN)
+    div = first_divergence(plain, la, RecordedEngine().detokenize)
+    row = PromptResult.from_runs(Workload("p", "code", "hi"), plain, la, identical=False, divergence=div, note=1)
+    assert (row.id, row.cat, row.n_tokens, row.plain_tps, row.lookahead_tps) == ("p", "code", 8, 100.0, 133.33)
+    assert row.speedup == round(RUN_SPEEDUP, 4) and row.tokens_per_step == 2.0
+    assert (row.plain_s, row.lookahead_s, row.extra) == (0.1, 0.06, {"note": 1})
+    assert row.first_divergence == {"index": 7, "plain_token": 17, "lookahead_token": EOG, "plain_top2_gap": 0.25,
+                                    "plain_piece": "w17 ", "lookahead_piece": ""}
+
+
+# --- everyone who reports a speedup agrees ---
+
+
+def test_the_compare_tab_the_speed_report_and_the_bench_give_the_same_speedup_for_the_same_runs(qtbot):
+    from app.compare import CompareRequest, SpeedReportRequest, prompt_result, run_comparison, run_speed_report
+    from app.widgets.compare_view import CompareView
+
+    workload = Workload("recorded", "code", "Count to ten.")
+    engine = RecordedEngine()
+    session = RecordedSession(engine)
+    expected = round(RUN_SPEEDUP, 4)
+
+    request = CompareRequest(request_id=7, messages=(Message("user", workload.prompt),), lookahead=LOOKAHEAD,
+                             stop=StopConfig(max_tokens=10))
+    compared = run_comparison(session, request, threading.Event())
+    report = run_speed_report(session, SpeedReportRequest(request_id=8, workloads=(workload,), lookahead=LOOKAHEAD,
+                                                          max_tokens=10), threading.Event())
+    bench = run_bench(engine, [workload], LOOKAHEAD, max_tokens=10)
+
+    assert compared.speedup == pytest.approx(RUN_SPEEDUP)
+    assert round(compared.speedup, 4) == prompt_result(workload, compared).speedup == expected
+    assert [r.speedup for r in report] == [expected]
+    assert [r.speedup for r in bench.results] == [expected]
+    assert bench.summary()["geomean"] == by_category(report)[-1].speedup == pytest.approx(expected)
+    for row in (*report, *bench.results):
+        assert (row.plain_tps, row.lookahead_tps, row.n_tokens, row.identical) == (100.0, 133.33, 8, False)
+        assert row.first_divergence["index"] == 7
+
+    view = CompareView()
+    qtbot.addWidget(view)
+    view.begin(request)
+    view.on_finished(compared)
+    view.skip_replay()
+    assert f"Speedup {RUN_SPEEDUP:.2f}×" in view.verdict.text()
+    # The panes showed the run's own statistics, not a count of their own.
+    assert view.plain_pane.stats == compared.plain.stats and view.lookahead_pane.stats == compared.lookahead.stats
+    assert "133.3 tok/s · 4 steps · 8 tokens" in view.lookahead_pane.numbers.text()
+
+
+def test_the_grid_compares_each_shape_with_the_same_speedup():
+    engine = RecordedEngine()
+    workloads = [Workload("a", "code", "x"), Workload("b", "chat", "y")]
+    (row,) = run_grid(engine, workloads, [LOOKAHEAD], max_tokens=10)
+    assert row.geomean == round(RUN_SPEEDUP, 4) and row.by_cat == {"code": row.geomean, "chat": row.geomean}
+    assert (row.identical, row.n, row.tokens_per_step) == (0, 2, 2.0)
+
+
+# --- the bench stops when asked ---
+
+
+def test_the_bench_stops_within_one_step_of_cancel_and_leaves_a_part_measured_prompt_out():
+    engine = RecordedEngine()
+    cancel = threading.Event()
+    engine.after_step = lambda n: cancel.set() if n == 13 else None  # 10 steps of warm-up, then 3 of a timed run
+    report = run_bench(engine, [Workload("a", "code", "x")], LOOKAHEAD, max_tokens=10, cancel=cancel)
+    assert report.results == []
+    assert engine.steps_run == 13  # not one step more
+
+
+def test_the_bench_keeps_the_prompts_finished_before_cancel():
+    engine = RecordedEngine()
+    cancel = threading.Event()
+    workloads = [Workload("a", "code", "x"), Workload("b", "code", "y")]
+    report = run_bench(engine, workloads, LOOKAHEAD, max_tokens=10, cancel=cancel, on_result=lambda r: cancel.set())
+    assert [r.id for r in report.results] == ["a"]
+    steps_per_prompt = 8 * len(PLAIN_RUN) + 8 * len(LOOKAHEAD_RUN) + len(PLAIN_RUN)  # timed runs + the gap run
+    assert engine.steps_run == len(PLAIN_RUN) + steps_per_prompt  # warm-up and prompt "a" only
