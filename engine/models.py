@@ -520,6 +520,9 @@ def check_gguf(path: str | os.PathLike[str]) -> GgufSummary:
     Parses the header, metadata and tensor table (without touching the weights)
     and checks that the file is long enough to hold every tensor, so a broken
     or truncated download is refused with a reason instead of crashing the loader.
+    Then the vocabulary (duplicate texts, array lengths and types, special token
+    ids) and the tensor shapes against the hyper-parameters: damage llama.cpp
+    would abort on, read out of bounds with, or report less clearly.
     """
     p = Path(path)
     try:
