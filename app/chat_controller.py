@@ -20,7 +20,7 @@ from engine import LookaheadConfig, SamplingConfig, StepEvent, StopConfig
 from engine.text import conversation_messages
 
 from .stats import ReplyStats
-from .store import ChatStore, StoredMessage
+from .store import ChatStore, StoredMessage, export_markdown
 from .requests import GenerationRequest, ReplyOutcome
 
 NEW_CHAT_TITLE = "New chat"
@@ -233,6 +233,14 @@ class ChatController:
         return turn
 
     # --- conversations ---
+
+    def markdown_export(self) -> tuple[str, str] | None:
+        """(a file name made from the title, the open chat as Markdown); None for a new, unsaved chat."""
+        conv = self.store.conversation(self.conversation_id) if self.conversation_id is not None else None
+        if conv is None:
+            return None
+        safe = "".join(c if c.isalnum() or c in " -_" else "_" for c in conv.title).strip() or "chat"
+        return f"{safe}.md", export_markdown(conv, self.store.messages(conv.id))
 
     def rename_conversation(self, conversation_id: int, title: str) -> None:
         self.store.rename_conversation(conversation_id, title)

@@ -70,6 +70,7 @@ class EngineWorker(QObject):
 
     Signals:
         modelLoading(float): load progress, 0..1.
+        modelChecking(): a file opened for the first time is being test-loaded in a child process.
         modelLoaded(object): a ``LoadedModel``; the new engine is in use.
         modelFailed(str): loading failed; the previous engine (if any) is still in use.
         replyStarted(int): the request with this id was accepted (its prompt fits); steps follow.
@@ -87,6 +88,7 @@ class EngineWorker(QObject):
     """
 
     modelLoading = Signal(float)
+    modelChecking = Signal()
     modelLoaded = Signal(object)
     modelFailed = Signal(str)
     replyStarted = Signal(int)
@@ -141,7 +143,9 @@ class EngineWorker(QObject):
             model_path = Path(path) if path else self._default_model()
             # A file never loaded before is loaded in a child first: damage that makes llama.cpp
             # abort kills the child, not the app (and the model in use stays).
-            probe = self._check_loadable(model_path, n_ctx=n_ctx, n_threads=n_threads or default_threads())
+            self.modelChecking.emit()
+            probe = self._check_loadable(model_path, n_ctx=n_ctx, n_threads=n_threads or default_threads(),
+                                         cancel=self._shutting_down)  # closing the window kills the child
             engine = self._engine_factory(model_path, n_ctx=n_ctx, n_threads=n_threads or None, progress=progress)
         except Exception as exc:  # every failure becomes a message for the user
             log.warning("model load failed: %s", exc)

@@ -1,0 +1,112 @@
+"""Loading models on the worker and showing which one is in use (status bar labels, progress, errors)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6.QtCore import QObject, Signal, Slot
+from PySide6.QtWidgets import QLabel, QMainWindow, QMessageBox, QProgressBar
+
+from .requests import LoadedModel
+from .worker import EngineThread
+
+
+class ModelLoader(QObject):
+    """Asks the worker for a model and follows the load; the model in use stays until a new one has loaded.
+
+    A model remembered from last time that fails to load falls back to the bundled one.
+
+    Signals:
+        loaded(object, str): a ``LoadedModel`` is in use; the path it was asked for ("" = the bundled model).
+        failed(str): a load failed (the dialog has been shown; the model in use, if any, stays).
+        loadingChanged(): a load started or ended.
+    """
+
+    loaded = Signal(object, str)
+    failed = Signal(str)
+    loadingChanged = Signal()
+
+    def __init__(self, engine: EngineThread, window: QMainWindow) -> None:
+        super().__init__(window)
+        self._engine = engine
+        self._window = window
+        self.model: LoadedModel | None = None
+        self.loading_path: str | None = None
+        self.closed = False
+        self.model_label = QLabel("No model")
+        self.lookahead_label = QLabel()
+        self.progress = QProgressBar()
+        self.progress.setRange(0, 1000)
+        self.progress.setMaximumWidth(220)
+        self.progress.setTextVisible(False)
+        self.progress.setVisible(False)
+        w = engine.worker
+        w.modelLoading.connect(self._on_loading)
+        w.modelChecking.connect(self._on_checking)
+        w.modelLoaded.connect(self._on_loaded)
+        w.modelFailed.connect(self._on_failed)
+
+    def is_loading(self) -> bool:
+        return self.loading_path is not None
+
+    def _name(self) -> str:
+        return Path(self.loading_path).name if self.loading_path else "the bundled model"
+
+    def load(self, path: str, n_ctx: int, n_threads: int) -> None:
+        """Load ``path`` ("" = the bundled model) with this context size and thread count (0 = automatic)."""
+        self.loading_path = path
+        self._n_ctx, self._n_threads = n_ctx, n_threads
+        self.progress.setValue(0)
+        self.progress.setVisible(True)
+        self._window.statusBar().showMessage(f"Loading {self._name()}…")
+        self.loadingChanged.emit()
+        self._engine.loadRequested.emit(path, n_ctx, n_threads)
+
+    @Slot()
+    def _on_checking(self) -> None:
+        self._window.statusBar().showMessage(
+            f"Loading {self._name()}… (checking the file first: a damaged one must not crash the app)"
+        )
+
+    @Slot(float)
+    def _on_loading(self, fraction: float) -> None:
+        self.progress.setValue(int(fraction * 1000))
+
+    @Slot(object)
+    def _on_loaded(self, model: LoadedModel) -> None:
+        requested = self.loading_path or ""
+        self.loading_path = None
+        self.progress.setVisible(False)
+        self.model = model
+        self.model_label.setText(f"{model.display_name} · {model.file_type} · ctx {model.n_ctx}")
+        checked = f" (first-open check {model.probe_s:.2f} s)" if model.probe_s is not None else ""
+        self.model_label.setToolTip(
+            f"{model.gguf_name} ({model.architecture}, {model.n_params / 1e6:.0f}M parameters)\n"
+            f"{model.path}\n{model.n_threads} threads, loaded in {model.load_s:.2f} s{checked}"
+        )
+        blocked = model.lookahead_block_reason
+        self.lookahead_label.setText("lookahead unavailable" if blocked else "lookahead available")
+        self.lookahead_label.setToolTip(blocked or "")
+        self._window.statusBar().showMessage(f"Loaded {model.display_name} in {model.load_s:.2f} s{checked}", 5000)
+        self.loadingChanged.emit()
+        self.loaded.emit(model, requested)
+
+    @Slot(str)
+    def _on_failed(self, message: str) -> None:
+        requested = self.loading_path
+        self.loading_path = None
+        self.progress.setVisible(False)
+        self._window.statusBar().clearMessage()
+        self.loadingChanged.emit()
+        if self.closed:
+            return
+        if self.model is None and requested:
+            # The model remembered from last time is gone: fall back to the bundled one.
+            QMessageBox.warning(self._window, "Could not load model", f"{message}\n\nLoading the bundled model instead.")
+            self.failed.emit(message)
+            self.load("", self._n_ctx, self._n_threads)
+            return
+        QMessageBox.critical(self._window, "Could not load model", message)
+        if self.model is None:
+            self.model_label.setText("No model — use File → Open model…")
+        self.failed.emit(message)
