@@ -140,11 +140,12 @@ class CompareSelfTest(SelfTest):
         print(f"prompt: {self.prompt}")
         for name, run in (("plain", result.plain), ("lookahead", result.lookahead)):
             if run is not None:
+                s = run.stats
                 print(
-                    f"{name}: {run.n_tokens} tokens, {run.steps} steps, {run.decode_s:.3f} s, "
-                    f"{run.tokens_per_s:.1f} tok/s, {run.tokens_per_step:.2f} tok/step"
+                    f"{name}: {s.n_tokens} tokens, {s.steps} steps, {s.decode_s:.3f} s, "
+                    f"{s.tokens_per_s:.1f} tok/s, {s.tokens_per_step:.2f} tok/step"
                 )
-                print(f"{name} text:\n{run.text}")
+                print(f"{name} text:\n{s.text}")
         print(f"order: {'plain' if result.plain_first else 'lookahead'} first")
         print(f"speedup: {result.speedup:.3f}x  identical: {'yes' if result.identical else 'no'}")
         if result.divergence is not None:
@@ -156,9 +157,9 @@ class CompareSelfTest(SelfTest):
         ok = (
             result.complete
             and result.speedup > 0
-            and bool(result.plain.text.strip())
-            and view.plain_pane.text.toPlainText() == result.plain.text
-            and view.lookahead_pane.text.toPlainText() == result.lookahead.text
+            and bool(result.plain.stats.text.strip())
+            and view.plain_pane.text.toPlainText() == result.plain.stats.text
+            and view.lookahead_pane.text.toPlainText() == result.lookahead.stats.text
         )
         if not ok:
             print("self-test FAILED: incomplete comparison or panes not filled", file=sys.stderr)

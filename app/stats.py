@@ -49,7 +49,10 @@ class ReplyStats(RunStats):
         return f"{prefix}W{self.window} N{self.ngram} G{self.guesses}"
 
     def summary_line(self) -> str:
-        """One line shown under a reply, e.g. ``48 tokens · 95.1 tok/s · TTFT 0.08 s · 1.50 tok/step · lookahead W4 N4 G3 · model``."""
+        """One line shown under a reply.
+
+        For example ``48 tokens · 95.1 tok/s · TTFT 0.08 s · 1.50 tok/step · lookahead W4 N4 G3 · model``.
+        """
         parts = [f"{self.n_tokens} tokens", f"{self.tokens_per_s:.1f} tok/s"]
         if self.first_token_s is not None:
             parts.append(f"TTFT {self.first_token_s:.2f} s")

@@ -104,8 +104,10 @@ class BenchReport:
             )
         s = self.summary()
         lines.append("")
-        lines.append("by category (geomean speedup): " + ", ".join(f"{c} {v:.3f}" for c, v in s["by_cat"].items()))
-        lines.append("oracle bound by category:      " + ", ".join(f"{c} {v:.3f}" for c, v in s["oracle_by_cat"].items()))
+        by_cat = ", ".join(f"{c} {v:.3f}" for c, v in s["by_cat"].items())
+        oracle_by_cat = ", ".join(f"{c} {v:.3f}" for c, v in s["oracle_by_cat"].items())
+        lines.append(f"by category (geomean speedup): {by_cat}")
+        lines.append(f"oracle bound by category:      {oracle_by_cat}")
         lines.append(
             f"geomean {s['geomean']:.3f} (oracle {s['oracle_geomean']:.3f})  min {s['min_speedup']:.3f}  "
             f"identical {s['identical']}/{s['n']}  mean tokens/step {s['tokens_per_step']:.2f}"
@@ -274,12 +276,12 @@ def run_grid(
         runs = [run_one(engine, prompt, cfg, max_tokens) for cfg in configs]
         after = run_one(engine, prompt, None, max_tokens)
         plain = fastest([before, after])
-        for rows, la in zip(per_cfg, runs):
+        for rows, la in zip(per_cfg, runs, strict=True):
             rows.append(PromptResult.from_runs(w, plain, la, identical=la.token_ids == before.token_ids))
         if on_prompt:
             on_prompt(w.id)
     grid = []
-    for cfg, results in zip(configs, per_cfg):
+    for cfg, results in zip(configs, per_cfg, strict=True):
         cats, overall = _split_roll_up(results)
         grid.append(
             GridRow(

@@ -41,8 +41,8 @@ def _step(step: int, mode: str, tokens: list[int], elapsed: float, prefill: floa
 
 
 # Plain: 10 tokens, one a step, 10 ms each (100 tokens/s), after 2 ms of prompt evaluation.
-PLAIN_RUN = [_step(i, "plain", [10 + i], 0.010, prefill=0.002 if i == 0 else 0.0, reason="max_tokens" if i == 9 else None)
-             for i in range(10)]
+PLAIN_RUN = [_step(i, "plain", [10 + i], 0.010, prefill=0.002 if i == 0 else 0.0,
+                   reason="max_tokens" if i == 9 else None) for i in range(10)]
 # Lookahead: two tokens a step, 15 ms each, and it ends earlier: its 8th token is end-of-text (~133 tokens/s).
 LOOKAHEAD_RUN = [_step(i, "lookahead", [10 + 2 * i, 11 + 2 * i] if i < 3 else [16, EOG], 0.015,
                        prefill=0.002 if i == 0 else 0.0, drafted=3, accepted=1, reason="eog" if i == 3 else None)
@@ -69,8 +69,7 @@ class RecordedEngine:
     def detokenize(self, tokens) -> str:
         return "".join(f"w{t} " for t in tokens if t != EOG)
 
-    def generate(self, prompt, controls, sampling=None, stop=StopConfig(), history=(), record_gaps=False,
-                 exact_only=True):
+    def generate(self, prompt, controls, sampling=None, stop=None, history=(), record_gaps=False, exact_only=True):
         recorded = PLAIN_RUN if controls.lookahead is None else LOOKAHEAD_RUN
 
         def events():
@@ -179,8 +178,8 @@ def test_categories_roll_up_in_order_of_first_appearance_then_all():
 
 
 def test_the_bench_summary_is_the_same_roll_up():
-    report = BenchReport(results=[_row("a1", "code", 2.0, 2.5, True, oracle_bound=4.0), _row("b1", "chat", 0.5, 1.5, True)],
-                         model="m", lookahead={}, threads=1, max_tokens=8)
+    rows = [_row("a1", "code", 2.0, 2.5, True, oracle_bound=4.0), _row("b1", "chat", 0.5, 1.5, True)]
+    report = BenchReport(results=rows, model="m", lookahead={}, threads=1, max_tokens=8)
     s = report.summary()
     assert s["by_cat"] == {"code": 2.0, "chat": 0.5} and s["geomean"] == 1.0
     assert s["oracle_by_cat"] == {"code": 4.0} and s["oracle_geomean"] == 4.0
