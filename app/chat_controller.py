@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from engine import LookaheadConfig, SamplingConfig, StepEvent, StopConfig
 from engine.text import conversation_messages
 
+from .requests import GenerationRequest, ReplyOutcome
 from .stats import ReplyStats
 from .store import ChatStore, StoredMessage, export_markdown
-from .requests import GenerationRequest, ReplyOutcome
 
 NEW_CHAT_TITLE = "New chat"
 TITLE_LENGTH = 40

@@ -139,7 +139,9 @@ class ChatRunner(QObject):
         self.chat.conversation_id = conversation_id
         if not keep_edit:
             self.cancel_edit()
-        conv: Conversation | None = self.chat.store.conversation(conversation_id) if conversation_id is not None else None
+        conv: Conversation | None = None
+        if conversation_id is not None:
+            conv = self.chat.store.conversation(conversation_id)
         if conv is None:
             self.chat.conversation_id = None
         self._pane.show_messages(self.chat.messages())

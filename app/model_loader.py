@@ -102,7 +102,9 @@ class ModelLoader(QObject):
             return
         if self.model is None and requested:
             # The model remembered from last time is gone: fall back to the bundled one.
-            QMessageBox.warning(self._window, "Could not load model", f"{message}\n\nLoading the bundled model instead.")
+            QMessageBox.warning(
+                self._window, "Could not load model", f"{message}\n\nLoading the bundled model instead."
+            )
             self.failed.emit(message)
             self.load("", self._n_ctx, self._n_threads)
             return

@@ -7,12 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.app_fixtures import *  # noqa: F403 (fixtures)
+from engine import ModelFileError, check_gguf
+from engine.probe import ensure_loadable
 from tests.app_fixtures import MODEL_LOAD_TIMEOUT_MS, REPLY_TIMEOUT_MS, quick_settings
-
-from engine import ModelFileError, check_gguf  # noqa: E402
-from engine.probe import ensure_loadable  # noqa: E402
-from tests.damage import make_damage, u64_fields, write_damaged_copy  # noqa: E402
+from tests.damage import make_damage, u64_fields, write_damaged_copy
 
 pytestmark = pytest.mark.model
 
