@@ -50,7 +50,6 @@ class Turn:
     history: list[StoredMessage] = field(default_factory=list)  # the messages the reply follows
     typed: str = ""  # the input box's text as typed, given back if the worker refuses the message
     sent_at: float = field(default_factory=time.perf_counter)
-    first_token_wait_s: float | None = None  # from Send to the first token: what the user waited
     started: bool = False
     text: str = ""
     stats: ReplyStats = field(default_factory=ReplyStats)
@@ -190,10 +189,14 @@ class ChatController:
         return turn
 
     def note_step(self, request_id: int, event: StepEvent) -> Turn | None:
-        """A step arrived (before the window draws it): times the wait for the first token."""
+        """A step arrived (before the window draws it): times the wait for the first token.
+
+        TTFT is what the user waited, from Send; set here, before ``observe`` folds the
+        step in, it is kept instead of the engine's own share of the wait.
+        """
         turn = self.current(request_id)
-        if turn is not None and turn.first_token_wait_s is None and event.token_ids:
-            turn.first_token_wait_s = time.perf_counter() - turn.sent_at
+        if turn is not None and turn.stats.first_token_s is None and event.token_ids:
+            turn.stats.first_token_s = time.perf_counter() - turn.sent_at
         return turn
 
     def observe(self, events: Sequence[StepEvent]) -> list[int]:
@@ -207,8 +210,6 @@ class ChatController:
             turn.text += ev.text
             if ev.mode != "none":
                 committed.append(ev.n_committed)
-        if turn.first_token_wait_s is not None:
-            turn.stats.first_token_s = turn.first_token_wait_s  # the wait the user saw, from Send
         return committed
 
     def finish(self, outcome: ReplyOutcome, model_name: str) -> tuple[Turn, ReplyRecord] | None:

@@ -16,8 +16,8 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 from PySide6.QtCore import QObject, Qt, QThread, Signal, Slot
 
@@ -39,7 +39,6 @@ from engine.costmodel import MeasurementCancelled
 from engine.probe import ProbeResult, ensure_loadable
 from engine.runtime import default_threads
 
-from .requests import GenerationRequest, LoadedModel, ReplyOutcome, StepUpdate
 from .compare import (
     CompareProgress,
     CompareRequest,
@@ -49,6 +48,7 @@ from .compare import (
     run_comparison,
     run_speed_report,
 )
+from .requests import GenerationRequest, LoadedModel, ReplyOutcome, StepUpdate
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +62,7 @@ _USER_ERRORS = (
 )
 
 # Every engine thread the app starts; tests check none is left running.
-LIVE_THREADS: "weakref.WeakSet[QThread]" = weakref.WeakSet()
+LIVE_THREADS: weakref.WeakSet[QThread] = weakref.WeakSet()
 
 
 class EngineWorker(QObject):
@@ -83,7 +83,7 @@ class EngineWorker(QObject):
         reportProgress(object): a ``SpeedReportProgress`` per prompt of a speed report.
         reportFinished(object): a ``SpeedReportOutcome``: the report is over (done, cancelled or failed).
         measureProgress(float): measuring this machine's cost curve for Auto, 0..1.
-        measureFinished(str, str): the measurement is over: ("measured" | "cached" | "cancelled" |
+        measureFinished(int, str, str): measurement ``id`` is over: ("measured" | "cached" | "cancelled" |
             "unneeded" | "failed", a sentence for the user).
     """
 
@@ -101,7 +101,7 @@ class EngineWorker(QObject):
     reportProgress = Signal(object)
     reportFinished = Signal(object)
     measureProgress = Signal(float)
-    measureFinished = Signal(str, str)
+    measureFinished = Signal(int, str, str)
 
     def __init__(
         self,
@@ -230,10 +230,10 @@ class EngineWorker(QObject):
         """
         engine = self._engine
         if engine is None or engine.lookahead_block_reason is not None:
-            self.measureFinished.emit("unneeded", "")
+            self.measureFinished.emit(request_id, "unneeded", "")
             return
         if engine.load_cached_curve():
-            self.measureFinished.emit("cached", "")
+            self.measureFinished.emit(request_id, "cached", "")
             return
         cancel = threading.Event()
         with self._lock:
@@ -244,16 +244,17 @@ class EngineWorker(QObject):
         try:
             engine.tune(progress=self.measureProgress.emit, cancel=cancel)
         except MeasurementCancelled:
-            self.measureFinished.emit("cancelled", "")
+            self.measureFinished.emit(request_id, "cancelled", "")
             return
         except Exception as exc:  # a failed measurement only leaves Auto on the reference curve
             log.warning("cost measurement failed: %s", exc)
-            self.measureFinished.emit("failed", _describe(exc))
+            self.measureFinished.emit(request_id, "failed", _describe(exc))
             return
         finally:
             with self._lock:
                 self._measuring = None
-        self.measureFinished.emit("measured", f"Measured this PC for lookahead in {time.perf_counter() - t0:.1f} s")
+        took = f"Measured this PC for lookahead in {time.perf_counter() - t0:.1f} s"
+        self.measureFinished.emit(request_id, "measured", took)
 
     def _apply_pending_lookahead(self, controls: GenerationControls) -> LookaheadConfig | None:
         with self._lock:

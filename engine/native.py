@@ -16,9 +16,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
 import llama_cpp as ll
+import numpy as np
 
 from .plan import N_SEQ
 
@@ -144,10 +143,22 @@ def _ensure_backend() -> None:
 
 
 def last_log_error() -> str:
-    """The last line llama.cpp logged that looks like an error (or '')."""
-    for line in reversed(_log_lines):
-        if "error" in line.lower() or "failed" in line.lower():
-            return line.strip()
+    """The last line llama.cpp logged that looks like an error (or '').
+
+    A failure is often logged twice: "error loading model: <why>", then "failed to
+    load model". The reason is the useful part, so an "error" line among the few
+    just before the last "failed" line wins over it.
+    """
+    lines = list(_log_lines)
+    for i in range(len(lines) - 1, -1, -1):
+        low = lines[i].lower()
+        if "error" in low:
+            return lines[i].strip()
+        if "failed" in low:
+            for earlier in reversed(lines[max(i - 3, 0) : i]):
+                if "error" in earlier.lower():
+                    return earlier.strip()
+            return lines[i].strip()
     return ""
 
 
@@ -299,7 +310,9 @@ class Batch:
         self._struct.n_tokens = 0
         self.n_tokens = 0
 
-    def set_single_seq(self, tokens: Sequence[int] | np.ndarray, start_pos: int, seqs: Sequence[int], last_logits: bool) -> None:
+    def set_single_seq(
+        self, tokens: Sequence[int] | np.ndarray, start_pos: int, seqs: Sequence[int], last_logits: bool
+    ) -> None:
         """Consecutive tokens at start_pos.., each in all of ``seqs``."""
         n = len(tokens)
         self._check(n)
@@ -312,7 +325,9 @@ class Batch:
             self.logits[n - 1] = 1
         self.n_tokens = n
 
-    def set_plan(self, tokens: np.ndarray, positions: np.ndarray, seq_ids: Sequence[Sequence[int]], logits: np.ndarray) -> None:
+    def set_plan(
+        self, tokens: np.ndarray, positions: np.ndarray, seq_ids: Sequence[Sequence[int]], logits: np.ndarray
+    ) -> None:
         n = int(tokens.shape[0])
         self._check(n)
         self.token[:n] = tokens

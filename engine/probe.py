@@ -293,29 +293,19 @@ def _report_llama_log() -> None:
     ll.llama_log_set(_to_stderr, ctypes.c_void_p(0))
 
 
-def _llama_reason() -> str:
-    """llama.cpp's last line with "error" in it: "error loading model: <why>" rather than the "failed to load
-    model" that follows it."""
-    from . import native
-
-    for line in reversed(native._log_lines):
-        if "error" in line.lower():
-            return line.strip()
-    return native.last_log_error()
-
-
 def load_and_decode(path: str, n_ctx: int, n_threads: int) -> None:
-    """What the engine does when it opens a model, up to its first token: load, context, tokenize, decode, detokenize."""
+    """What the engine does when it opens a model, up to its first token.
+
+    Load, context, tokenize, decode, detokenize.
+    """
     import numpy as np
 
-    from .native import Batch, Context, Model
-    from .runtime import PREFILL_BATCH, STEP_BATCH_MAX
+    from .native import Batch, Model
+    from .runtime import open_context
 
     model = Model(path)
     try:
-        info = model.info()
-        n_ctx = min(n_ctx, info.n_ctx_train) if info.n_ctx_train > 0 else n_ctx
-        ctx = Context(model, n_ctx=n_ctx, n_batch=max(PREFILL_BATCH, STEP_BATCH_MAX), n_threads=n_threads)
+        ctx = open_context(model, n_ctx, n_threads)
         try:
             tokens = model.tokenize(PROBE_TEXT, add_special=True, parse_special=True)[:8] or [0]
             batch = Batch(max(len(tokens), 1))
@@ -338,13 +328,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ctx", type=int, required=True)
     parser.add_argument("--threads", type=int, required=True)
     args = parser.parse_args(argv)
-    from .native import NativeError
+    from .native import NativeError, last_log_error
 
     try:
         _report_llama_log()
         load_and_decode(args.path, args.ctx, args.threads)
     except NativeError as exc:  # llama.cpp's own reason is the useful part
-        print(f"error: {_one_line(_llama_reason() or str(exc))}", file=sys.stderr)
+        print(f"error: {_one_line(last_log_error() or str(exc))}", file=sys.stderr)
         return EXIT_REFUSED
     except Exception as exc:  # reported as one line; the parent says the test load failed
         print(f"error: {type(exc).__name__}: {_one_line(str(exc))}", file=sys.stderr)

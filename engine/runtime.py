@@ -55,6 +55,16 @@ class LookaheadUnsupportedError(RuntimeError):
     """This model's memory cannot drop speculative entries (recurrent/hybrid)."""
 
 
+def open_context(model: Model, n_ctx: int, n_threads: int) -> Context:
+    """The context the engine decodes in: at most the trained length, a batch that fits any step.
+
+    engine/probe.py's child opens the same one, so a file that passes its test load loads here too.
+    """
+    n_ctx_train = model.info().n_ctx_train
+    n_ctx = min(n_ctx, n_ctx_train) if n_ctx_train > 0 else n_ctx
+    return Context(model, n_ctx=n_ctx, n_batch=max(PREFILL_BATCH, STEP_BATCH_MAX), n_threads=n_threads)
+
+
 def default_threads() -> int:
     return max(1, min(os.cpu_count() or 1, 8))
 
@@ -78,9 +88,8 @@ class Engine:
         self.model = Model(model_path, progress=progress)
         try:
             self.info = self.model.info()
-            n_ctx = min(n_ctx, self.info.n_ctx_train) if self.info.n_ctx_train > 0 else n_ctx
             try:
-                self.ctx = Context(self.model, n_ctx=n_ctx, n_batch=max(PREFILL_BATCH, STEP_BATCH_MAX), n_threads=self.n_threads)
+                self.ctx = open_context(self.model, n_ctx, self.n_threads)
             except NativeError as exc:  # almost always a failed allocation
                 raise ContextTooLargeError(f"{exc}; try a smaller context size") from exc
         except BaseException:
@@ -120,8 +129,7 @@ class Engine:
         Costs one decode of each of ``QUICK_PROBE_SIZES`` (86 tokens) the first time; empties the cache then.
         """
         if self.cost_curve_source == "default" and not self.load_cached_curve():
-            cap = probe_exact_batch(self, sizes=QUICK_PROBE_SIZES)
-            self.kv = KvState()
+            cap = probe_exact_batch(self, sizes=QUICK_PROBE_SIZES)  # leaves the cache empty
             self._use_curve(replace(DEFAULT_CURVE, max_exact_batch=cap), "quick-probed")
         return self.cost_curve.max_exact_batch
 
@@ -152,14 +160,11 @@ class Engine:
             curve, measured = curve_for(
                 self, refresh=refresh, budget_s=budget_s, progress=progress, cancel=cancel, max_exact_batch=probed
             )
-        except MeasurementCancelled as exc:
-            self.kv = KvState()
+        except MeasurementCancelled as exc:  # the measurement left the cache empty
             if exc.max_exact_batch is not None and not self.cost_curve_measured:
                 self._use_curve(replace(DEFAULT_CURVE, max_exact_batch=exc.max_exact_batch), "probed")
             raise
-        self._use_curve(curve, "measured" if measured else "cached")
-        if measured:
-            self.kv = KvState()
+        self._use_curve(curve, "measured" if measured else "cached")  # a measurement leaves the cache empty
         return self.cost_curve
 
     def _lookahead_block_reason(self) -> str | None:
@@ -175,7 +180,7 @@ class Engine:
         self.ctx.close()
         self.model.close()
 
-    def __enter__(self) -> "Engine":
+    def __enter__(self) -> Engine:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -189,7 +194,8 @@ class Engine:
     def render_chat(self, messages: Sequence[Message]) -> list[int]:
         text = self.template.render(messages, add_generation_prompt=True)
         # The template writes the BOS token itself when the model wants one.
-        add_special = self.model.add_bos() and not (self.template.bos_token and text.startswith(self.template.bos_token))
+        bos = self.template.bos_token
+        add_special = self.model.add_bos() and not (bos and text.startswith(bos))
         return self.model.tokenize(text, add_special=add_special, parse_special=True)
 
     def detokenize(self, tokens: Sequence[int]) -> str:
@@ -272,7 +278,8 @@ class Engine:
             raise PromptTooLongError("the prompt is empty")
         if len(prompt) + 1 > self.n_ctx:
             raise PromptTooLongError(
-                f"the prompt is {len(prompt)} tokens but the context holds {self.n_ctx}; shorten it or raise the context size"
+                f"the prompt is {len(prompt)} tokens but the context holds {self.n_ctx}; "
+                "shorten it or raise the context size"
             )
         return self._events(list(prompt), controls, sampling, stop, list(history), notice, record_gaps, exact_only)
 

@@ -19,8 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine import ModelFileError, check_gguf
-from engine import probe
+from engine import ModelFileError, check_gguf, probe
 from engine.probe import ProbeResult, ensure_loadable, run_probe
 from tests import damage
 from tests.tiny_models import TOKENS
@@ -187,15 +186,22 @@ SPOILED: dict[str, tuple[dict, str]] = {
         f"the vocabulary has two tokens with the same text (id {len(TOKENS) - 2} and {len(TOKENS) - 1})",
     ),
     "an empty vocabulary": ({"tokens": [], "scores": [], "token_types": []}, "its vocabulary is empty"),
-    "fewer scores than tokens": ({"scores": [0.0] * (len(TOKENS) - 1)}, f"has {len(TOKENS)} tokens but {len(TOKENS) - 1} scores"),
+    "fewer scores than tokens": ({"scores": [0.0] * (len(TOKENS) - 1)},
+                                 f"has {len(TOKENS)} tokens but {len(TOKENS) - 1} scores"),
     "more token types than tokens": ({"token_types": [1] * (len(TOKENS) + 3)},
                                      f"has {len(TOKENS)} tokens but {len(TOKENS) + 3} token types"),
-    "token types of the wrong type": ({"edit": "token_type_u8"}, "token types (tokenizer.ggml.token_type) are of type uint8, not int32"),
-    "scores of the wrong type": ({"edit": "scores_i32"}, "token scores (tokenizer.ggml.scores) are of type int32, not float32"),
-    "tokens that are not strings": ({"edit": "tokens_u32"}, "vocabulary (tokenizer.ggml.tokens) is an array of uint32, not of strings"),
-    "merges that are not strings": ({"edit": "merges_i32"}, "merges (tokenizer.ggml.merges) are an array of int32, not of strings"),
-    "an eos id outside the vocabulary": ({"edit": "eos_far"}, f"eos token id {len(TOKENS) + 7} (tokenizer.ggml.eos_token_id) "
-                                                              f"is outside its vocabulary of {len(TOKENS)} tokens"),
+    "token types of the wrong type": (
+        {"edit": "token_type_u8"}, "token types (tokenizer.ggml.token_type) are of type uint8, not int32"),
+    "scores of the wrong type": (
+        {"edit": "scores_i32"}, "token scores (tokenizer.ggml.scores) are of type int32, not float32"),
+    "tokens that are not strings": (
+        {"edit": "tokens_u32"}, "vocabulary (tokenizer.ggml.tokens) is an array of uint32, not of strings"),
+    "merges that are not strings": (
+        {"edit": "merges_i32"}, "merges (tokenizer.ggml.merges) are an array of int32, not of strings"),
+    "an eos id outside the vocabulary": (
+        {"edit": "eos_far"},
+        f"eos token id {len(TOKENS) + 7} (tokenizer.ggml.eos_token_id) "
+        f"is outside its vocabulary of {len(TOKENS)} tokens"),
     "a bos id outside the vocabulary": ({"edit": "bos_far"}, "its bos token id 4294967295"),
     "a feed-forward length that disagrees with the tensors": (
         {"hparams": {"feed_forward_length": 100}},
@@ -247,7 +253,8 @@ def test_each_spoiled_vocabulary_or_shape_is_refused_with_its_own_message(name, 
 
 
 def test_a_padding_id_past_the_vocabulary_is_let_through_as_llama_cpp_ignores_it(models_dir, no_probe_cache):
-    path = write_model(models_dir / "pad-past-end.gguf", edit=set_uint32("tokenizer.ggml.padding_token_id", len(TOKENS)))
+    path = write_model(models_dir / "pad-past-end.gguf",
+                       edit=set_uint32("tokenizer.ggml.padding_token_id", len(TOKENS)))
     check_gguf(path)
     assert ensure_loadable(path, n_ctx=256, n_threads=1, cache=no_probe_cache).probed
 
@@ -337,7 +344,8 @@ def test_a_file_llama_cpp_refuses_cleanly_is_refused_with_its_reason_and_not_rem
 
 
 CRASHES = {
-    "SIGABRT": "import os, sys; sys.stderr.write('/src/ggml/llama-vocab.cpp:99: GGML_ASSERT(a == b) failed\\n'); os.abort()",
+    "SIGABRT": "import os, sys; sys.stderr.write('/src/ggml/llama-vocab.cpp:99: GGML_ASSERT(a == b) failed\\n'); "
+               "os.abort()",
     "SIGSEGV": "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)",
 }
 
@@ -358,8 +366,9 @@ def test_a_child_that_dies_by_a_signal_becomes_a_model_file_error_naming_the_sig
 def test_the_crash_message_quotes_the_assert_an_uncaught_exception_or_nothing_but_never_a_mere_warning():
     useful = probe._useful_line
     assert useful("load: a warning\n/x/ggml/src/ggml.c:12: GGML_ASSERT(n > 0) failed\n") == "GGML_ASSERT(n > 0) failed"
-    assert useful("terminate called after throwing an instance of 'std::out_of_range'\n  what():  vector::_M_range_check\n") \
-        == "terminate called after throwing an instance of 'std::out_of_range': vector::_M_range_check"
+    uncaught = "terminate called after throwing an instance of 'std::out_of_range'\n  what():  vector::_M_range_check\n"
+    expected = "terminate called after throwing an instance of 'std::out_of_range': vector::_M_range_check"
+    assert useful(uncaught) == expected
     assert useful("/src/llama-vocab.cpp:1530: fatal error\n") == "llama-vocab.cpp: fatal error"
     assert useful("load: control-looking token: 12 '<x>' was not control-type\n") == ""
 
@@ -388,7 +397,8 @@ def test_a_probe_can_be_cancelled_from_another_thread_and_leaves_no_child(intact
     with pytest.raises(probe.ProbeCancelled):
         ensure_loadable(intact, n_ctx=256, n_threads=1, cache=no_probe_cache, cancel=cancel,
                         command=[sys.executable, "-c",
-                                 f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(60)"])
+                                 f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); "
+                                 "time.sleep(60)"])
     assert time.perf_counter() - t0 < 5
     pid = int(pid_file.read_text())
     with pytest.raises(ProcessLookupError):
@@ -494,3 +504,18 @@ def test_a_thousand_damaged_copies_each_answer_or_are_refused_in_one_line(model_
     outcomes = damage.run_copies(model_path, count=1000, seed=1, jobs=2, extra_args=("--threads", "1"))
     assert len(outcomes) == 1000
     _assert_no_problems(outcomes)
+
+
+def test_a_load_error_quotes_llama_cpps_reason_rather_than_the_failed_line_after_it(monkeypatch):
+    from collections import deque
+
+    from engine import native
+
+    lines = deque(["llama_model_load: error loading model: missing tensor 'output_norm.weight'\n",
+                   "llama_model_load_from_file_impl: failed to load model\n"])
+    monkeypatch.setattr(native, "_log_lines", lines)
+    assert native.last_log_error() == "llama_model_load: error loading model: missing tensor 'output_norm.weight'"
+    lines.append("llama_init_from_model: failed to allocate the KV cache\n")  # a later failure of its own
+    lines.extend(["note\n"] * 4)
+    lines.append("llama_decode: failed to decode\n")
+    assert native.last_log_error() == "llama_decode: failed to decode"

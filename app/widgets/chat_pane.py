@@ -101,7 +101,7 @@ class ChatPane(QWidget):
             self.input.setFocus()
 
     def take_input(self) -> tuple[str, str]:
-        """(the message to send, the text as typed) — the box is cleared; see ``give_back``."""
+        """(the message to send, the text as typed); the caller clears the box once it sends (see ``give_back``)."""
         typed = self.input.toPlainText()
         return typed.strip(), typed
 

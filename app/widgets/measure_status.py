@@ -61,6 +61,7 @@ class MeasureStatus(QWidget):
     def new_model(self) -> None:
         """A model is being loaded: whatever was measured was for the other one."""
         self.interrupt()
+        self._id += 1  # answers about the other model's measurement are ignored from now on
         self.state = "idle"
 
     @Slot()
@@ -98,8 +99,10 @@ class MeasureStatus(QWidget):
             self.setVisible(True)  # only once it really runs: a known curve needs no progress
             self.progress.setValue(int(fraction * 1000))
 
-    @Slot(str, str)
-    def _on_finished(self, state: str, text: str) -> None:
+    @Slot(int, str, str)
+    def _on_finished(self, request_id: int, state: str, text: str) -> None:
+        if request_id != self._id:
+            return  # an earlier measurement (another model's, or one paused before this started)
         self.setVisible(False)
         if state == "cancelled":
             if self.state == "running":  # stopped by no one here (the engine shutting down): retry when idle
