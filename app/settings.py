@@ -50,7 +50,7 @@ class AppSettings:
         del self.recent_models[MAX_RECENT_MODELS:]
 
     @classmethod
-    def load(cls, path: Path | None = None) -> "AppSettings":
+    def load(cls, path: Path | None = None) -> AppSettings:
         """Read settings; a missing or unreadable file gives the defaults (never an error at startup)."""
         path = path or paths.settings_path()
         try:

@@ -38,7 +38,7 @@ MATCH_EDGES = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24)
 # greedy replies of a 135M instruct model to 60 mixed prompts, then shaded down
 # a little. Worth PRIOR_WEIGHT tokens; what lands while generating moves them.
 _HISTORY_PRIORS = {
-    support: dict(zip(MATCH_EDGES, priors))
+    support: dict(zip(MATCH_EDGES, priors, strict=True))
     for support, priors in (
         (ALONE, (0.35, 0.52, 0.6, 0.72, 0.75, 0.78, 0.8, 0.86, 0.89, 0.95, 0.96)),
         (AGREE, (0.6, 0.78, 0.83, 0.88, 0.9, 0.9, 0.93, 0.95, 0.95, 0.98, 0.99)),
@@ -147,7 +147,9 @@ class AutoPolicy:
     History drafts are sized here, up to MAX_AUTO_DRAFT tokens.
     """
 
-    def __init__(self, history: HistoryIndex, pool: NgramPool, curve: CostCurve | LiveCosts, stats: AcceptanceStats) -> None:
+    def __init__(
+        self, history: HistoryIndex, pool: NgramPool, curve: CostCurve | LiveCosts, stats: AcceptanceStats
+    ) -> None:
         self.history = history
         self.pool = pool
         self.curve = curve

@@ -86,9 +86,11 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--only", help="comma-separated workload ids or categories to run")
     b.add_argument("--no-references", action="store_true",
                    help="skip the llama-cpp-python Llama and fixed W=15/N=5/G=15 reference runs")
-    b.add_argument("--reference-prompts", type=int, default=3, help="prompts for the W=15/N=5/G=15 reference (default 3)")
+    b.add_argument("--reference-prompts", type=int, default=3,
+                   help="prompts for the W=15/N=5/G=15 reference (default 3)")
     b.add_argument("--null", action="store_true",
-                   help="time plain against plain on the same schedule: the spread of its 'speedups' is this machine's noise")
+                   help="time plain against plain on the same schedule: "
+                        "the spread of its 'speedups' is this machine's noise")
 
     t = sub.add_parser("tune", help="measure this machine's cost curve for Auto and show what Auto will do")
     _add_model_args(t)
@@ -235,7 +237,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
         prepare_auto(eng, lookahead)
         report = run_bench(eng, workloads, lookahead, max_tokens=args.max_tokens, on_result=progress, null=args.null)
-        extra = {"cost_curve": eng.cost_curve.to_json(), "perfect_draft_bound": round(perfect_draft_bound(eng.cost_curve), 4)}
+        extra = {"cost_curve": eng.cost_curve.to_json(),
+                 "perfect_draft_bound": round(perfect_draft_bound(eng.cost_curve), 4)}
         if not args.no_references and not args.null:
             extra.update(_references(args, eng, workloads, lookahead, report))
     out = report.to_json()
@@ -261,17 +264,18 @@ def _references(args: argparse.Namespace, eng: Engine, workloads: list, lookahea
     print("reference: llama-cpp-python Llama greedy ...", file=sys.stderr)
     rates = llama_cpp_tps(eng.summary.path, prompts, args.max_tokens, eng.n_threads)
     ours = [r.extra["plain_tps_after_first"] for r in report.results]
-    ratios = [a / b for a, b in zip(ours, rates) if b > 0]
+    ratios = [a / b for a, b in zip(ours, rates, strict=False) if b > 0]
     fixed = []
     big = LookaheadConfig(window=15, ngram=5, guesses=15)
-    for w, prompt in list(zip(workloads, prompts))[: max(0, args.reference_prompts)]:
+    for w, prompt in list(zip(workloads, prompts, strict=False))[: max(0, args.reference_prompts)]:
         print(f"reference: W=15 N=5 G=15 on {w.id} ...", file=sys.stderr)
         n = min(args.max_tokens, 48)
         mine = run_one(eng, prompt, lookahead, n)
         ref = run_one(eng, prompt, big, n, exact_only=False)  # the real 120-token steps
         fixed.append({"id": w.id, "mode_tps": round(mine.tokens_per_s, 2), "fixed_tps": round(ref.tokens_per_s, 2),
                       "ratio": round(mine.tokens_per_s / ref.tokens_per_s, 2) if ref.tokens_per_s else 0.0,
-                      "fixed_tokens_per_step": round(ref.tokens_per_step, 2), "identical": mine.token_ids == ref.token_ids})
+                      "fixed_tokens_per_step": round(ref.tokens_per_step, 2),
+                      "identical": mine.token_ids == ref.token_ids})
     return {
         "llama_cpp_tps": [round(r, 2) for r in rates],
         "plain_vs_llama_cpp": round(geomean(ratios), 4),
@@ -309,7 +313,8 @@ def auto_plan(curve) -> dict:
         need = break_even_p(curve, L)
         rows[L] = round(need, 3) if need < 1.0 else None
     window = curve.cost(1 + 3 * 2 + 2, 4) / curve.cost(1)
-    return {"min_p_for_draft_len": rows, "window_3x2_relative_cost": round(window, 3), "max_exact_batch": curve.max_exact_batch}
+    return {"min_p_for_draft_len": rows, "window_3x2_relative_cost": round(window, 3),
+            "max_exact_batch": curve.max_exact_batch}
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
@@ -320,7 +325,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
         print(json.dumps({"curve": curve.to_json(), "auto": plan}))
         return 0
     print(curve.table())
-    print(f"measured in {curve.measured_s:.1f} s; batches up to {curve.max_exact_batch} tokens give logits identical to a 1-token step")
+    print(f"measured in {curve.measured_s:.1f} s; batches up to {curve.max_exact_batch} tokens "
+          "give logits identical to a 1-token step")
     print("A draft of L tokens beats a plain step only if each of its tokens lands with probability at least:")
     for L, p in plan["min_p_for_draft_len"].items():
         print(f"  L={L}: p >= {p:.2f}" if p is not None else f"  L={L}: never pays")

@@ -83,7 +83,7 @@ class CostCurve:
 
     def table(self) -> str:
         rows = [f"{'batch':>5} {'1 logit':>8} {'all logits':>10}"]
-        for n, a, b in zip(self.sizes, self.last_logit, self.all_logits):
+        for n, a, b in zip(self.sizes, self.last_logit, self.all_logits, strict=False):
             rows.append(f"{n:>5} {a:>8.2f} {b:>10.2f}")
         rows.append(f"(1.00 = one token with logits = {self.base_ms:.2f} ms, {self.threads} threads)")
         return "\n".join(rows)
@@ -92,7 +92,7 @@ class CostCurve:
         return {k: v for k, v in asdict(self).items() if not k.startswith("_")}
 
     @staticmethod
-    def from_json(obj: dict) -> "CostCurve":
+    def from_json(obj: dict) -> CostCurve:
         return CostCurve(
             sizes=tuple(obj["sizes"]),
             last_logit=tuple(obj["last_logit"]),
@@ -175,7 +175,8 @@ def _cpu_name() -> str:
 
 def cache_key(model_path: str, threads: int) -> str:
     st = os.stat(model_path)
-    ident = f"v{CACHE_VERSION}|{os.path.abspath(model_path)}|{st.st_size}|{int(st.st_mtime)}|{threads}|{_cpu_name()}|{os.cpu_count()}"
+    ident = (f"v{CACHE_VERSION}|{os.path.abspath(model_path)}|{st.st_size}|{int(st.st_mtime)}|{threads}"
+             f"|{_cpu_name()}|{os.cpu_count()}")
     return hashlib.sha256(ident.encode()).hexdigest()[:24]
 
 

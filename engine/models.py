@@ -259,7 +259,9 @@ def _parse_header(cur: _Cursor) -> _Header:
     # Every metadata pair takes at least 13 bytes and every tensor entry 32: larger counts are
     # impossible for this file length (and would make the loops below spin on garbage).
     if n_kv * 13 > rest or n_tensors * 32 > rest:
-        raise _Truncated(f"its header claims {n_kv} metadata entries and {n_tensors} tensors, more than the file can hold")
+        raise _Truncated(
+            f"its header claims {n_kv} metadata entries and {n_tensors} tensors, more than the file can hold"
+        )
     header = _Header(version)
     for i in range(n_kv):
         try:
@@ -316,7 +318,9 @@ def _read_header(p: Path, size: int) -> _Header:
         if magic != GGUF_MAGIC:
             raise ModelFileError(f"not a GGUF file (bad magic {magic!r}): {p}")
         if size < HEADER_BYTES:
-            raise ModelFileError(f"truncated GGUF file: it ends inside its header ({size} of {HEADER_BYTES} bytes): {p}")
+            raise ModelFileError(
+                f"truncated GGUF file: it ends inside its header ({size} of {HEADER_BYTES} bytes): {p}"
+            )
         with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
             try:
                 return _parse_header(_Cursor(mm, size))
@@ -375,7 +379,8 @@ def _check_vocabulary(header: _Header) -> None:
     tokens = header.tokens
     if tokens is None:
         if TOKENS_KEY in arrays:  # read with gguf_get_arr_str, which asserts the items are strings
-            raise _Damaged(f"its vocabulary ({TOKENS_KEY}) is an array of {_type_name(arrays[TOKENS_KEY][0])}, not of strings")
+            item_type = _type_name(arrays[TOKENS_KEY][0])
+            raise _Damaged(f"its vocabulary ({TOKENS_KEY}) is an array of {item_type}, not of strings")
         if TOKENS_KEY in meta:
             raise _Damaged(f"its vocabulary ({TOKENS_KEY}) is not an array")
         return  # no vocabulary at all: llama.cpp refuses it with an error
@@ -445,7 +450,9 @@ def _check_tensor_shapes(header: _Header) -> None:
     if not n_layer or not n_embd or n_layer < 0 or n_embd < 0:
         return  # missing or zero: llama.cpp refuses these itself with an error
     heads = _per_layer(meta.get(f"{arch}.attention.head_count"), n_layer)
-    heads_kv = _per_layer(meta.get(f"{arch}.attention.head_count_kv", meta.get(f"{arch}.attention.head_count")), n_layer)
+    heads_kv = _per_layer(
+        meta.get(f"{arch}.attention.head_count_kv", meta.get(f"{arch}.attention.head_count")), n_layer
+    )
     n_ff = _per_layer(meta.get(f"{arch}.feed_forward_length"), n_layer)
     n_vocab = len(header.tokens) if header.tokens is not None else None
     expected: dict[str, tuple[int, ...]] = {"output_norm.weight": (n_embd,)}
@@ -630,7 +637,9 @@ def check_context_fits(summary: GgufSummary, n_ctx: int, available: int | None =
     fits = (avail // 2 // summary.kv_bytes_per_token) // 256 * 256  # half the free memory, a round number
     if summary.context_length:
         fits = min(fits, summary.context_length)  # more than the model was trained on is of no use
-    hint = f"choose a context of at most {fits} tokens" if fits >= 256 else "close other programs or choose a smaller model"
+    hint = f"choose a context of at most {fits} tokens"
+    if fits < 256:
+        hint = "close other programs or choose a smaller model"
     raise ContextTooLargeError(
         f"a context of {n_ctx} tokens is more than this machine's memory allows: its cache would need "
         f"{_human(need)} and {_human(avail)} is available; {hint}"

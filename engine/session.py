@@ -77,7 +77,8 @@ class ChatSession:
         fitted = self.fit(messages, stop.max_tokens)
         notice = ""
         if fitted.dropped:
-            notice = f"context full: left out the {fitted.dropped} oldest message(s), kept the system prompt and the latest turn"
+            notice = (f"context full: left out the {fitted.dropped} oldest message(s), "
+                      "kept the system prompt and the latest turn")
         history = list(fitted.history)
         for text in drafts_from:
             if text:

@@ -38,7 +38,7 @@ class LookaheadConfig:
     guesses: int = 3
     auto: bool = False
 
-    def validate(self) -> "LookaheadConfig":
+    def validate(self) -> LookaheadConfig:
         if not 0 <= self.window <= MAX_WINDOW:
             raise SettingsError(f"window W={self.window} is out of range 0..{MAX_WINDOW}")
         if not 2 <= self.ngram <= MAX_NGRAM:
@@ -67,7 +67,7 @@ class SamplingConfig:
     def greedy(self) -> bool:
         return self.temperature <= 0.0
 
-    def validate(self) -> "SamplingConfig":
+    def validate(self) -> SamplingConfig:
         if self.temperature < 0 or self.temperature > 5:
             raise SettingsError(f"temperature {self.temperature} is out of range 0..5")
         if self.top_k < 0:
@@ -88,7 +88,7 @@ class StopConfig:
     max_tokens: int = 256
     stop_strings: tuple[str, ...] = field(default_factory=tuple)
 
-    def validate(self) -> "StopConfig":
+    def validate(self) -> StopConfig:
         if self.max_tokens < 1:
             raise SettingsError(f"max tokens {self.max_tokens} must be >= 1")
         return self

@@ -87,7 +87,7 @@ class ChatTemplate:
             )
         except SecurityError as exc:
             raise TemplateRenderError(f"the model's chat template tried an unsafe operation: {exc}") from exc
-        except Exception as exc:  # untrusted code: whatever it raises (e.g. OverflowError on a huge range) is its failure
+        except Exception as exc:  # untrusted code: whatever it raises (OverflowError on a huge range...) is its failure
             raise TemplateRenderError(f"the model's chat template failed: {type(exc).__name__}: {exc}") from exc
 
 

@@ -7,8 +7,8 @@ instead of blocking, and a check that no engine thread is left running.
 from __future__ import annotations
 
 import functools
-import tempfile
 import os
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field

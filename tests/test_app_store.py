@@ -7,12 +7,11 @@ import sqlite3
 
 import pytest
 
-from engine import StepEvent
-
 from app import paths
 from app.settings import MAX_RECENT_MODELS, AppSettings
 from app.stats import ReplyStats
 from app.store import SCHEMA_VERSION, ChatStore, SchemaTooNewError, export_markdown
+from engine import StepEvent
 
 
 @pytest.fixture

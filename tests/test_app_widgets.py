@@ -7,21 +7,18 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-
-from tests.app_fixtures import OFFSCREEN_NOISE, quick_settings
-
 from PySide6.QtCore import QElapsedTimer, Qt, QTimer  # noqa: E402
 from PySide6.QtGui import QGuiApplication, QTextFormat  # noqa: E402
 
-from engine import GenerationControls, LookaheadConfig, StepEvent  # noqa: E402
-
-from engine.probe import ProbeResult  # noqa: E402
 from app.coalescer import UpdateCoalescer  # noqa: E402
 from app.qt_compat import binding_problem  # noqa: E402
 from app.widgets.chat_input import ChatInput  # noqa: E402
 from app.widgets.chat_view import ChatView, MessageBubble  # noqa: E402
 from app.widgets.decoding_panel import DecodingPanel  # noqa: E402
 from app.widgets.markdown_view import MarkdownView, keep_line_breaks  # noqa: E402
+from engine import GenerationControls, LookaheadConfig, StepEvent  # noqa: E402
+from engine.probe import ProbeResult  # noqa: E402
+from tests.app_fixtures import OFFSCREEN_NOISE, quick_settings
 
 pytestmark = OFFSCREEN_NOISE
 

@@ -5,14 +5,12 @@ from __future__ import annotations
 import os
 
 import pytest
-
-from tests.app_fixtures import OFFSCREEN_NOISE, REPLY_TIMEOUT_MS, close_mid_reply, quick_settings
-
 from PySide6.QtCore import Qt  # noqa: E402 (after the offscreen platform is set)
 
 from app.main_window import MainWindow, ReplyRecord  # noqa: E402
 from app.settings import AppSettings  # noqa: E402
 from app.stats import ReplyStats  # noqa: E402
+from tests.app_fixtures import OFFSCREEN_NOISE, REPLY_TIMEOUT_MS, close_mid_reply, quick_settings
 
 pytestmark = [pytest.mark.model, OFFSCREEN_NOISE]
 
@@ -106,9 +104,9 @@ def test_switching_lookahead_off_and_changing_w_mid_reply_take_effect_at_the_nex
     def window_tokens(ev):
         return ev.batch_size - 1 - ev.n_reevaluated - ev.n_drafted
 
-    batches = {s: [window_tokens(u.event) for u, t in zip(steps, shapes) if t == s] for s in seen}
+    batches = {s: [window_tokens(u.event) for u, t in zip(steps, shapes, strict=True) if t == s] for s in seen}
     assert min(batches[("lookahead", 6)]) > max(batches[("lookahead", 4)])
-    assert min(u.event.batch_size for u, t in zip(steps, shapes) if t == ("plain", None)) == 1
+    assert min(u.event.batch_size for u, t in zip(steps, shapes, strict=True) if t == ("plain", None)) == 1
 
 
 def test_chats_survive_a_restart_of_the_window(qtbot, make_window):

@@ -29,7 +29,8 @@ def test_break_even_acceptance_prices_the_draft_with_the_curve():
     p = break_even_p(STEEP, 1)
     assert expected_tokens(p, 1) == pytest.approx(STEEP.cost(2), abs=1e-4)  # 1 + p = 1.8
     assert break_even_p(FLAT, 1) < 0.05
-    assert break_even_p(CostCurve(sizes=(1, 2), last_logit=(1, 2.5), all_logits=(1, 2.5), base_ms=10, threads=1), 1) == 1.0
+    dear = CostCurve(sizes=(1, 2), last_logit=(1, 2.5), all_logits=(1, 2.5), base_ms=10, threads=1)
+    assert break_even_p(dear, 1) == 1.0
 
 
 def test_auto_takes_a_plain_step_when_no_draft_pays_for_its_cost():
@@ -74,7 +75,8 @@ def test_acceptance_stats_learn_from_what_landed():
     for _ in range(20):
         stats.observe(d, 4, 0)  # its first token never lands
     assert stats.p(bucket(d)) < prior / 2
-    assert stats.p(bucket(d, 3)) == pytest.approx(AcceptanceStats().p(bucket(d, 3)), abs=1e-9)  # untested: still the prior
+    # untested: still the prior
+    assert stats.p(bucket(d, 3)) == pytest.approx(AcceptanceStats().p(bucket(d, 3)), abs=1e-9)
 
 
 def test_later_tokens_of_a_draft_count_on_a_longer_match():

@@ -15,13 +15,14 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def engine_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, "-m", "engine", *args], capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
+    return subprocess.run([sys.executable, "-m", "engine", *args], capture_output=True, text=True, timeout=timeout,
+                          env=env, cwd=ROOT)
 
 
 @pytest.mark.model
 def test_generate_json_has_the_documented_fields():
-    r = engine_cli("generate", "--prompt", "Say hello.", "--chat", "--max-tokens", "12", "--json", "--mode", "lookahead",
-                   "--window", "1", "--ngram", "3", "--guesses", "1", "--threads", "2")
+    r = engine_cli("generate", "--prompt", "Say hello.", "--chat", "--max-tokens", "12", "--json",
+                   "--mode", "lookahead", "--window", "1", "--ngram", "3", "--guesses", "1", "--threads", "2")
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     for key in ["text", "token_ids", "n_tokens", "steps", "tokens_per_step", "elapsed_s", "tokens_per_s", "mode",

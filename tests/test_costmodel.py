@@ -3,7 +3,8 @@ import pytest
 from engine.bench import oracle_bound, perfect_draft_bound
 from engine.costmodel import CostCurve, LiveCosts, load_cached, save_cached
 
-CURVE = CostCurve(sizes=(1, 2, 4, 8), last_logit=(1, 1.5, 2.0, 3.0), all_logits=(1, 1.6, 2.4, 4.0), base_ms=10, threads=2)
+CURVE = CostCurve(sizes=(1, 2, 4, 8), last_logit=(1, 1.5, 2.0, 3.0), all_logits=(1, 1.6, 2.4, 4.0), base_ms=10,
+                  threads=2)
 
 
 def test_cost_interpolates_between_measured_sizes_and_logit_counts():

@@ -7,9 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 import llama_cpp
+import pytest
 
 from engine import Engine, NativeError, native
 
@@ -23,7 +22,8 @@ def test_the_installed_llama_cpp_reports_no_amx():
 
 
 def test_the_system_info_is_parsed_into_feature_values(monkeypatch):
-    monkeypatch.setattr(llama_cpp, "llama_print_system_info", lambda: b"CPU : SSE3 = 1 | AVX512 = 1 | AMX_INT8 = 1 | REPACK = 1 | ")
+    info = b"CPU : SSE3 = 1 | AVX512 = 1 | AMX_INT8 = 1 | REPACK = 1 | "
+    monkeypatch.setattr(llama_cpp, "llama_print_system_info", lambda: info)
     assert native.system_features() == {"SSE3": "1", "AVX512": "1", "AMX_INT8": "1", "REPACK": "1"}
 
 

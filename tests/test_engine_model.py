@@ -62,7 +62,8 @@ def test_after_every_step_the_cache_holds_exactly_the_committed_tokens(engine):
 
 
 def test_multibyte_text_streams_without_broken_characters(engine):
-    prompt = engine.render_chat([Message("user", "Write three short greetings in Japanese and add an emoji to each 😀.")])
+    greetings = "Write three short greetings in Japanese and add an emoji to each 😀."
+    prompt = engine.render_chat([Message("user", greetings)])
     engine.reset()
     deltas = []
     ids = []
@@ -113,7 +114,8 @@ def test_a_second_chat_turn_evaluates_only_its_new_tokens(engine):
     messages += [Message("assistant", first.text), Message("user", "Name another one.")]
     full = len(engine.render_chat(messages))
     events = list(session.reply(messages, stop=StopConfig(max_tokens=16)))
-    new_user_turn = len(engine.tokenize("<|im_start|>user\nName another one.<|im_end|>\n<|im_start|>assistant\n", add_special=False))
+    turn_text = "<|im_start|>user\nName another one.<|im_end|>\n<|im_start|>assistant\n"
+    new_user_turn = len(engine.tokenize(turn_text, add_special=False))
     # Only the tail is evaluated: the new message, plus at most the re-tokenised end of the previous reply.
     assert events[0].prefill_tokens < new_user_turn + 8
     assert events[0].prefill_tokens < full // 2
@@ -167,7 +169,8 @@ def test_auto_drafts_where_the_reply_copies_the_prompt_and_says_why(engine):
     engine.cost_curve, engine.acceptance = DEFAULT_CURVE, AcceptanceStats()
     engine.reset()
     try:
-        events = list(engine.generate(prompt, GenerationControls(lookahead=DEFAULT_LOOKAHEAD), stop=StopConfig(max_tokens=64)))
+        controls = GenerationControls(lookahead=DEFAULT_LOOKAHEAD)
+        events = list(engine.generate(prompt, controls, stop=StopConfig(max_tokens=64)))
     finally:
         engine.cost_curve, engine.acceptance = saved
     drafted = [ev for ev in events if ev.n_drafted]

@@ -25,7 +25,8 @@ def tiny_llama_engine(tmp_path_factory):
 
 def generate(eng: Engine, text: str, lookahead: LookaheadConfig | None) -> tuple[list[int], int]:
     eng.reset()
-    events = list(eng.generate(eng.tokenize(text), GenerationControls(lookahead=lookahead), stop=StopConfig(max_tokens=96)))
+    controls = GenerationControls(lookahead=lookahead)
+    events = list(eng.generate(eng.tokenize(text), controls, stop=StopConfig(max_tokens=96)))
     assert events[-1].stop_reason in ("max_tokens", "eog")
     return [t for ev in events for t in ev.token_ids], sum(ev.n_drafted for ev in events)
 

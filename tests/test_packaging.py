@@ -19,8 +19,7 @@ from pathlib import Path
 import pytest
 
 from app import paths
-from engine import ModelFileError, NativeError, default_model_path
-from engine import models, native
+from engine import ModelFileError, NativeError, default_model_path, models, native
 
 REPO = Path(__file__).resolve().parent.parent
 PACKAGING = REPO / "packaging"

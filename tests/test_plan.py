@@ -43,7 +43,7 @@ def test_step_layout_for_w3_n3_g2():
         (21, 53, (window_seq(1),), True),
         (22, 54, (window_seq(2),), True),
     ]
-    got = list(zip(plan.tokens.tolist(), plan.positions.tolist(), plan.seq_ids, plan.logits.tolist()))
+    got = list(zip(plan.tokens.tolist(), plan.positions.tolist(), plan.seq_ids, plan.logits.tolist(), strict=True))
     assert got == expected
     assert plan.window_pred_index.tolist() == [7, 8, 9]
     # The best candidate's path sits right after the input token; the other branch does not.

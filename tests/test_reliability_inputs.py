@@ -19,9 +19,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.app_fixtures import OFFSCREEN_NOISE, REPLY_TIMEOUT_MS, quick_settings
-from tests.tiny_models import write_tiny_mamba
-
 from engine import (  # noqa: E402
     GenerationControls,
     LookaheadConfig,
@@ -33,9 +30,11 @@ from engine import (  # noqa: E402
     StopConfig,
     check_gguf,
     default_model_path,
+    models,  # noqa: E402
 )
-from engine import models  # noqa: E402
 from engine.models import ContextTooLargeError, check_context_fits  # noqa: E402
+from tests.app_fixtures import OFFSCREEN_NOISE, REPLY_TIMEOUT_MS, quick_settings
+from tests.tiny_models import write_tiny_mamba
 
 ROOT = Path(__file__).resolve().parent.parent
 CUT_HEADER = 16  # inside the 24-byte header
@@ -244,7 +243,8 @@ def test_a_recurrent_model_decodes_plainly_and_refuses_lookahead_with_a_reason(t
         with pytest.raises(LookaheadUnsupportedError, match="plain decoding still works"):
             eng.generate(prompt, GenerationControls(lookahead=LookaheadConfig(window=2, ngram=3, guesses=1)))
         def plain(text: str) -> list[int]:
-            events = list(eng.generate(eng.tokenize(text), GenerationControls(lookahead=None), stop=StopConfig(max_tokens=6)))
+            controls = GenerationControls(lookahead=None)
+            events = list(eng.generate(eng.tokenize(text), controls, stop=StopConfig(max_tokens=6)))
             assert events[-1].stop_reason in ("max_tokens", "eog")
             return [t for ev in events for t in ev.token_ids]
 

@@ -6,10 +6,9 @@ import time
 
 import pytest
 
-from tests.app_fixtures import MODEL_LOAD_TIMEOUT_MS, OFFSCREEN_NOISE, REPLY_TIMEOUT_MS, close_mid_reply
-
 from app.settings import AppSettings  # noqa: E402
 from app.stats import ReplyStats  # noqa: E402
+from tests.app_fixtures import MODEL_LOAD_TIMEOUT_MS, OFFSCREEN_NOISE, REPLY_TIMEOUT_MS, close_mid_reply
 
 pytestmark = [pytest.mark.model, OFFSCREEN_NOISE]
 
@@ -26,7 +25,7 @@ def test_stop_at_the_default_settings_ends_the_reply_within_200_ms(qtbot, make_w
     for attempt in range(3):
         pressed: list[float] = []
 
-        def press_stop_on_third_step(update) -> None:
+        def press_stop_on_third_step(update, pressed: list[float] = pressed) -> None:
             if not pressed and update.event.step >= 2:
                 pressed.append(time.perf_counter())
                 window.send_button.click()

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.app_fixtures import OFFSCREEN_NOISE, quick_settings
-
-from app import paths, store as store_module  # noqa: E402
+from app import paths  # noqa: E402
+from app import store as store_module
 from app.store import MEMORY, ChatStore, DatabaseLockedError  # noqa: E402
+from tests.app_fixtures import OFFSCREEN_NOISE, quick_settings
 
 ROOT = Path(__file__).resolve().parent.parent
 

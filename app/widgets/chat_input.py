@@ -7,7 +7,6 @@ from PySide6.QtGui import QKeyEvent
 from PySide6.QtWidgets import QPlainTextEdit, QSizePolicy, QWidget
 
 
-
 class ChatInput(QPlainTextEdit):
     """A plain-text box for the next message.
 

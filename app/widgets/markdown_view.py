@@ -5,6 +5,9 @@ from __future__ import annotations
 import math
 from functools import lru_cache
 
+from pygments.lexers import get_lexer_by_name
+from pygments.styles import get_style_by_name
+from pygments.util import ClassNotFound
 from PySide6.QtCore import QSize, Qt, Slot
 from PySide6.QtGui import (
     QColor,
@@ -20,9 +23,6 @@ from PySide6.QtGui import (
     QTextFormat,
 )
 from PySide6.QtWidgets import QSizePolicy, QTextBrowser, QWidget
-from pygments.lexers import get_lexer_by_name
-from pygments.styles import get_style_by_name
-from pygments.util import ClassNotFound
 
 _CODE_LANGUAGE = QTextFormat.Property.BlockCodeLanguage
 

@@ -80,7 +80,9 @@ class SpeedReportDialog(QDialog):
             parent_item = categories.get(w.cat)
             if parent_item is None:
                 parent_item = QTreeWidgetItem(self.tree, [w.cat])
-                parent_item.setFlags(parent_item.flags() | Qt.ItemFlag.ItemIsAutoTristate | Qt.ItemFlag.ItemIsUserCheckable)
+                parent_item.setFlags(
+                    parent_item.flags() | Qt.ItemFlag.ItemIsAutoTristate | Qt.ItemFlag.ItemIsUserCheckable
+                )
                 categories[w.cat] = parent_item
             item = QTreeWidgetItem(parent_item, [w.id])
             item.setFlags(item.flags() | Qt.ItemFlag.ItemIsUserCheckable)
@@ -275,7 +277,8 @@ class SpeedReportDialog(QDialog):
 
     def export(self, path: Path) -> None:
         """Write the results as Markdown (``.md``) or CSV (anything else)."""
-        text = report_markdown(self.results) if path.suffix.lower() in (".md", ".markdown") else report_csv(self.results)
+        markdown = path.suffix.lower() in (".md", ".markdown")
+        text = report_markdown(self.results) if markdown else report_csv(self.results)
         path.write_text(text, encoding="utf-8")
 
     @Slot()
