@@ -53,7 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     if problem:
         print(f"lookahead-chat: {problem}", file=sys.stderr)
         return 3
-    app = QApplication.instance() or QApplication(sys.argv[:1])
+    existing = QApplication.instance()
+    app = existing if isinstance(existing, QApplication) else QApplication(sys.argv[:1])
     app.setApplicationName("Lookahead Chat")
     app.setDesktopFileName("lookahead-chat")
     icon = paths.resources_dir() / "icons" / "lookahead-chat.svg"

@@ -107,7 +107,7 @@ class ChatRunner(QObject):
         """Start a new chat; it is saved once its first message is sent."""
         self.show_conversation(None)
         self._list.list.clearSelection()
-        self._list.list.setCurrentItem(None)
+        self._list.list.setCurrentRow(-1)
         self._pane.input.setFocus()
 
     @Slot(int)

@@ -11,6 +11,7 @@ timer, so a fast model cannot flood the event loop with repaints.
 from __future__ import annotations
 
 import base64
+import functools
 import logging
 import time
 from collections.abc import Mapping
@@ -313,7 +314,7 @@ class MainWindow(QMainWindow):
     def _on_recent_menu_about_to_show(self) -> None:
         self.recent_menu.clear()
         for path in self.settings.recent_models:
-            action = self.recent_menu.addAction(Path(path).name, lambda p=path: self.load_model(p))
+            action = self.recent_menu.addAction(Path(path).name, functools.partial(self.load_model, path))
             action.setToolTip(path)
         if not self.settings.recent_models:
             self.recent_menu.addAction("(none)").setEnabled(False)

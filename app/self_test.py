@@ -102,7 +102,7 @@ class SelfTest(QObject):
 
     def _finish(self, code: int) -> None:
         self.code = code
-        QApplication.instance().exit(code)
+        QApplication.exit(code)
 
 
 class CompareSelfTest(SelfTest):
@@ -154,12 +154,15 @@ class CompareSelfTest(SelfTest):
                   f"plain top-2 gap {d.plain_top2_gap}")
         print(f"verdict: {self.window.compare_view.verdict.text()}")
         view = self.window.compare_view
+        plain, lookahead = result.plain, result.lookahead
         ok = (
             result.complete
+            and plain is not None
+            and lookahead is not None
             and result.speedup > 0
-            and bool(result.plain.stats.text.strip())
-            and view.plain_pane.text.toPlainText() == result.plain.stats.text
-            and view.lookahead_pane.text.toPlainText() == result.lookahead.stats.text
+            and bool(plain.stats.text.strip())
+            and view.plain_pane.text.toPlainText() == plain.stats.text
+            and view.lookahead_pane.text.toPlainText() == lookahead.stats.text
         )
         if not ok:
             print("self-test FAILED: incomplete comparison or panes not filled", file=sys.stderr)

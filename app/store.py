@@ -98,6 +98,13 @@ class Recovery:
         )
 
 
+def _row_id(cur: sqlite3.Cursor) -> int:
+    """The id of the row an INSERT just wrote."""
+    if cur.lastrowid is None:
+        raise sqlite3.DatabaseError("the insert wrote no row")
+    return cur.lastrowid
+
+
 def _error_code(exc: sqlite3.Error) -> int | None:
     code = getattr(exc, "sqlite_errorcode", None)  # Python 3.11+
     return None if code is None else code & 0xFF  # the primary code
@@ -228,7 +235,7 @@ class ChatStore:
             "INSERT INTO conversations(title, system_prompt, created, updated) VALUES (?, ?, ?, ?)",
             (title, system_prompt, now, now),
         )
-        return Conversation(int(cur.lastrowid), title, system_prompt, now, now)
+        return Conversation(_row_id(cur), title, system_prompt, now, now)
 
     def conversations(self) -> list[Conversation]:
         """Most recently updated first."""
@@ -263,7 +270,7 @@ class ChatStore:
                 (conversation_id, role, content, now, stats_json),
             )
             self._touch(conversation_id)
-        return StoredMessage(int(cur.lastrowid), conversation_id, role, content, now, stats_json)
+        return StoredMessage(_row_id(cur), conversation_id, role, content, now, stats_json)
 
     def messages(self, conversation_id: int) -> list[StoredMessage]:
         rows = self._db.execute(

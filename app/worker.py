@@ -146,7 +146,8 @@ class EngineWorker(QObject):
             self.modelChecking.emit()
             probe = self._check_loadable(model_path, n_ctx=n_ctx, n_threads=n_threads or default_threads(),
                                          cancel=self._shutting_down)  # closing the window kills the child
-            engine = self._engine_factory(model_path, n_ctx=n_ctx, n_threads=n_threads or None, progress=progress)
+            engine = self._engine_factory(model_path, n_ctx=n_ctx, n_threads=n_threads or None, progress=progress,
+                                          summary=probe.summary)
         except Exception as exc:  # every failure becomes a message for the user
             log.warning("model load failed: %s", exc)
             self.modelFailed.emit(_describe(exc))
@@ -405,9 +406,9 @@ class EngineThread(QObject):
         """``worker_options`` go to ``EngineWorker`` (its factories)."""
         super().__init__(parent)
         self.worker = EngineWorker(**worker_options)
-        self.thread = QThread()
-        self.thread.setObjectName("engine")
-        self.worker.moveToThread(self.thread)
+        self.worker_thread = QThread()
+        self.worker_thread.setObjectName("engine")
+        self.worker.moveToThread(self.worker_thread)
         self.loadRequested.connect(self.worker.loadModel, Qt.ConnectionType.QueuedConnection)
         self.generateRequested.connect(self.worker.generate, Qt.ConnectionType.QueuedConnection)
         self.compareRequested.connect(self.worker.compare, Qt.ConnectionType.QueuedConnection)
@@ -418,16 +419,16 @@ class EngineThread(QObject):
         self.stopRequested.connect(self.worker.stop, Qt.ConnectionType.DirectConnection)
         self.measureInterruptRequested.connect(self.worker.interruptMeasurement, Qt.ConnectionType.DirectConnection)
         self.lookaheadChanged.connect(self.worker.setLookahead, Qt.ConnectionType.DirectConnection)
-        LIVE_THREADS.add(self.thread)
-        self.thread.start()
+        LIVE_THREADS.add(self.worker_thread)
+        self.worker_thread.start()
 
     def shutdown(self, timeout_s: float = 2.0) -> bool:
         """Stop a running generation or load, free the engine, end the thread; True if it ended in time."""
-        if not self.thread.isRunning():
+        if not self.worker_thread.isRunning():
             return True
         self.worker.requestShutdown()
         self._shutdownRequested.emit()
-        finished = self.thread.wait(int(timeout_s * 1000))
+        finished = self.worker_thread.wait(int(timeout_s * 1000))
         if not finished:
             log.error("the engine thread did not stop within %.1f s", timeout_s)
         return bool(finished)

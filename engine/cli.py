@@ -11,9 +11,20 @@ import json
 import sys
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any, NoReturn
 
-from .bench import llama_cpp_tps, load_workloads, parse_grid, perfect_draft_bound, run_bench, run_grid, run_one
-from .measure import RunStats, geomean
+from .bench import (
+    BenchReport,
+    llama_cpp_tps,
+    load_workloads,
+    parse_grid,
+    perfect_draft_bound,
+    run_bench,
+    run_grid,
+    run_one,
+)
+from .costmodel import CostCurve
+from .measure import PromptResult, RunStats, Workload, geomean
 from .models import ModelFileError, default_model_path
 from .native import NativeError
 from .probe import ensure_loadable
@@ -41,7 +52,7 @@ class CliError(Exception):
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, not usage + error
+    def error(self, message: str) -> NoReturn:  # one line, not usage + error
         raise CliError(f"{self.prog}: {message}")
 
 
@@ -130,8 +141,8 @@ def open_engine(args: argparse.Namespace) -> Engine:
     path = Path(args.model) if args.model else default_model_path()
     if args.threads is not None and args.threads < 1:
         raise CliError(f"--threads must be >= 1, got {args.threads}")
-    ensure_loadable(path, n_ctx=args.ctx, n_threads=args.threads or default_threads())
-    return Engine(path, n_ctx=args.ctx, n_threads=args.threads)
+    checked = ensure_loadable(path, n_ctx=args.ctx, n_threads=args.threads or default_threads())
+    return Engine(path, n_ctx=args.ctx, n_threads=args.threads, summary=checked.summary)
 
 
 def prepare_auto(eng: Engine, lookahead: LookaheadConfig | None) -> None:
@@ -227,17 +238,18 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.grid:
         return _bench_grid(args, workloads)
     with open_engine(args) as eng:
-        def progress(r) -> None:
+        def progress(r: PromptResult) -> None:
             if not args.json:
+                differs = f"DIFFERS at {(r.first_divergence or {}).get('index')}"
                 print(
                     f"{r.id:<18} {r.cat:<7} speedup {r.speedup:.3f}  tokens/step {r.tokens_per_step:.2f}  "
-                    f"{'identical' if r.identical else 'DIFFERS at ' + str(r.first_divergence['index'])}",
+                    f"{'identical' if r.identical else differs}",
                     file=sys.stderr,
                 )
 
         prepare_auto(eng, lookahead)
         report = run_bench(eng, workloads, lookahead, max_tokens=args.max_tokens, on_result=progress, null=args.null)
-        extra = {"cost_curve": eng.cost_curve.to_json(),
+        extra: dict[str, Any] = {"cost_curve": eng.cost_curve.to_json(),
                  "perfect_draft_bound": round(perfect_draft_bound(eng.cost_curve), 4)}
         if not args.no_references and not args.null:
             extra.update(_references(args, eng, workloads, lookahead, report))
@@ -258,7 +270,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
-def _references(args: argparse.Namespace, eng: Engine, workloads: list, lookahead: LookaheadConfig, report) -> dict:
+def _references(
+    args: argparse.Namespace, eng: Engine, workloads: list[Workload], lookahead: LookaheadConfig, report: BenchReport
+) -> dict:
     """The same run's context: llama-cpp-python's Llama, and llama.cpp's example shape."""
     prompts = [eng.render_chat([Message("user", w.prompt)]) for w in workloads]
     print("reference: llama-cpp-python Llama greedy ...", file=sys.stderr)
@@ -304,7 +318,7 @@ def _bench_grid(args: argparse.Namespace, workloads: list) -> int:
     return 0
 
 
-def auto_plan(curve) -> dict:
+def auto_plan(curve: CostCurve) -> dict:
     """What Auto does on this curve: the least per-token acceptance p that makes a draft of L tokens pay."""
     from .auto import break_even_p
 

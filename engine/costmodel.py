@@ -16,11 +16,15 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import platformdirs
+
+if TYPE_CHECKING:
+    from .runtime import Engine
 
 SIZES = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24, 32, 48, 64)
 _TABLE = 300
@@ -49,9 +53,11 @@ class CostCurve:
     # tested exact). Bigger batches switch matmul kernels on some models and
     # CPUs, which changes near-tie argmaxes; steps are kept at or below it.
     max_exact_batch: int = 32
+    # cost(n) with all logits and with one, for n < _TABLE: filled in by __post_init__.
+    _every: list[float] = field(init=False, repr=False, compare=False)
+    _one: list[float] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        # Tables for the hot path: cost(n) with all logits and with one, n < TABLE.
         every = [0.0] + [self._interp(n, n) for n in range(1, _TABLE)]
         one = [0.0] + [self._interp(n, 1) for n in range(1, _TABLE)]
         object.__setattr__(self, "_every", every)
@@ -220,7 +226,7 @@ _PROBE_SHARE = 0.1
 
 
 def measure(
-    engine,
+    engine: Engine,
     budget_s: float = 6.0,
     sizes: tuple[int, ...] = SIZES,
     progress: Callable[[float], None] | None = None,
@@ -308,7 +314,7 @@ def measure(
 
 
 def probe_exact_batch(
-    engine,
+    engine: Engine,
     filler: list[int] | None = None,
     progress: Callable[[float], None] | None = None,
     sizes: tuple[int, ...] = EXACT_PROBE_SIZES,
@@ -355,7 +361,7 @@ def probe_exact_batch(
 
 
 def curve_for(
-    engine,
+    engine: Engine,
     refresh: bool = False,
     budget_s: float = 6.0,
     progress: Callable[[float], None] | None = None,

@@ -125,10 +125,6 @@ class JacobiWindow:
     def _fresh(self, shape: tuple[int, int]) -> np.ndarray:
         return self._rng.choice(self._seed_tokens, size=shape).astype(np.int32)
 
-    def reseed(self, tokens: list[int]) -> None:
-        if tokens:
-            self._seed_tokens = np.asarray(tokens, dtype=np.int32)
-
     def resize(self, window: int, ngram: int) -> None:
         shape = (ngram - 1, window) if window > 0 else (0, 0)
         if self.levels.shape == shape:

@@ -300,14 +300,15 @@ class Batch:
         self._seq_ptrs = (ctypes.POINTER(ll.llama_seq_id) * capacity)(
             *[ctypes.cast(base + k * row_bytes, ctypes.POINTER(ll.llama_seq_id)) for k in range(capacity)]
         )
-        self._struct = ll.llama_batch()
-        self._struct.token = self.token.ctypes.data_as(ctypes.POINTER(ll.llama_token))
-        self._struct.embd = ctypes.POINTER(ctypes.c_float)()
-        self._struct.pos = self.pos.ctypes.data_as(ctypes.POINTER(ll.llama_pos))
-        self._struct.n_seq_id = self.n_seq_id.ctypes.data_as(ctypes.POINTER(ctypes.c_int32))
-        self._struct.seq_id = self._seq_ptrs
-        self._struct.logits = self.logits.ctypes.data_as(ctypes.POINTER(ctypes.c_int8))
-        self._struct.n_tokens = 0
+        self._struct = ll.llama_batch(
+            n_tokens=0,
+            token=self.token.ctypes.data_as(ctypes.POINTER(ll.llama_token)),
+            embd=ctypes.POINTER(ctypes.c_float)(),
+            pos=self.pos.ctypes.data_as(ctypes.POINTER(ll.llama_pos)),
+            n_seq_id=self.n_seq_id.ctypes.data_as(ctypes.POINTER(ctypes.c_int32)),
+            seq_id=self._seq_ptrs,
+            logits=self.logits.ctypes.data_as(ctypes.POINTER(ctypes.c_int8)),
+        )
         self.n_tokens = 0
 
     def set_single_seq(
@@ -403,11 +404,12 @@ class Context:
         The view is valid until the next decode; it is cached per buffer address
         because building one through ctypes costs more than a small step's argmax.
         """
-        addr = ctypes.cast(ll.llama_get_logits(self.ptr), ctypes.c_void_p).value
-        key = (addr, n_rows)
+        ptr = ll.llama_get_logits(self.ptr)
+        key = (ctypes.cast(ptr, ctypes.c_void_p).value, n_rows)
         if key != self._logits_key:
-            buf = (ctypes.c_float * (n_rows * self.n_vocab)).from_address(addr)
-            self._logits_view = np.frombuffer(buf, dtype=np.float32).reshape(n_rows, self.n_vocab)
+            if not ptr:
+                raise NativeError("the last decode produced no logits")
+            self._logits_view = np.ctypeslib.as_array(ptr, shape=(n_rows, self.n_vocab))
             self._logits_key = key
         return self._logits_view
 

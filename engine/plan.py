@@ -196,10 +196,10 @@ def build_step(
     W = 0 if window_levels is None or window_levels.size == 0 else int(window_levels.shape[1])
     used = {candidate_seq(g) for g in range(len(candidates))} | {window_seq(i) for i in range(W)}
     idle = tuple(s for s in ALL_SEQS if s not in used)  # includes seq 0
-    node = 0 if nodes else -1
-    while node >= 0:  # the best path: depth-first order puts it first
-        nodes[node].seqs = sorted(set(nodes[node].seqs) | set(idle))
-        node = next(iter(nodes[node].children.values()), -1)
+    at = 0 if nodes else -1
+    while at >= 0:  # the best path: depth-first order puts it first
+        nodes[at].seqs = sorted(set(nodes[at].seqs) | set(idle))
+        at = next(iter(nodes[at].children.values()), -1)
     for node in nodes:
         node.batch_index = len(tokens)
         tokens.append(node.token)

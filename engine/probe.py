@@ -24,10 +24,10 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from .models import ModelFileError, check_context_fits, check_gguf
+from .models import GgufSummary, ModelFileError, check_context_fits, check_gguf
 
 NO_PROBE_ENV = "LOOKAHEAD_NO_PROBE"
 FROZEN_FLAG = "--engine-probe"
@@ -48,10 +48,14 @@ class ProbeCancelled(Exception):
 
 @dataclass(frozen=True)
 class ProbeResult:
-    """What ``ensure_loadable`` did: probed (a child loaded the file now) or not, and how long it took."""
+    """What ``ensure_loadable`` did: probed (a child loaded the file now) or not, and how long it took.
+
+    ``summary`` is the header check it made, for ``Engine(summary=...)`` (so the file is read once).
+    """
 
     probed: bool
     seconds: float
+    summary: GgufSummary | None = field(default=None, compare=False)
 
 
 def probe_timeout(size_bytes: int) -> float:
@@ -251,17 +255,17 @@ def ensure_loadable(
     summary = check_gguf(path)
     check_context_fits(summary, n_ctx)
     if os.environ.get(NO_PROBE_ENV) == "1":
-        return ProbeResult(False, 0.0)
+        return ProbeResult(False, 0.0, summary)
     store = cache if cache is not None else cache_path()
     try:
         key = probe_key(path)
     except OSError as exc:
         raise ModelFileError(f"cannot access model file ({exc.strerror}): {path}") from None
     if key in _load_cache(store):
-        return ProbeResult(False, 0.0)
+        return ProbeResult(False, 0.0, summary)
     seconds = run_probe(path, n_ctx, n_threads, command=command, timeout=timeout, cancel=cancel)
     _remember(store, key, seconds)
-    return ProbeResult(True, seconds)
+    return ProbeResult(True, seconds, summary)
 
 
 # --- the child ------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ what the cache already holds.
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -27,7 +28,7 @@ from .costmodel import (
 )
 from .decoders import KvState
 from .generation import Generation, GenerationControls, StepEvent
-from .models import ContextTooLargeError, check_context_fits, check_gguf
+from .models import ContextTooLargeError, GgufSummary, check_context_fits, check_gguf
 from .native import Batch, Context, Model, NativeError
 from .plan import ALL_SEQS
 from .settings import (
@@ -78,8 +79,10 @@ class Engine:
         n_ctx: int = DEFAULT_N_CTX,
         n_threads: int | None = None,
         progress: Callable[[float], bool] | None = None,
+        summary: GgufSummary | None = None,
     ) -> None:
-        self.summary = check_gguf(model_path)
+        """``summary``: this file's ``check_gguf``, when the caller has just made it (else it is made here)."""
+        self.summary = summary if summary is not None else check_gguf(model_path)
         self.n_threads = n_threads or default_threads()
         if n_ctx < 64:
             raise SettingsError(f"context size {n_ctx} is too small (at least 64)")
@@ -281,23 +284,19 @@ class Engine:
                 f"the prompt is {len(prompt)} tokens but the context holds {self.n_ctx}; "
                 "shorten it or raise the context size"
             )
-        return self._events(list(prompt), controls, sampling, stop, list(history), notice, record_gaps, exact_only)
+        return _events(
+            functools.partial(
+                Generation, self, list(prompt), controls, sampling, stop, list(history), notice, record_gaps, exact_only
+            )
+        )
 
-    def _events(
-        self,
-        prompt: list[int],
-        controls: GenerationControls,
-        sampling: SamplingConfig,
-        stop: StopConfig,
-        history: list[int],
-        notice: str,
-        record_gaps: bool,
-        exact_only: bool,
-    ) -> Iterator[StepEvent]:
-        # A generator, so nothing (prefill, sampler) happens before the first event is asked for.
-        generation = Generation(self, prompt, controls, sampling, stop, history, notice, record_gaps, exact_only)
-        try:
-            while (event := generation.step()) is not None:
-                yield event
-        finally:
-            generation.close()
+
+def _events(start: Callable[[], Generation]) -> Iterator[StepEvent]:
+    """The events of the generation ``start`` builds; a generator, so nothing (prefill, sampler) happens
+    before the first event is asked for, and the generation is closed however the caller stops."""
+    generation = start()
+    try:
+        while (event := generation.step()) is not None:
+            yield event
+    finally:
+        generation.close()

@@ -47,11 +47,6 @@ class LookaheadConfig:
             raise SettingsError(f"guesses G={self.guesses} is out of range 0..{MAX_GUESSES}")
         return self
 
-    @property
-    def draft_len(self) -> int:
-        """Draft tokens per candidate (N-1)."""
-        return self.ngram - 1
-
 
 @dataclass(frozen=True)
 class SamplingConfig:

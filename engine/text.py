@@ -6,6 +6,7 @@ import codecs
 import datetime
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import NoReturn
 
 from jinja2.exceptions import SecurityError, TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
@@ -45,7 +46,7 @@ def conversation_messages(
 class _StrictSandbox(ImmutableSandboxedEnvironment):
     """Jinja2's immutable sandbox, raising at the first unsafe attribute instead of rendering it as ''."""
 
-    def unsafe_undefined(self, obj: object, attribute: str):  # type: ignore[override]
+    def unsafe_undefined(self, obj: object, attribute: str) -> NoReturn:
         raise SecurityError(f"access to attribute {attribute!r} of {type(obj).__name__!r} object is unsafe")
 
 

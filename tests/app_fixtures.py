@@ -126,7 +126,7 @@ def close_mid_reply(window) -> list[StoredMessage]:
     t0 = time.perf_counter()
     window.close()
     assert time.perf_counter() - t0 < 2.0
-    assert not window.engine.thread.isRunning()
+    assert not window.engine.worker_thread.isRunning()
     store = ChatStore()
     try:
         (conv,) = store.conversations()

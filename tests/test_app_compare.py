@@ -72,7 +72,7 @@ class ScriptedEngine:
     step_sleep_s = 0.0  # real time per step, for tests that stop a run in flight
     diverge_at: int | None = None  # lookahead emits 100 + i at this index
 
-    def __init__(self, path=None, n_ctx=4096, n_threads=None, progress=None) -> None:
+    def __init__(self, path=None, n_ctx=4096, n_threads=None, progress=None, summary=None) -> None:
         if progress is not None:
             progress(1.0)
         self.summary = SimpleNamespace(name="Scripted", architecture="fake", file_type="F16", path=str(path))

@@ -44,6 +44,22 @@ def test_a_first_reply_on_a_fresh_pc_shows_the_message_at_once_and_the_measureme
     assert not window.measure_status.isVisible()
 
 
+def test_loading_a_model_reads_its_header_once(make_window, monkeypatch):
+    import engine.models as models
+
+    real_read = models._read_header
+    reads: list[Path] = []
+
+    def counting_read(path: Path, size: int):
+        reads.append(path)
+        return real_read(path, size)
+
+    monkeypatch.setattr(models, "_read_header", counting_read)
+    window = make_window(quick_settings())
+    # The first-open check's header reading is handed on to the engine, not repeated by it.
+    assert reads == [Path(window.model.path)]
+
+
 def _crashing_probe(*args, **kwargs):
     """The real first-open check, with a child that dies the way llama.cpp's GGML_ASSERT kills a process."""
     command = [sys.executable, "-c", "import os, sys; sys.stderr.write('GGML_ASSERT(x) failed\\n'); os.abort()"]

@@ -134,7 +134,7 @@ def test_the_coalescer_hands_over_every_item_in_order_at_most_about_30_times_a_s
 
 
 class _FakeEngine:
-    def __init__(self, path, n_ctx=4096, n_threads=None, progress=None) -> None:
+    def __init__(self, path, n_ctx=4096, n_threads=None, progress=None, summary=None) -> None:
         for frac in (0.0, 0.5, 1.0):
             if progress is not None:
                 progress(frac)

@@ -32,6 +32,7 @@ from engine import (  # noqa: E402
     default_model_path,
     models,  # noqa: E402
 )
+from engine.gguf_header import parse_header  # noqa: E402
 from engine.models import ContextTooLargeError, check_context_fits  # noqa: E402
 from tests.app_fixtures import OFFSCREEN_NOISE, REPLY_TIMEOUT_MS, quick_settings
 from tests.tiny_models import write_tiny_mamba
@@ -58,7 +59,7 @@ def data_start(path: Path) -> int:
     import mmap
 
     with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-        return models._parse_header(models._Cursor(mm, len(mm))).data_start
+        return parse_header(mm, len(mm)).data_start
 
 
 @pytest.fixture(scope="module")

@@ -65,4 +65,4 @@ def test_closing_while_a_model_loads_exits_quickly(qtbot, make_window):
     t0 = time.perf_counter()
     window.close()
     assert time.perf_counter() - t0 < 2.0
-    assert not window.engine.thread.isRunning()
+    assert not window.engine.worker_thread.isRunning()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from PySide6.QtCore import Qt, Signal, Slot
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import (
@@ -76,7 +78,7 @@ class MessageBubble(QFrame):
         layout.addWidget(self.stats_label)
         self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Maximum)
 
-    def _tool_button(self, text: str, tip: str, slot) -> QToolButton:
+    def _tool_button(self, text: str, tip: str, slot: Callable[[], object]) -> QToolButton:
         button = QToolButton(self)
         button.setText(text)
         button.setToolTip(tip)

@@ -11,7 +11,7 @@ from engine import LookaheadConfig
 from engine.bench import Workload, load_workloads
 from engine.text import conversation_messages
 
-from ..compare import CompareRequest, SpeedReportOutcome, SpeedReportRequest
+from ..compare import CompareRequest, CompareResult, SpeedReportOutcome, SpeedReportProgress, SpeedReportRequest
 from ..worker import EngineThread
 from .compare_view import CompareView, lookahead_title
 from .decoding_panel import DecodingPanel
@@ -113,7 +113,7 @@ class Comparisons(QObject):
         return True
 
     @Slot(object)
-    def _on_compare_finished(self, result: object) -> None:
+    def _on_compare_finished(self, result: CompareResult) -> None:
         if not self.closed:  # a result that arrives while closing has no one left to watch it
             self.view.on_finished(result)
             self.finished.emit()
@@ -172,7 +172,7 @@ class Comparisons(QObject):
         self._engine.speedReportRequested.emit(request)
 
     @Slot(object)
-    def _on_report_progress(self, progress: object) -> None:
+    def _on_report_progress(self, progress: SpeedReportProgress) -> None:
         if self.report_dialog is not None:
             self.report_dialog.on_progress(progress)
 

@@ -129,8 +129,8 @@ class DecodingPanel(QWidget):
             box.toggled.connect(self._on_lookahead_controls_changed)
         for spin in (self.window_spin, self.ngram_spin, self.guesses_spin):
             spin.valueChanged.connect(self._on_lookahead_controls_changed)
-        for spin in (self.temperature_spin, self.top_p_spin):
-            spin.valueChanged.connect(self._on_setting_changed)
+        for fraction in (self.temperature_spin, self.top_p_spin):
+            fraction.valueChanged.connect(self._on_setting_changed)
         for spin in (self.seed_spin, self.max_tokens_spin, self.n_ctx_spin, self.threads_spin):
             spin.valueChanged.connect(self._on_setting_changed)
         self.reload_button.clicked.connect(self.reloadRequested)

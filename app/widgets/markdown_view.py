@@ -14,6 +14,7 @@ from PySide6.QtGui import (
     QFont,
     QGuiApplication,
     QPalette,
+    QResizeEvent,
     QSyntaxHighlighter,
     QTextBlock,
     QTextBlockFormat,
@@ -115,7 +116,8 @@ class CodeHighlighter(QSyntaxHighlighter):
         first = block
         while _is_code(first.previous()):
             first = first.previous()
-        lines, index, b = [], 0, first
+        lines: list[str] = []
+        index, b = 0, first
         while _is_code(b):
             if b == block:
                 index = len(lines)
@@ -177,7 +179,7 @@ class MarkdownView(QTextBrowser):
         if height != self.height():
             self.setFixedHeight(max(height, self.fontMetrics().height()))
 
-    def resizeEvent(self, event) -> None:  # noqa: N802 (Qt name)
+    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 (Qt name)
         super().resizeEvent(event)
         self._fit_height()
 

@@ -111,9 +111,9 @@ class SpeedReportDialog(QDialog):
 
         # --- results ---
         self.prompt_table = self._table(PROMPT_COLUMNS)
-        self.prompt_table.horizontalHeaderItem(PROMPT_COLUMNS.index("speedup")).setToolTip(
-            "lookahead tok/s ÷ plain tok/s (the time ratio when the texts are identical)"
-        )
+        speedup_header = QTableWidgetItem("speedup")
+        speedup_header.setToolTip("lookahead tok/s ÷ plain tok/s (the time ratio when the texts are identical)")
+        self.prompt_table.setHorizontalHeaderItem(PROMPT_COLUMNS.index("speedup"), speedup_header)
         self.category_table = self._table(CATEGORY_COLUMNS)
         self.category_table.setMaximumHeight(170)
         right = QWidget()
@@ -221,10 +221,10 @@ class SpeedReportDialog(QDialog):
         if progress.request_id != self._request_id:
             return
         self.results.append(progress.result)
-        self._append_row(self.prompt_table, prompt_cells(progress.result), first_number=2)
+        row = self._append_row(self.prompt_table, prompt_cells(progress.result), first_number=2)
         div = progress.result.first_divergence
         if div:
-            self.prompt_table.item(self.prompt_table.rowCount() - 1, len(PROMPT_COLUMNS) - 1).setToolTip(
+            row[-1].setToolTip(
                 f"first different token #{div['index']}: plain {div['plain_piece']!r} vs lookahead "
                 f"{div['lookahead_piece']!r} (plain top-2 logit gap {div['plain_top2_gap']})"
             )
@@ -258,14 +258,17 @@ class SpeedReportDialog(QDialog):
     # --- tables and export ---
 
     @staticmethod
-    def _append_row(table: QTableWidget, cells: list[str], first_number: int) -> None:
+    def _append_row(table: QTableWidget, cells: list[str], first_number: int) -> list[QTableWidgetItem]:
         row = table.rowCount()
         table.insertRow(row)
+        items = []
         for col, text in enumerate(cells):
             item = QTableWidgetItem(text)
             if col >= first_number:
                 item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
             table.setItem(row, col, item)
+            items.append(item)
+        return items
 
     def _fill_categories(self) -> None:
         self.category_table.setRowCount(0)
@@ -273,7 +276,11 @@ class SpeedReportDialog(QDialog):
             self._append_row(self.category_table, category_cells(row), first_number=1)
 
     def table_text(self, table: QTableWidget) -> list[list[str]]:
-        return [[table.item(r, c).text() for c in range(table.columnCount())] for r in range(table.rowCount())]
+        def text(r: int, c: int) -> str:
+            item = table.item(r, c)
+            return item.text() if item is not None else ""
+
+        return [[text(r, c) for c in range(table.columnCount())] for r in range(table.rowCount())]
 
     def export(self, path: Path) -> None:
         """Write the results as Markdown (``.md``) or CSV (anything else)."""
