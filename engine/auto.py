@@ -16,7 +16,7 @@ per (source, match length, support) while generating, starting from priors.
 from __future__ import annotations
 
 from bisect import bisect_right
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .costmodel import CostCurve, LiveCosts
 from .drafts import AGREE, ALONE, SPLIT, Draft, HistoryIndex, rank_drafts
@@ -179,7 +179,7 @@ class AutoPolicy:
                 if rate > best_rate:
                     best_rate = rate
                     best = StepChoice(
-                        drafts=(Draft(d.tokens[:L], d.source, d.match, d.support[:L]),),
+                        drafts=(replace(d, tokens=d.tokens[:L], support=d.support[:L]),),
                         reason=f"{d.source} match {d.match}, L={L}, expect {expected[L]:.2f} tokens",
                         expected_gain=rate / plain_rate,
                     )

@@ -41,6 +41,7 @@ class StepOutcome:
     ngram: int
     guesses: int
     n_cached: int = 0  # leading committed tokens already in the KV cache
+    accepted_origin: str = ""  # where the accepted draft tokens came from (Draft.origin); "" if none
     top2_gaps: list[float] = field(default_factory=list)
     decode_s: float = 0.0
 
@@ -142,7 +143,7 @@ class JacobiWindow:
         self.levels[0, 0] = input_token
         for i in range(W):
             cont = [int(t) for t in self.levels[1:, i]] + [int(preds[i])]
-            pool.add(int(self.levels[0, i]), cont)
+            pool.add(int(self.levels[0, i]), cont, "window")
 
     def advance(self, preds: np.ndarray, shift: int) -> None:
         """Move the window ``shift`` positions on: column i takes column i + shift - 1's next levels."""
@@ -219,6 +220,7 @@ class LookaheadDecoder:
             guesses=len(candidates),
             n_cached=n_kept,
             decode_s=decode_s,
+            accepted_origin=_origin_of(choice, committed[: len(path)]),
         )
 
     def _verify(self, plan: StepPlan, rows: np.ndarray, logits: np.ndarray) -> tuple[list[int], list[int]]:
@@ -258,3 +260,14 @@ class LookaheadDecoder:
                 self.ctx.seq_rm(s, P + 1, keep_to)
                 self.ctx.seq_cp(0, s, P + 1, keep_to)
         return in_place
+
+
+def _origin_of(choice: StepChoice, accepted: list[int]) -> str:
+    """The origin of the first-ranked draft that holds the accepted tokens ("" when none were accepted)."""
+    if not accepted:
+        return ""
+    n = len(accepted)
+    for d in choice.drafts:
+        if list(d.tokens[:n]) == accepted:
+            return d.origin
+    return ""

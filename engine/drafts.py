@@ -12,6 +12,7 @@ Pure Python; testable without a model.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -29,27 +30,56 @@ AGREE, ALONE, SPLIT = 1, 0, -1
 
 @dataclass(frozen=True)
 class Draft:
+    """A proposed continuation of the last committed token.
+
+    ``source`` is the kind of lookup that found it, which Auto keeps its
+    acceptance statistics by: "history" (a suffix match in this reply's text
+    and what came before it), "corpus" (a suffix match in earlier chats) or
+    "pool" (an n-gram keyed by the last token alone). ``origin`` is where its
+    tokens came from, for accounting: "prompt", "history", "reply",
+    "other_chats", "window", "kept", …
+    """
+
     tokens: tuple[int, ...]
-    source: str  # "history" | "pool"
+    source: str
     match: int  # context tokens that matched (1 = only the last token)
     support: tuple[int, ...] = ()  # per token: AGREE, ALONE or SPLIT (missing = ALONE)
+    origin: str = ""
 
     def support_at(self, k: int) -> int:
         return self.support[k] if k < len(self.support) else ALONE
 
 
 class HistoryIndex:
-    """Every token seen so far, indexed by bigram for suffix matching."""
+    """Every token seen so far, indexed by bigram for suffix matching.
+
+    Tokens are added in segments, each with the origin its drafts are
+    accounted to (the history, the prompt, the reply so far).
+    """
+
+    source = "history"
 
     def __init__(self, max_positions: int = 64) -> None:
         self.tokens: list[int] = []
         self._index: dict[tuple[int, int], list[int]] = {}
         self.max_positions = max_positions
+        self._segment_starts: list[int] = []
+        self._segment_origins: list[str] = []
 
     def __len__(self) -> int:
         return len(self.tokens)
 
-    def extend(self, tokens: Sequence[int]) -> None:
+    def origin_at(self, i: int) -> str:
+        """The origin of the segment holding token ``i``."""
+        k = bisect_right(self._segment_starts, i) - 1
+        return self._segment_origins[k] if k >= 0 else ""
+
+    def extend(self, tokens: Sequence[int], origin: str = "history") -> None:
+        if not tokens:
+            return
+        if not self._segment_origins or self._segment_origins[-1] != origin:
+            self._segment_starts.append(len(self.tokens))
+            self._segment_origins.append(origin)
         toks = self.tokens
         for t in tokens:
             toks.append(int(t))
@@ -87,12 +117,12 @@ class HistoryIndex:
         found.sort(key=lambda mi: (mi[0], mi[1]), reverse=True)
         conts = [tuple(toks[i + 1 : i + 1 + length]) for _, i in found]
         out: list[Draft] = []
-        for k, (m, _) in enumerate(found):
+        for k, (m, i) in enumerate(found):
             cont = conts[k]
             if not cont or any(d.tokens[: len(cont)] == cont for d in out):
                 continue
             others = conts[:k] + conts[k + 1 :]
-            out.append(Draft(tokens=cont, source="history", match=m, support=_support(cont, others)))
+            out.append(Draft(cont, self.source, m, _support(cont, others), self.origin_at(i + 1)))
             if len(out) == count:
                 break
         return out
@@ -119,10 +149,10 @@ def rank_drafts(history: HistoryIndex, pool: NgramPool, token: int, count: int, 
         return []
     drafts = history.propose(token, length, count)
     if len(drafts) < count:
-        for cont in pool.candidates(token, count, length):
+        for cont, origin in pool.ranked(token, count, length):
             if any(d.tokens[: len(cont)] == cont for d in drafts):
                 continue
-            drafts.append(Draft(tokens=cont, source="pool", match=1))
+            drafts.append(Draft(cont, "pool", 1, origin=origin))
             if len(drafts) == count:
                 break
     return drafts

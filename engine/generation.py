@@ -60,6 +60,11 @@ class StepEvent:
     stop_reason: str | None = None  # set on the last event
     notice: str = ""  # e.g. context policy applied
     choice: str = ""  # why the step had this shape (Auto explains itself here)
+    # Where this step's accepted draft tokens came from ("" when none landed): "prompt" (the conversation
+    # being answered), "history" (turns left out of the context, the text being regenerated), "reply" (this
+    # reply so far), "other_chats" (earlier chats with this model), "window" (Jacobi trajectories), "kept"
+    # (n-grams kept from earlier replies).
+    draft_source: str = ""
 
 
 @dataclass
@@ -109,11 +114,11 @@ class Generation:
             drawer = TokenDrawer(engine.ctx, self._sampler)
             self._plain = PlainDecoder(engine.ctx, engine.batch, drawer, engine.commit_seqs, record_gaps=record_gaps)
             self._pool = NgramPool(max_len=MAX_NGRAM - 1)
-            self._pool.add_tokens(history)
-            self._pool.add_tokens(prompt)
+            self._pool.add_tokens(history, origin="history")
+            self._pool.add_tokens(prompt, origin="prompt")
             self._index = HistoryIndex()
-            self._index.extend(history)
-            self._index.extend(prompt)
+            self._index.extend(history, "history")
+            self._index.extend(prompt, "prompt")
             self._lookahead = LookaheadDecoder(engine.ctx, engine.batch, drawer, self._pool, JacobiWindow(prompt))
             self._fixed = FixedPolicy(self._index, self._pool)
             self._auto = AutoPolicy(self._index, self._pool, engine.live_costs, engine.acceptance)
@@ -191,6 +196,7 @@ class Generation:
             stop_reason=reason,
             notice=self._notice if first else "",
             choice=choice.reason,
+            draft_source=out.accepted_origin,
         )
         self._n_steps += 1
         self._finished = bool(reason)
@@ -210,7 +216,7 @@ class Generation:
             return StepChoice(reason="plain")
         indexed = len(self._index) - self._n_history  # the index holds the history, then these
         if indexed < len(self._tokens):  # catch up after plain steps
-            self._index.extend(self._tokens[indexed:])
+            self._index.extend(self._tokens[indexed:], "reply")
         policy = self._auto if cfg.auto else self._fixed
         return policy.choose(self._pending[-1], cfg, room)
 
@@ -231,7 +237,7 @@ class Generation:
         n = len(tokens)
         start = min(self._pool_synced, n - n_new)
         for i in range(max(start - pool.max_len - 1, 0), n - pool.max_len - 1):
-            pool.add(tokens[i], tokens[i + 1 : i + 1 + pool.max_len])
+            pool.add(tokens[i], tokens[i + 1 : i + 1 + pool.max_len], "reply")
         self._pool_synced = n
 
     def _end(self, reason: str) -> StepEvent:

@@ -48,6 +48,7 @@ class RunStats:
     first_token_s: float | None = None  # prompt evaluation + the steps up to the first token
     n_drafted: int = 0
     n_accepted: int = 0
+    accepted_by_source: dict[str, int] = field(default_factory=dict)  # accepted draft tokens per StepEvent.draft_source
     top2_gaps: list[float] = field(default_factory=list)  # plain decoding only, when asked for
     stop_reason: str | None = None
     modes: list[str] = field(default_factory=list)  # distinct modes of the forward passes, in order of first use
@@ -81,6 +82,9 @@ class RunStats:
             self.first_token_s = self.elapsed_s
         self.n_drafted += ev.n_drafted
         self.n_accepted += ev.n_accepted
+        if ev.n_accepted:
+            source = ev.draft_source or "unknown"
+            self.accepted_by_source[source] = self.accepted_by_source.get(source, 0) + ev.n_accepted
         self.top2_gaps.extend(ev.top2_gaps)
         if ev.stop_reason:
             self.stop_reason = ev.stop_reason
@@ -183,6 +187,7 @@ class PromptResult:
     first_divergence: dict[str, Any] | None
     plain_s: float = 0.0
     lookahead_s: float = 0.0
+    accepted_by_source: dict[str, int] = field(default_factory=dict)  # the lookahead run's (RunStats)
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -208,6 +213,7 @@ class PromptResult:
             first_divergence=None if divergence is None else divergence.as_dict(),
             plain_s=round(plain.decode_s, 4),
             lookahead_s=round(lookahead.decode_s, 4),
+            accepted_by_source=dict(sorted(lookahead.accepted_by_source.items())),
             extra=dict(extra),
         )
 

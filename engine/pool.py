@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 @dataclass
 class _Entry:
+    origin: str  # who added it first: "prompt", "history", "reply", "window", "kept", …
     hits: int = 0
     last_seen: int = 0
 
@@ -40,8 +41,8 @@ class NgramPool:
         self._entries.clear()
         self._clock = 0
 
-    def add(self, key: int, continuation: Sequence[int]) -> None:
-        """Record that ``continuation`` was seen right after ``key``."""
+    def add(self, key: int, continuation: Sequence[int], origin: str = "pool") -> None:
+        """Record that ``continuation`` was seen right after ``key`` (``origin``: where, if it is new)."""
         cont = tuple(int(t) for t in continuation[: self.max_len])
         if not cont:
             return
@@ -52,10 +53,10 @@ class NgramPool:
             if len(bucket) >= self.capacity:
                 worst = min(bucket.items(), key=lambda kv: (kv[1].hits, kv[1].last_seen))[0]
                 del bucket[worst]
-            entry = bucket[cont] = _Entry()
+            entry = bucket[cont] = _Entry(origin)
         entry.last_seen = self._clock
 
-    def add_tokens(self, tokens: Sequence[int], start: int = 0) -> None:
+    def add_tokens(self, tokens: Sequence[int], start: int = 0, origin: str = "pool") -> None:
         """Add the n-grams of a token sequence whose first token is at ``start`` or later.
 
         Continuations shorter than ``max_len`` near the end are added too, so a
@@ -63,7 +64,7 @@ class NgramPool:
         """
         n = len(tokens)
         for i in range(max(start, 0), n - 1):
-            self.add(tokens[i], tokens[i + 1 : i + 1 + self.max_len])
+            self.add(tokens[i], tokens[i + 1 : i + 1 + self.max_len], origin)
 
     def observe_accepted(self, key: int, accepted: Sequence[int]) -> None:
         """Credit the entries of ``key`` whose continuation starts with ``accepted``."""
@@ -79,7 +80,11 @@ class NgramPool:
                 entry.hits += 1
 
     def candidates(self, key: int, count: int, length: int) -> list[tuple[int, ...]]:
-        """The ``count`` best distinct continuations of ``key``, cut to ``length`` tokens.
+        """The ``count`` best distinct continuations of ``key``, cut to ``length`` tokens (see ``ranked``)."""
+        return [cont for cont, _ in self.ranked(key, count, length)]
+
+    def ranked(self, key: int, count: int, length: int) -> list[tuple[tuple[int, ...], str]]:
+        """The ``count`` best distinct continuations of ``key``, cut to ``length`` tokens, with their origins.
 
         Best first: most verified hits, then most recently seen. A continuation
         that is a prefix of a better-ranked one adds nothing and is skipped; one
@@ -91,16 +96,16 @@ class NgramPool:
         if not bucket:
             return []
         ranked = sorted(bucket.items(), key=lambda kv: (kv[1].hits, kv[1].last_seen), reverse=True)
-        out: list[tuple[int, ...]] = []
-        for cont, _ in ranked:
+        out: list[tuple[tuple[int, ...], str]] = []
+        for cont, entry in ranked:
             cut = cont[:length]
-            if any(c[: len(cut)] == cut for c in out):
+            if any(c[: len(cut)] == cut for c, _ in out):
                 continue
-            for k, c in enumerate(out):
+            for k, (c, _) in enumerate(out):
                 if cut[: len(c)] == c:
-                    out[k] = cut
+                    out[k] = (cut, entry.origin)
                     break
             else:
                 if len(out) < count:
-                    out.append(cut)
+                    out.append((cut, entry.origin))
         return out

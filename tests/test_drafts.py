@@ -51,3 +51,19 @@ def test_a_single_earlier_occurrence_has_no_support_either_way():
     d = h.propose(3, length=2, count=1)[0]
     assert d.tokens == (9, 7) and d.match == 3
     assert d.support == (ALONE, ALONE)
+
+
+def test_drafts_say_which_text_their_tokens_came_from():
+    h = HistoryIndex()
+    h.extend([1, 2, 3, 4], "history")
+    h.extend([9, 9, 5, 6, 7], "prompt")
+    h.extend([5, 6], "reply")
+    (d,) = h.propose(6, length=2, count=1)
+    assert (d.tokens, d.origin) == ((7, 5), "prompt")  # the origin of its first token
+    h.extend([1, 2], "reply")
+    assert [(d.tokens, d.origin) for d in h.propose(2, length=3)] == [((3, 4, 9), "history")]
+    pool = NgramPool(max_len=2)
+    pool.add(5, [1, 2], "window")
+    pool.add(5, [1, 2], "reply")  # seen again: it still counts for the window, which found it first
+    pool.add(5, [3], "kept")
+    assert pool.ranked(5, 2, 2) == [((3,), "kept"), ((1, 2), "window")]

@@ -55,6 +55,19 @@ def test_lookahead_accepts_drafts_on_a_rewrite_prompt(engine):
     assert la.tokens_per_step > 1.3
 
 
+@pytest.mark.parametrize("window", [2, 4])
+def test_the_jacobi_window_lands_tokens_at_a_small_window(engine, window):
+    # A list the model writes itself: no earlier text to copy, so the drafts that land and are not
+    # the prompt's or the reply's own n-grams come from the window's trajectories.
+    prompt = engine.render_chat([Message("user", "Count from 1 to 40, one number per line.")])
+    la = run(engine, prompt, LookaheadConfig(window=window, ngram=4, guesses=2))
+    assert la.accepted_by_source.get("window", 0) > 0, la.accepted_by_source
+    assert sum(la.accepted_by_source.values()) == la.n_accepted
+    off = run(engine, prompt, LookaheadConfig(window=0, ngram=4, guesses=2))
+    assert "window" not in off.accepted_by_source
+    assert off.token_ids == la.token_ids
+
+
 def test_after_every_step_the_cache_holds_exactly_the_committed_tokens(engine):
     prompt = engine.render_chat([Message("user", "Write a Python function that adds two numbers, and test it.")])
     for shape in [DEFAULT_LOOKAHEAD, *SHAPES]:
