@@ -16,12 +16,12 @@ per (source, match length, support) while generating, starting from priors.
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from .costmodel import CostCurve, LiveCosts
-from .drafts import AGREE, ALONE, SPLIT, Draft, HistoryIndex, rank_drafts
+from .drafts import AGREE, ALONE, SPLIT, Draft, DraftSources
 from .plan import StepChoice
-from .pool import NgramPool
 from .settings import MAX_GUESSES, MAX_WINDOW, LookaheadConfig
 
 # Longest history draft Auto verifies in one step. Drafts are not bound by N, the
@@ -47,6 +47,11 @@ _HISTORY_PRIORS = {
 }
 POOL_PRIOR = 0.2
 PRIOR_WEIGHT = 6.0
+# A window column's yield: draft tokens that land later from its trajectory. Measured on the bundled
+# model with W=2 and W=4, N=4, G=2 on the repo workloads: 0.036-0.044 tokens per column and step.
+WINDOW_PRIOR = 0.04
+WINDOW_PRIOR_COLUMNS = 40.0
+WINDOW_DECAY = 0.995
 # Each observed draft fades what was seen before it a little, so the estimates
 # follow the kind of text being written now (a list, a copy, free prose).
 DECAY = 0.95
@@ -66,17 +71,23 @@ def bucket(d: Draft, k: int = 0) -> Bucket:
 
 def _prior(b: Bucket) -> float:
     source, edge, support = b
-    if source == "history":
+    if source in ("history", "corpus"):
         return _HISTORY_PRIORS[support][edge]
     return POOL_PRIOR
 
 
 @dataclass
 class AcceptanceStats:
-    """Acceptance of draft tokens, by source, match length and support (each token given the ones before it landed)."""
+    """Acceptance of draft tokens, by source, match length and support (each token given the ones before it landed).
+
+    Also what the Jacobi window earns: the draft tokens that landed from its
+    trajectories, per window column run (they land in later steps, as pool drafts).
+    """
 
     accepted: dict[Bucket, float] = field(default_factory=dict)
     tested: dict[Bucket, float] = field(default_factory=dict)
+    window_tokens: float = 0.0
+    window_columns: float = 0.0
 
     def p(self, b: Bucket) -> float:
         """Estimated acceptance (prior blended with what was seen)."""
@@ -93,16 +104,28 @@ class AcceptanceStats:
             out.append(out[-1] + run)
         return out
 
-    def observe(self, d: Draft, n_drafted: int, n_accepted: int) -> None:
-        """A draft of ``n_drafted`` tokens had its first ``n_accepted`` accepted."""
-        for b in self.tested:
-            self.tested[b] *= DECAY
-            self.accepted[b] *= DECAY
+    def observe(self, d: Draft, n_drafted: int, n_accepted: int, fade: bool = True) -> None:
+        """A draft of ``n_drafted`` tokens had its first ``n_accepted`` accepted (``fade``: first of its step)."""
+        if fade:
+            for b in self.tested:
+                self.tested[b] *= DECAY
+                self.accepted[b] *= DECAY
         # Tokens tested: the accepted ones plus the first rejected one, if any.
         for k in range(min(n_accepted + 1, n_drafted)):
             b = bucket(d, k)
             self.tested[b] = self.tested.get(b, 0.0) + 1.0
             self.accepted[b] = self.accepted.get(b, 0.0) + (1.0 if k < n_accepted else 0.0)
+
+    def window_gain(self) -> float:
+        """Expected draft tokens one window column earns (prior blended with what was seen)."""
+        return (self.window_tokens + WINDOW_PRIOR * WINDOW_PRIOR_COLUMNS) / (
+            self.window_columns + WINDOW_PRIOR_COLUMNS
+        )
+
+    def observe_window(self, columns: int, landed: int) -> None:
+        """A step ran ``columns`` window columns; ``landed`` draft tokens from earlier trajectories landed in it."""
+        self.window_columns = self.window_columns * WINDOW_DECAY + columns
+        self.window_tokens = self.window_tokens * WINDOW_DECAY + landed
 
 
 def expected_tokens(p: float, length: int) -> float:
@@ -125,13 +148,12 @@ def break_even_p(curve: CostCurve | LiveCosts, length: int) -> float:
 class FixedPolicy:
     """The user's W, N, G as given: G ranked drafts of N-1 tokens and a W-column window."""
 
-    def __init__(self, history: HistoryIndex, pool: NgramPool) -> None:
-        self.history = history
-        self.pool = pool
+    def __init__(self, sources: DraftSources) -> None:
+        self.sources = sources
 
     def choose(self, token: int, cfg: LookaheadConfig, room: int) -> StepChoice:
         n_draft = cfg.ngram - 1
-        drafts = rank_drafts(self.history, self.pool, token, min(cfg.guesses, MAX_GUESSES), n_draft)
+        drafts = self.sources.rank(token, min(cfg.guesses, MAX_GUESSES), n_draft)
         W = cfg.window
         while W > 0 and (W - 1) + W * (cfg.ngram - 2) + sum(len(d.tokens) for d in drafts) > room:
             W -= 1
@@ -143,65 +165,87 @@ class FixedPolicy:
 class AutoPolicy:
     """Sizes every step from the cost curve and the acceptance seen so far.
 
-    ``cfg`` bounds its window (W and N are maxima); G=0 turns drafting off.
-    History drafts are sized here, up to MAX_AUTO_DRAFT tokens.
+    ``cfg`` bounds it: at most ``guesses`` drafts (0 turns drafting off) and a
+    window of at most ``window`` columns. Drafts come from every source
+    (``DraftSources``) and are sized here, up to MAX_AUTO_DRAFT tokens each. A
+    step's rate is its expected tokens over its cost: drafts with different first
+    tokens are alternatives, so their expected extra tokens add up; a window adds
+    what its columns are expected to earn later. Drafts, then window columns, are
+    added while the rate grows; a plain step is the rate to beat.
     """
 
-    def __init__(
-        self, history: HistoryIndex, pool: NgramPool, curve: CostCurve | LiveCosts, stats: AcceptanceStats
-    ) -> None:
-        self.history = history
-        self.pool = pool
+    def __init__(self, sources: DraftSources, curve: CostCurve | LiveCosts, stats: AcceptanceStats) -> None:
+        self.sources = sources
         self.curve = curve
         self.stats = stats
-        # Window: Jacobi guesses rarely land for small models; a window is only
-        # worth running where the curve makes its extra tokens nearly free.
-        self.window_gain = 0.15
-        # The least per-token acceptance that makes any draft length pay: drafts
-        # from sources below it are not even looked up (they cost a lookup per step).
+        # The least per-token acceptance that makes any draft length pay: n-gram drafts
+        # are not even looked up below it (they cost a lookup per step).
         self.min_p = min(break_even_p(curve, L) for L in range(1, MAX_AUTO_DRAFT + 1))
+
+    def _drafts(self, token: int, cfg: LookaheadConfig, max_len: int) -> list[Draft]:
+        count = min(cfg.guesses, MAX_GUESSES)
+        drafts = self.sources.matches(token, max_len, count)
+        if self.stats.p(("pool", 1, ALONE)) >= self.min_p:
+            drafts += self.sources.ngrams(token, count, max_len, drafts)
+        return drafts
 
     def choose(self, token: int, cfg: LookaheadConfig, room: int) -> StepChoice:
         curve = self.curve
-        max_len = min(MAX_AUTO_DRAFT, room)
         plain_rate = 1.0 / curve.cost(1)
-        best = StepChoice(reason="plain: no draft worth its cost", expected_gain=1.0)
-        best_rate = plain_rate
-        drafts: list[Draft] = []
-        if cfg.guesses:
-            drafts = self.history.propose(token, max_len, 1)
-            if not drafts and self.stats.p(("pool", 1, ALONE)) >= self.min_p:
-                drafts = rank_drafts(self.history, self.pool, token, 1, max_len)
-        for d in drafts:
-            expected = self.stats.expected(d)
-            for L in range(1, len(d.tokens) + 1):
-                rate = expected[L] / curve.cost(1 + L)
+        options = [(d, self.stats.expected(d)) for d in self._drafts(token, cfg, min(MAX_AUTO_DRAFT, room))]
+        chosen: list[Draft] = []
+        reasons: list[str] = []
+        gain, length, best_rate = 1.0, 0, plain_rate
+        firsts: set[int] = set()
+        while len(chosen) < min(cfg.guesses, MAX_GUESSES):
+            pick = None
+            for d, expected in options:
+                if d.tokens[0] in firsts:
+                    continue  # not an alternative to one already taken
+                for L in range(1, min(len(d.tokens), room - length) + 1):
+                    rate = (gain + expected[L] - 1.0) / curve.cost(1 + length + L)
+                    if rate > best_rate:
+                        best_rate, pick = rate, (d, expected, L)
+            if pick is None:
+                break
+            d, expected, L = pick
+            chosen.append(replace(d, tokens=d.tokens[:L], support=d.support[:L]))
+            reasons.append(f"{d.origin or d.source} match {d.match}, L={L}")
+            firsts.add(d.tokens[0])
+            gain += expected[L] - 1.0
+            length += L
+        # The window: columns of N-1 levels, each expected to earn window_gain() tokens in later steps.
+        W = N = 0
+        n = 1 + length
+        per_column = self.stats.window_gain()
+        for ngram in range(3, max(3, min(cfg.ngram, 4)) + 1):
+            for w in range(1, min(cfg.window, MAX_WINDOW) + 1):
+                extra = (w - 1) + w * (ngram - 2)
+                if extra > room - length:
+                    break
+                rate = (gain + per_column * w) / curve.cost(n + extra, n + w)
                 if rate > best_rate:
-                    best_rate = rate
-                    best = StepChoice(
-                        drafts=(replace(d, tokens=d.tokens[:L], support=d.support[:L]),),
-                        reason=f"{d.source} match {d.match}, L={L}, expect {expected[L]:.2f} tokens",
-                        expected_gain=rate / plain_rate,
-                    )
-        # A window pays only when its tokens cost less than what it is expected to add.
-        if cfg.window > 0:
-            n = 1 + sum(len(d.tokens) for d in best.drafts)
-            W = min(cfg.window, MAX_WINDOW)
-            N = max(3, min(cfg.ngram, 4))
-            extra = (W - 1) + W * (N - 2)
-            if extra <= room - n + 1:
-                with_window = (best_rate * curve.cost(n) + self.window_gain) / curve.cost(n + extra, n + W)
-                if with_window > best_rate:
-                    best = StepChoice(
-                        drafts=best.drafts,
-                        window=W,
-                        ngram=N,
-                        reason=best.reason + f" + window {W}x{N - 1}",
-                        expected_gain=with_window / plain_rate,
-                    )
-        return best
+                    best_rate, W, N = rate, w, ngram
+        if not chosen and not W:
+            return StepChoice(reason="plain: no draft worth its cost", expected_gain=1.0)
+        reason = "; ".join(reasons) + f", expect {gain:.2f} tokens" if chosen else "no draft"
+        if W:
+            reason += f" + window {W}x{N - 1}"
+        return StepChoice(
+            drafts=tuple(chosen),
+            window=W,
+            ngram=N if W else 0,
+            reason=reason,
+            expected_gain=best_rate / plain_rate,
+        )
 
-    def observe(self, choice: StepChoice, n_accepted: int) -> None:
-        if choice.drafts:
-            d = choice.drafts[0]
-            self.stats.observe(d, len(d.tokens), min(n_accepted, len(d.tokens)))
+    def observe(self, choice: StepChoice, committed: Sequence[int], accepted_origin: str, n_accepted: int) -> None:
+        """Learn from a step: how far each draft agreed with the committed tokens, and what the window earned."""
+        for k, d in enumerate(choice.drafts):
+            agree = 0
+            while agree < min(len(d.tokens), len(committed)) and d.tokens[agree] == committed[agree]:
+                agree += 1
+            self.stats.observe(d, len(d.tokens), agree, fade=k == 0)
+        landed = n_accepted if accepted_origin == "window" else 0
+        if choice.window or landed:
+            self.stats.observe_window(choice.window, landed)

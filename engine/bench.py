@@ -14,7 +14,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from . import kept as kept_ngrams
 from .costmodel import CostCurve
+from .drafts import CorpusIndex
 from .measure import (
     ALL,
     CategoryRow,
@@ -23,6 +25,8 @@ from .measure import (
     Workload,
     by_category,
     first_divergence,
+    geomean,
+    simulated_speedup,
 )
 from .runtime import Engine, GenerationControls
 from .settings import LookaheadConfig, StopConfig
@@ -66,10 +70,20 @@ class BenchReport:
     lookahead: dict
     threads: int
     max_tokens: int
+    simulated: bool = False  # speedups priced on a what-if curve (measure.simulated_speedup), not timed
 
     def summary(self) -> dict:
         cats, overall = _split_roll_up(self.results)
+        by_source: dict[str, int] = {}
+        for r in self.results:
+            for source, n in r.accepted_by_source.items():
+                by_source[source] = by_source.get(source, 0) + n
+        all_sources = [r.extra["oracle_all_sources"] for r in self.results if "oracle_all_sources" in r.extra]
         return {
+            "simulated": self.simulated,
+            "accepted_by_source": dict(sorted(by_source.items())),
+            "oracle_prompt_history": round(overall.oracle_bound or 0.0, 4),
+            "oracle_all_sources": round(geomean(all_sources), 4),
             "oracle_by_cat": {c.cat: round(c.oracle_bound, 4) for c in cats if c.oracle_bound is not None},
             "oracle_geomean": round(overall.oracle_bound or 0.0, 4),
             "by_cat": {c.cat: round(c.speedup, 4) for c in cats},
@@ -82,6 +96,7 @@ class BenchReport:
 
     def to_json(self) -> dict:
         return {
+            "simulated": self.simulated,
             "results": [asdict(r) for r in self.results],
             "summary": self.summary(),
             "model": self.model,
@@ -109,9 +124,14 @@ class BenchReport:
         lines.append(f"by category (geomean speedup): {by_cat}")
         lines.append(f"oracle bound by category:      {oracle_by_cat}")
         lines.append(
-            f"geomean {s['geomean']:.3f} (oracle {s['oracle_geomean']:.3f})  min {s['min_speedup']:.3f}  "
+            f"geomean {s['geomean']:.3f} (oracle {s['oracle_geomean']:.3f}, all sources {s['oracle_all_sources']:.3f})"
+            f"  min {s['min_speedup']:.3f}  "
             f"identical {s['identical']}/{s['n']}  mean tokens/step {s['tokens_per_step']:.2f}"
         )
+        by_source = ", ".join(f"{k} {v}" for k, v in s["accepted_by_source"].items()) or "none"
+        lines.append(f"accepted draft tokens by source: {by_source}")
+        if self.simulated:
+            lines.append("(simulated: both runs priced on the what-if curve, tokens from the real runs)")
         return "\n".join(lines)
 
 
@@ -153,34 +173,51 @@ def run_bench(
     on_result: Callable[[PromptResult], None] | None = None,
     cancel: threading.Event | None = None,
     null: bool = False,
+    price_on: CostCurve | None = None,
+    earlier_chats: bool = True,
 ) -> BenchReport:
     """Plain against ``lookahead`` on every workload.
 
     ``null`` runs plain in both places instead, on the same schedule: the
     "speedups" it reports are this machine's timing noise. Setting ``cancel``
     stops the run in flight at its next step; the report then holds the prompts
-    measured in full before it.
+    measured in full before it. ``price_on`` (a what-if curve, with the engine
+    planning on it: ``Engine.plan_with``) runs each mode once and reports the
+    simulated speedup on that curve; the timed one stays in ``extra``.
+
+    ``earlier_chats``: each prompt may draft from the ones before it, as from a
+    user's earlier chats with the model (their text, and the n-grams kept from
+    their replies); never from its own runs, so every run of a prompt starts
+    from the same drafts.
     """
     cancel = cancel if cancel is not None else threading.Event()
     results: list[PromptResult] = []
     second_mode = None if null else lookahead
     if workloads:  # warm-up: page in the weights before anything is timed
         run_one(engine, engine.render_chat([Message("user", workloads[0].prompt)]), None, 16, cancel=cancel)
-    for k, w in enumerate(workloads):
-        if cancel.is_set():
-            break
-        res = _bench_prompt(engine, w, k % 2 == 1, second_mode, max_tokens, cancel)
-        if res is None:
-            break
-        results.append(res)
-        if on_result:
-            on_result(res)
+    earlier = _EarlierChats() if earlier_chats else None
+    saved = engine.corpus, engine.kept, engine.keep_replies
+    engine.corpus, engine.kept = (earlier.corpus, earlier.kept) if earlier else (None, None)
+    engine.keep_replies = False  # a prompt's runs must not draft from each other
+    try:
+        for k, w in enumerate(workloads):
+            if cancel.is_set():
+                break
+            res = _bench_prompt(engine, w, k % 2 == 1, second_mode, max_tokens, cancel, price_on, earlier)
+            if res is None:
+                break
+            results.append(res)
+            if on_result:
+                on_result(res)
+    finally:
+        engine.corpus, engine.kept, engine.keep_replies = saved
     return BenchReport(
         results=results,
         model=engine.summary.path,
         lookahead={"null": True} if null else asdict(lookahead),
         threads=engine.n_threads,
         max_tokens=max_tokens,
+        simulated=price_on is not None,
     )
 
 
@@ -191,13 +228,18 @@ def _bench_prompt(
     second_mode: LookaheadConfig | None,
     max_tokens: int,
     cancel: threading.Event,
+    price_on: CostCurve | None = None,
+    earlier: _EarlierChats | None = None,
 ) -> PromptResult | None:
     """One prompt's row; None when ``cancel`` was set meanwhile (a prompt measured in part is no result)."""
     prompt = engine.render_chat([Message("user", w.prompt)])
     # A-B-B-A blocks (first mode alternating per prompt): drift in the
     # machine's speed hits both modes alike. A short reply gets more blocks,
     # so each mode is timed over at least MIN_TIMED_TOKENS tokens.
-    block = (True, False, False, True) if lookahead_first else (False, True, True, False)  # lookahead's turn?
+    block: tuple[bool, ...] = (True, False, False, True) if lookahead_first else (False, True, True, False)
+    # (each: lookahead's turn?)
+    if price_on is not None:  # priced, not timed: one run of each is the whole measurement
+        block = (False, True)
     outputs: dict[bool, list[RunStats]] = {False: [], True: []}
     while True:
         for is_la in block:
@@ -205,7 +247,7 @@ def _bench_prompt(
             if cancel.is_set():
                 return None
         runs = len(outputs[False])
-        if runs * max(outputs[False][0].n_tokens, 1) >= MIN_TIMED_TOKENS or runs >= MAX_RUNS:
+        if runs * max(outputs[False][0].n_tokens, 1) >= MIN_TIMED_TOKENS or runs >= MAX_RUNS or price_on:
             break
     plain, la = outputs[False][0], outputs[True][0]
     same = all(o.token_ids == plain.token_ids for o in outputs[False] + outputs[True])
@@ -218,7 +260,16 @@ def _bench_prompt(
         div = first_divergence(gapped, la, engine.detokenize)
     # Each mode is timed by its fastest run; the ratio is measure.speedup's.
     res = PromptResult.from_runs(w, fastest(outputs[False]), fastest(outputs[True]), div is None and same, div)
+    if price_on is not None:
+        res.extra["measured_speedup"] = res.speedup
+        res.speedup = round(simulated_speedup(plain, la, price_on), 4)
     res.extra["oracle_bound"] = round(oracle_bound(prompt, plain.token_ids, engine.cost_curve), 4)
+    if earlier is not None:
+        others = earlier.texts
+        res.extra["oracle_all_sources"] = round(
+            oracle_bound(prompt, plain.token_ids, engine.cost_curve, others=others), 4
+        )
+        earlier.add(engine.tokenize(w.prompt, add_special=False), plain.token_ids)
     res.extra["runs"] = runs
     res.extra["drafted"] = la.n_drafted
     res.extra["accepted"] = la.n_accepted
@@ -226,6 +277,23 @@ def _bench_prompt(
     rest = plain.elapsed_s - (plain.first_token_s or 0.0)
     res.extra["plain_tps_after_first"] = round((plain.n_tokens - 1) / rest, 2) if rest > 0 else 0.0
     return res
+
+
+class _EarlierChats:
+    """What a user's earlier chats give the next prompt: their text to match, and their replies' n-grams kept."""
+
+    def __init__(self) -> None:
+        self.corpus = CorpusIndex()
+        self.kept = kept_ngrams.empty()
+        self.texts: list[list[int]] = []
+
+    def add(self, message: Sequence[int], reply: Sequence[int]) -> None:
+        text = [*message, *reply]
+        self.texts.append(text)
+        self.corpus.add(text)
+        pool = kept_ngrams.empty()
+        pool.add_tokens(reply, origin="reply")
+        kept_ngrams.keep(self.kept, pool)
 
 
 def parse_grid(spec: str) -> list[LookaheadConfig]:
@@ -298,15 +366,22 @@ def run_grid(
     return grid
 
 
-def oracle_bound(context: Sequence[int], output: Sequence[int], curve: CostCurve, max_draft: int = 16) -> float:
+def oracle_bound(
+    context: Sequence[int],
+    output: Sequence[int],
+    curve: CostCurve,
+    max_draft: int = 16,
+    others: Sequence[Sequence[int]] = (),
+) -> float:
     """Speedup of an oracle that drafts, from the prompt and history only, exactly what will be accepted.
 
     At each step the oracle may verify any prefix of the longest earlier
     continuation of the last committed token that equals the true output, and
     picks the step lengths that minimise total cost (the cost curve prices
-    each step). Plain decoding costs ``cost(1)`` per token.
+    each step). Plain decoding costs ``cost(1)`` per token. ``others`` are more
+    texts it may copy from (earlier chats); no copy runs from one into the next.
     """
-    seq = list(context)
+    seq = [t for text in others for t in (*text, -1)] + list(context)
     out = list(output)
     n = len(out)
     if n == 0:

@@ -38,6 +38,7 @@ from .runtime import (
 from .session import ChatSession
 from .settings import DEFAULT_LOOKAHEAD, LookaheadConfig, SamplingConfig, SettingsError, StopConfig
 from .text import Message, TemplateRenderError, conversation_messages
+from .whatif import CurveFileError, load_curve, save_curve
 
 EXIT_BAD_INPUT = 2
 EXIT_FAILED = 1
@@ -102,11 +103,16 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--null", action="store_true",
                    help="time plain against plain on the same schedule: "
                         "the spread of its 'speedups' is this machine's noise")
+    b.add_argument("--no-earlier-chats", action="store_true",
+                   help="draft from each prompt alone, not also from the prompts before it and their replies")
+    b.add_argument("--curve", help="plan and price on a what-if cost curve (a file from tune --save, or the name "
+                                   "of one in engine/data/curves); speedups are simulated")
 
     t = sub.add_parser("tune", help="measure this machine's cost curve for Auto and show what Auto will do")
     _add_model_args(t)
     t.add_argument("--json", action="store_true")
     t.add_argument("--cached", action="store_true", help="show the cached curve instead of measuring again")
+    t.add_argument("--save", metavar="FILE", help="also write the curve to FILE (for bench --curve elsewhere)")
 
     c = sub.add_parser("chat", help="chat in the terminal")
     _add_model_args(c)
@@ -237,6 +243,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
             raise CliError(f"--only {args.only} matches no workload")
     if args.grid:
         return _bench_grid(args, workloads)
+    what_if = None
+    if args.curve:
+        if args.null:
+            raise CliError("--curve prices runs instead of timing them: --null has nothing to measure there")
+        try:
+            what_if = load_curve(args.curve)
+        except CurveFileError as exc:
+            raise CliError(str(exc)) from None
     with open_engine(args) as eng:
         def progress(r: PromptResult) -> None:
             if not args.json:
@@ -247,11 +261,15 @@ def cmd_bench(args: argparse.Namespace) -> int:
                     file=sys.stderr,
                 )
 
-        prepare_auto(eng, lookahead)
-        report = run_bench(eng, workloads, lookahead, max_tokens=args.max_tokens, on_result=progress, null=args.null)
+        if what_if is not None:
+            eng.plan_with(what_if)
+        else:
+            prepare_auto(eng, lookahead)
+        report = run_bench(eng, workloads, lookahead, max_tokens=args.max_tokens, on_result=progress, null=args.null,
+                           price_on=what_if, earlier_chats=not args.no_earlier_chats)
         extra: dict[str, Any] = {"cost_curve": eng.cost_curve.to_json(),
                  "perfect_draft_bound": round(perfect_draft_bound(eng.cost_curve), 4)}
-        if not args.no_references and not args.null:
+        if not args.no_references and not args.null and what_if is None:
             extra.update(_references(args, eng, workloads, lookahead, report))
     out = report.to_json()
     out["references"] = extra
@@ -334,6 +352,12 @@ def auto_plan(curve: CostCurve) -> dict:
 def cmd_tune(args: argparse.Namespace) -> int:
     with open_engine(args) as eng:
         curve = eng.tune(refresh=not args.cached)
+        model = eng.summary.name
+    if args.save:
+        try:
+            save_curve(curve, args.save, model=model, threads=curve.threads)
+        except OSError as exc:
+            raise CliError(f"cannot write {args.save}: {exc.strerror or exc}") from None
     plan = auto_plan(curve)
     if args.json:
         print(json.dumps({"curve": curve.to_json(), "auto": plan}))

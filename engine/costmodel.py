@@ -127,14 +127,16 @@ class LiveCosts:
     PRIOR = 8.0  # the curve's value is worth this many samples
     MAX_SIZE = 32
 
-    def __init__(self, curve: CostCurve) -> None:
+    def __init__(self, curve: CostCurve, learn: bool = True) -> None:
+        """``learn=False`` keeps the curve as given (a what-if curve for another machine)."""
         self.curve = curve
+        self.learn = learn
         self._singles: deque[float] = deque(maxlen=64)
         self._ratios: dict[int, deque[float]] = {}
         self._cost: dict[int, float] = {}
 
     def record(self, batch_size: int, n_logits: int, seconds: float) -> None:
-        if seconds <= 0:
+        if seconds <= 0 or not self.learn:
             return
         if batch_size == 1:
             self._singles.append(seconds)

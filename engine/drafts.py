@@ -143,16 +143,116 @@ def _support(cont: tuple[int, ...], others: list[tuple[int, ...]]) -> tuple[int,
     return tuple(out)
 
 
+class CorpusIndex:
+    """Earlier chats with this model: suffix matches of the current context in their text.
+
+    Bounded: past ``max_tokens`` the oldest half is dropped. Texts are kept apart
+    by a separator no draft runs across. Fed between generations (see Engine.remember_chat).
+    """
+
+    source = "corpus"
+    origin = "other_chats"
+    SEPARATOR = -1
+
+    def __init__(self, max_tokens: int = 100_000, max_positions: int = 16) -> None:
+        self.max_tokens = max_tokens
+        self.max_positions = max_positions
+        self._tokens: list[int] = []
+        self._index: dict[tuple[int, int], list[int]] = {}
+
+    def __len__(self) -> int:
+        return len(self._tokens)
+
+    def add(self, tokens: Sequence[int]) -> None:
+        """One more text (a chat's messages, in order)."""
+        if len(tokens) < 2:
+            return
+        if len(self._tokens) + len(tokens) + 1 > self.max_tokens:
+            keep = self._tokens[len(self._tokens) // 2 :] if len(tokens) < self.max_tokens // 2 else []
+            self._tokens, self._index = [], {}
+            self._append(keep)
+        self._append([int(t) for t in tokens[-self.max_tokens + 1 :]] + [self.SEPARATOR])
+
+    def _append(self, tokens: Sequence[int]) -> None:
+        toks = self._tokens
+        for t in tokens:
+            toks.append(t)
+            i = len(toks) - 1
+            if i >= 1 and t != self.SEPARATOR and toks[i - 1] != self.SEPARATOR:
+                positions = self._index.setdefault((toks[i - 1], t), [])
+                positions.append(i)
+                if len(positions) > self.max_positions:
+                    del positions[0]
+
+    def propose(self, context: Sequence[int], length: int, count: int = 1) -> list[Draft]:
+        """Continuations of the corpus's longest matches of ``context``'s last tokens (its last is the input)."""
+        if len(context) < 2 or length <= 0:
+            return []
+        toks = self._tokens
+        found: list[tuple[int, int]] = []  # (match, position)
+        for i in self._index.get((context[-2], context[-1]), ())[::-1][:SCAN]:
+            m = 2
+            while m < MAX_MATCH and m < len(context) and i - m >= 0 and toks[i - m] == context[-1 - m]:
+                m += 1
+            found.append((m, i))
+        found.sort(reverse=True)
+        conts: list[tuple[int, ...]] = []
+        for _, i in found:
+            following = toks[i + 1 : i + 1 + length]
+            if self.SEPARATOR in following:
+                following = following[: following.index(self.SEPARATOR)]
+            conts.append(tuple(following))
+        out: list[Draft] = []
+        for k, (m, _) in enumerate(found):
+            cont = conts[k]
+            if not cont or any(d.tokens[: len(cont)] == cont for d in out):
+                continue
+            out.append(Draft(cont, self.source, m, _support(cont, conts[:k] + conts[k + 1 :]), self.origin))
+            if len(out) == count:
+                break
+        return out
+
+
+@dataclass
+class DraftSources:
+    """Where a step's drafts may come from, best first: suffix matches, then n-grams keyed by the last token."""
+
+    history: HistoryIndex  # this reply's prompt, the history given with it and the reply so far
+    pool: NgramPool  # this reply's n-grams and the Jacobi window's trajectories
+    corpus: CorpusIndex | None = None  # earlier chats with this model
+    kept: NgramPool | None = None  # n-grams kept from earlier replies of this model
+
+    def matches(self, token: int, length: int, count: int) -> list[Draft]:
+        """Suffix-match drafts: this reply's history first, then earlier chats."""
+        drafts = self.history.propose(token, length, count)
+        if self.corpus is not None and len(drafts) < count + 1:
+            for d in self.corpus.propose(self.history.tokens, length, 1):
+                if not any(o.tokens[: len(d.tokens)] == d.tokens for o in drafts):
+                    drafts.append(d)
+        return drafts
+
+    def ngrams(self, token: int, count: int, length: int, taken: Sequence[Draft] = ()) -> list[Draft]:
+        """Up to ``count`` n-gram drafts not already covered by ``taken``: this reply's pool, then the kept one."""
+        out: list[Draft] = []
+        for pool in (self.pool, self.kept):
+            if pool is None or len(out) >= count:
+                continue
+            for cont, origin in pool.ranked(token, count, length):
+                if any(d.tokens[: len(cont)] == cont for d in (*taken, *out)):
+                    continue
+                out.append(Draft(cont, "pool", 1, origin=origin))
+                if len(out) == count:
+                    break
+        return out
+
+    def rank(self, token: int, count: int, length: int) -> list[Draft]:
+        """Up to ``count`` distinct drafts for what follows ``token``, best first."""
+        if count <= 0 or length <= 0:
+            return []
+        drafts = self.matches(token, length, count)[:count]
+        return drafts + self.ngrams(token, count - len(drafts), length, drafts)
+
+
 def rank_drafts(history: HistoryIndex, pool: NgramPool, token: int, count: int, length: int) -> list[Draft]:
     """Up to ``count`` distinct drafts for what follows ``token``: history matches first, then the pool."""
-    if count <= 0 or length <= 0:
-        return []
-    drafts = history.propose(token, length, count)
-    if len(drafts) < count:
-        for cont, origin in pool.ranked(token, count, length):
-            if any(d.tokens[: len(cont)] == cont for d in drafts):
-                continue
-            drafts.append(Draft(cont, "pool", 1, origin=origin))
-            if len(drafts) == count:
-                break
-    return drafts
+    return DraftSources(history, pool).rank(token, count, length)

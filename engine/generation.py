@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from .auto import AutoPolicy, FixedPolicy
 from .decoders import JacobiWindow, LookaheadDecoder, PlainDecoder, TokenDrawer
-from .drafts import HistoryIndex
+from .drafts import DraftSources, HistoryIndex
 from .native import Sampler
 from .plan import StepChoice
 from .pool import NgramPool
@@ -120,8 +120,9 @@ class Generation:
             self._index.extend(history, "history")
             self._index.extend(prompt, "prompt")
             self._lookahead = LookaheadDecoder(engine.ctx, engine.batch, drawer, self._pool, JacobiWindow(prompt))
-            self._fixed = FixedPolicy(self._index, self._pool)
-            self._auto = AutoPolicy(self._index, self._pool, engine.live_costs, engine.acceptance)
+            sources = DraftSources(self._index, self._pool, engine.corpus, engine.kept)
+            self._fixed = FixedPolicy(sources)
+            self._auto = AutoPolicy(sources, engine.live_costs, engine.acceptance)
             model = engine.model
             self._text = _TextOut(TextStream(model.token_bytes), StopMatcher(stop.stop_strings), model.is_eog)
         except BaseException:
@@ -132,6 +133,7 @@ class Generation:
         self._n_generated = 0
         self._pending = [prompt[-1]]  # committed tokens not yet in the KV cache
         self._n_steps = 0
+        self._lookahead_steps = 0
         self._finished = False
 
     @property
@@ -157,13 +159,14 @@ class Generation:
         else:
             out = self._lookahead.step(engine.kv, self._pending, choice)
         if cfg is not None and cfg.auto:
-            self._auto.observe(choice, out.n_accepted)
+            self._auto.observe(choice, out.committed, out.accepted_origin, out.n_accepted)
         self._pending = out.committed[out.n_cached :]
         committed, reason = self._apply_limits(out.committed)
         self._n_generated += len(committed)
         self._tokens.extend(committed)
         if cfg is not None:
             self._sync_pool(len(committed))
+            self._lookahead_steps += 1
         delta, hit = self._text.feed(committed)
         if hit:
             reason = "stop_string"
@@ -203,10 +206,13 @@ class Generation:
         return event
 
     def close(self) -> None:
-        """Free the sampler (safe to call twice)."""
+        """Free the sampler and hand the reply's n-grams to the engine's kept pool (safe to call twice)."""
         if self._sampler is not None:
             self._sampler.close()
             self._sampler = None
+        if self._lookahead_steps:
+            self._engine.keep_ngrams(self._pool)
+            self._lookahead_steps = 0
 
     def _choose(self, cfg: LookaheadConfig | None, budget: int) -> StepChoice:
         """This step's shape, kept within the batch size whose logits match a lone decode's."""

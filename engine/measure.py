@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from .generation import StepEvent
@@ -43,6 +43,7 @@ class RunStats:
     n_tokens: int = 0
     steps: int = 0  # forward passes (the closing event of a stopped run is not one)
     per_step: list[int] = field(default_factory=list)  # tokens committed by each forward pass
+    shapes: list[tuple[int, int]] = field(default_factory=list)  # each forward pass's (batch size, logit rows)
     decode_s: float = 0.0  # the steps' wall times: a lookahead step's planning and cache clean-up included
     elapsed_s: float = 0.0  # prompt evaluation + all steps
     first_token_s: float | None = None  # prompt evaluation + the steps up to the first token
@@ -72,6 +73,7 @@ class RunStats:
         if ev.mode != "none":  # the closing event of a stopped generation is not a forward pass
             self.steps += 1
             self.per_step.append(ev.n_committed)
+            self.shapes.append((ev.batch_size, ev.n_logits))
             if ev.mode not in self.modes:
                 self.modes.append(ev.mode)
         if ev.mode == "lookahead":
@@ -126,6 +128,32 @@ def speedup(plain: RunStats, other: RunStats) -> float:
     if plain.tokens_per_s <= 0 or other.tokens_per_s <= 0:
         return 0.0
     return other.tokens_per_s / plain.tokens_per_s
+
+
+class Curve(Protocol):
+    def cost(self, n: int, k: int | None = None) -> float: ...
+
+
+def priced(run: RunStats, curve: Curve) -> float:
+    """What ``run``'s forward passes cost on ``curve``, in 1-token steps."""
+    return sum(curve.cost(n, k) for n, k in run.shapes)
+
+
+def simulated_speedup(plain: RunStats, other: RunStats, curve: Curve) -> float:
+    """``speedup`` with each run's time replaced by its forward passes priced on ``curve``.
+
+        simulated speedup = plain's cost per token ÷ other's cost per token
+
+    The tokens are the runs' own; only the time is assumed: what the same steps
+    would take on the machine the curve describes (engine/whatif.py). The
+    planning and cache clean-up of a lookahead step are left out.
+    """
+    if not plain.n_tokens or not other.n_tokens:
+        return 0.0
+    a, b = priced(plain, curve), priced(other, curve)
+    if a <= 0 or b <= 0:
+        return 0.0
+    return (a / plain.n_tokens) / (b / other.n_tokens)
 
 
 def geomean(values: Iterable[float]) -> float:

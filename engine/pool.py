@@ -66,6 +66,45 @@ class NgramPool:
         for i in range(max(start, 0), n - 1):
             self.add(tokens[i], tokens[i + 1 : i + 1 + self.max_len], origin)
 
+    def merge(self, other: NgramPool, origins: frozenset[str], origin: str) -> None:
+        """Take ``other``'s entries that came from ``origins`` or were verified, as ``origin``, hits kept."""
+        for key, bucket in other._entries.items():
+            for cont, entry in bucket.items():
+                if entry.hits or entry.origin in origins:
+                    self.add(key, cont, origin)
+                    mine = self._entries[key].get(cont[: self.max_len])
+                    if mine is not None:
+                        mine.hits = max(mine.hits, entry.hits)
+
+    def trim(self, max_entries: int) -> None:
+        """Keep the ``max_entries`` most useful entries (most hits, then most recently seen)."""
+        if len(self) <= max_entries:
+            return
+        ranked = sorted(
+            ((e.hits, e.last_seen, key, cont) for key, bucket in self._entries.items() for cont, e in bucket.items()),
+            reverse=True,
+        )
+        for _, _, key, cont in ranked[max_entries:]:
+            bucket = self._entries[key]
+            del bucket[cont]
+            if not bucket:
+                del self._entries[key]
+
+    def to_json(self) -> list[list]:
+        """[key, continuation, hits] per entry, oldest first (``from_json`` restores the order of recency)."""
+        rows = [(e.last_seen, key, list(cont), e.hits) for key, b in self._entries.items() for cont, e in b.items()]
+        return [[key, cont, hits] for _, key, cont, hits in sorted(rows)]
+
+    @classmethod
+    def from_json(cls, rows: list, max_len: int, capacity: int, origin: str) -> NgramPool:
+        pool = cls(max_len, capacity)
+        for key, cont, hits in rows:
+            pool.add(int(key), [int(t) for t in cont], origin)
+            entry = pool._entries[int(key)].get(tuple(int(t) for t in cont[:max_len]))
+            if entry is not None:
+                entry.hits = int(hits)
+        return pool
+
     def observe_accepted(self, key: int, accepted: Sequence[int]) -> None:
         """Credit the entries of ``key`` whose continuation starts with ``accepted``."""
         if not accepted:

@@ -15,6 +15,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 
+from . import kept as kept_ngrams
 from .auto import AcceptanceStats
 from .costmodel import (
     DEFAULT_CURVE,
@@ -27,10 +28,12 @@ from .costmodel import (
     probe_exact_batch,
 )
 from .decoders import KvState
+from .drafts import CorpusIndex
 from .generation import Generation, GenerationControls, StepEvent
 from .models import ContextTooLargeError, GgufSummary, check_context_fits, check_gguf
 from .native import Batch, Context, Model, NativeError
 from .plan import ALL_SEQS
+from .pool import NgramPool
 from .settings import (
     MAX_GUESSES,
     MAX_NGRAM,
@@ -112,9 +115,17 @@ class Engine:
         # Auto plans with the reference curve until this machine's is loaded or measured. Its batch
         # cap is a guess until probed: the first lookahead generation runs the quick probe (see generate).
         self.cost_curve: CostCurve = DEFAULT_CURVE
-        self.cost_curve_source = "default"  # "default" | "quick-probed" | "probed" | "cached" | "measured"
+        # "default" | "quick-probed" | "probed" | "cached" | "measured" | "what-if"
+        self.cost_curve_source = "default"
         self.live_costs = LiveCosts(self.cost_curve)
         self.acceptance = AcceptanceStats()
+        # Drafts from beyond one reply: earlier chats with this model, and the n-grams kept from earlier
+        # replies. None until a caller opens them (the app: use_memory); benchmarks set their own.
+        self.corpus: CorpusIndex | None = None
+        self.kept: NgramPool | None = None
+        self._kept_on_disk = False
+        self._kept_changed = False
+        self.keep_replies = True  # merge each reply's n-grams into ``kept`` (benchmarks turn it off)
 
     @property
     def cost_curve_measured(self) -> bool:
@@ -124,7 +135,16 @@ class Engine:
     def _use_curve(self, curve: CostCurve, source: str) -> None:
         self.cost_curve = curve
         self.cost_curve_source = source
-        self.live_costs = LiveCosts(curve)
+        self.live_costs = LiveCosts(curve, learn=source != "what-if")
+
+    def plan_with(self, curve: CostCurve) -> None:
+        """Let Auto plan with ``curve``, another machine's (engine/whatif.py), as if it ran there.
+
+        Steps stay within the batch size this machine gives exact logits for (probed if unknown),
+        and live step times do not correct the curve: they are this machine's, not that one's.
+        """
+        cap = self.probe_exact_cap()
+        self._use_curve(replace(curve, max_exact_batch=min(cap, curve.max_exact_batch)), "what-if")
 
     def probe_exact_cap(self) -> int:
         """Make sure steps stay within batches measured exact for this model: probe quickly if nothing is known.
@@ -179,7 +199,33 @@ class Engine:
             )
         return None
 
+    def use_memory(self) -> None:
+        """Draft from earlier chats (fed by ``remember_chat``) and from the n-grams kept on disk for this file."""
+        if self.corpus is None:
+            self.corpus = CorpusIndex()
+        if not self._kept_on_disk:
+            self.kept = kept_ngrams.load(self.summary.path)
+            self._kept_on_disk = True
+
+    def remember_chat(self, tokens: Sequence[int]) -> None:
+        """Add a chat's text (token ids, its messages in order) to the drafts from earlier chats."""
+        if self.corpus is not None:
+            self.corpus.add(tokens)
+
+    def keep_ngrams(self, pool: NgramPool) -> None:
+        """Merge a finished reply's n-grams into the kept pool (when there is one)."""
+        if self.kept is not None and self.keep_replies:
+            kept_ngrams.keep(self.kept, pool)
+            self._kept_changed = True
+
+    def save_memory(self) -> None:
+        """Write the kept n-grams to disk, if they came from there and changed."""
+        if self._kept_on_disk and self._kept_changed and self.kept is not None:
+            kept_ngrams.save(self.summary.path, self.kept)
+            self._kept_changed = False
+
     def close(self) -> None:
+        self.save_memory()
         self.ctx.close()
         self.model.close()
 

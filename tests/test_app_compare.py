@@ -81,9 +81,14 @@ class ScriptedEngine:
         self.lookahead_block_reason = None
         self.runs: list[str] = []  # "plain" / "lookahead", in the order they ran
         self.resets = 0
+        self.corpus = self.kept = None  # drafts from earlier chats (the bench sets its own)
+        self.keep_replies = True
 
     def close(self) -> None:
         pass
+
+    def tokenize(self, text: str, add_special: bool = True) -> list[int]:
+        return [len(word) for word in text.split()]
 
     def load_cached_curve(self) -> bool:
         return True  # nothing to measure: the app never shows the measurement for a fake

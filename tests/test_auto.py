@@ -2,7 +2,7 @@ import pytest
 
 from engine.auto import AcceptanceStats, AutoPolicy, FixedPolicy, break_even_p, bucket, expected_tokens
 from engine.costmodel import CostCurve
-from engine.drafts import AGREE, ALONE, SPLIT, Draft, HistoryIndex
+from engine.drafts import AGREE, ALONE, SPLIT, Draft, DraftSources, HistoryIndex
 from engine.pool import NgramPool
 from engine.settings import LookaheadConfig
 
@@ -36,13 +36,14 @@ def test_break_even_acceptance_prices_the_draft_with_the_curve():
 def test_auto_takes_a_plain_step_when_no_draft_pays_for_its_cost():
     h = HistoryIndex()
     h.extend([1, 2, 3, 4, 9, 3])  # only the last token was seen before: a weak match
-    choice = AutoPolicy(h, NgramPool(max_len=7), STEEP, AcceptanceStats()).choose(3, CFG, room=60)
+    choice = AutoPolicy(DraftSources(h, NgramPool(max_len=7)), STEEP, AcceptanceStats()).choose(3, CFG, room=60)
     assert choice.plain
 
 
 def test_auto_drafts_a_long_match_on_a_steep_curve():
     h = copying_history()
-    choice = AutoPolicy(h, NgramPool(max_len=7), STEEP, AcceptanceStats()).choose(h.tokens[-1], CFG, room=60)
+    auto = AutoPolicy(DraftSources(h, NgramPool(max_len=7)), STEEP, AcceptanceStats())
+    choice = auto.choose(h.tokens[-1], CFG, room=60)
     assert len(choice.drafts) == 1 and choice.window == 0
     assert choice.drafts[0].tokens[:3] == (112, 113, 114)
     assert choice.expected_gain > 1.0
@@ -51,7 +52,7 @@ def test_auto_drafts_a_long_match_on_a_steep_curve():
 def test_auto_drafts_shorter_once_drafts_stop_landing():
     h = copying_history()
     stats = AcceptanceStats()
-    auto = AutoPolicy(h, NgramPool(max_len=7), STEEP, stats)
+    auto = AutoPolicy(DraftSources(h, NgramPool(max_len=7)), STEEP, stats)
     before = auto.choose(h.tokens[-1], CFG, room=60)
     for _ in range(30):  # the same kind of draft keeps failing at its first token
         stats.observe(before.drafts[0], len(before.drafts[0].tokens), 0)
@@ -62,8 +63,8 @@ def test_auto_drafts_shorter_once_drafts_stop_landing():
 def test_auto_runs_a_window_only_where_the_curve_is_flat():
     h = HistoryIndex()
     h.extend([1, 2, 3])
-    steep = AutoPolicy(h, NgramPool(max_len=7), STEEP, AcceptanceStats()).choose(3, CFG, room=60)
-    flat = AutoPolicy(h, NgramPool(max_len=7), FLAT, AcceptanceStats()).choose(3, CFG, room=60)
+    steep = AutoPolicy(DraftSources(h, NgramPool(max_len=7)), STEEP, AcceptanceStats()).choose(3, CFG, room=60)
+    flat = AutoPolicy(DraftSources(h, NgramPool(max_len=7)), FLAT, AcceptanceStats()).choose(3, CFG, room=60)
     assert steep.window == 0
     assert flat.window > 0
 
@@ -93,8 +94,8 @@ def test_later_tokens_of_a_draft_count_on_a_longer_match():
 def test_auto_stops_a_draft_where_earlier_occurrences_disagree():
     h = copying_history()
     stats = AcceptanceStats()
-    auto = AutoPolicy(h, NgramPool(max_len=7), STEEP, stats)
-    d = auto.history.propose(h.tokens[-1], 8, 1)[0]
+    auto = AutoPolicy(DraftSources(h, NgramPool(max_len=7)), STEEP, stats)
+    d = auto.sources.history.propose(h.tokens[-1], 8, 1)[0]
     split = Draft(d.tokens, d.source, d.match, (AGREE, AGREE, SPLIT, SPLIT, SPLIT, SPLIT, SPLIT, SPLIT))
     agree = Draft(d.tokens, d.source, d.match, (AGREE,) * 8)
     assert stats.expected(split)[8] < stats.expected(agree)[8]
@@ -105,5 +106,6 @@ def test_auto_stops_a_draft_where_earlier_occurrences_disagree():
 def test_fixed_policy_shrinks_the_window_to_fit_the_room():
     h = HistoryIndex()
     h.extend([1, 2, 3])
-    choice = FixedPolicy(h, NgramPool(max_len=7)).choose(3, LookaheadConfig(window=8, ngram=4, guesses=0), room=10)
+    fixed = FixedPolicy(DraftSources(h, NgramPool(max_len=7)))
+    choice = fixed.choose(3, LookaheadConfig(window=8, ngram=4, guesses=0), room=10)
     assert choice.window > 0 and (choice.window - 1) + choice.window * 2 <= 10

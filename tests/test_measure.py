@@ -59,9 +59,14 @@ class RecordedEngine:
         self.cost_curve = DEFAULT_CURVE
         self.steps_run = 0  # forward passes replayed, over all runs
         self.after_step = lambda steps_run: None  # a test's hook, e.g. to press Stop mid-run
+        self.corpus = self.kept = None  # drafts from earlier chats (the bench sets its own)
+        self.keep_replies = True
 
     def reset(self) -> None:
         pass
+
+    def tokenize(self, text: str, add_special: bool = True) -> list[int]:
+        return [len(word) for word in text.split()]
 
     def render_chat(self, messages) -> list[int]:
         return [1, 5, 6]

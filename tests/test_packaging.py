@@ -85,6 +85,9 @@ def test_bundled_files_keep_the_repository_layout_the_app_looks_them_up_in():
     from engine.bench import WORKLOADS_PATH
 
     assert WORKLOADS_PATH.relative_to(REPO).as_posix() in bundled
+    from engine.whatif import shipped_curves
+
+    assert {p.relative_to(REPO).as_posix() for p in shipped_curves()} <= bundled
 
 
 def test_an_icon_is_chosen_for_windows_and_macos_and_none_for_linux():
