@@ -293,6 +293,8 @@ class MainWindow(QMainWindow):
         self._save_settings()
         self.panel.set_lookahead_blocked(model.lookahead_block_reason)
         self._update_actions()
+        # Earlier chats with this model, for lookahead to draft from (tokenized on the engine's thread).
+        self.engine.rememberRequested.emit(model.path, self.store.chat_texts(model.display_name))
         self.modelChanged.emit(model)
         self.measure_status.start()
 

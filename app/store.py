@@ -278,6 +278,29 @@ class ChatStore:
         ).fetchall()
         return [StoredMessage(**dict(r)) for r in rows]
 
+    def chat_texts(self, model_name: str, max_chars: int = 400_000) -> list[str]:
+        """The text of every chat whose replies all came from ``model_name``, newest first, within ``max_chars``.
+
+        For lookahead to draft from (engine ``CorpusIndex``): a chat answered by another model,
+        even in part, is left out.
+        """
+        from .stats import ReplyStats  # local: keeps this module importable on its own
+
+        texts: list[str] = []
+        budget = max_chars
+        for conv in self.conversations():
+            messages = self.messages(conv.id)
+            models = {s.model for m in messages if m.role == "assistant" for s in [ReplyStats.from_json(m.stats_json)]
+                      if s is not None}
+            if models != {model_name}:
+                continue
+            text = "\n".join(m.content for m in messages if m.role in ("user", "assistant"))
+            if len(text) > budget:
+                break
+            texts.append(text)
+            budget -= len(text)
+        return texts
+
     def delete_messages_from(self, conversation_id: int, message_id: int) -> int:
         """Delete ``message_id`` and every later message of the conversation (edit & resend, regenerate)."""
         with self._transaction():

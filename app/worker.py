@@ -155,6 +155,7 @@ class EngineWorker(QObject):
         old, self._engine, self._session = self._engine, engine, self._session_factory(engine)
         if old is not None:
             old.close()
+        engine.use_memory()  # drafts from earlier chats and kept n-grams: see rememberChats
         s = engine.summary
         loaded = LoadedModel(
             path=str(model_path),
@@ -171,6 +172,17 @@ class EngineWorker(QObject):
         )
         self.modelLoaded.emit(loaded)
 
+    @Slot(str, object)
+    def rememberChats(self, model_path: str, texts: list[str]) -> None:
+        """Let lookahead draft from these earlier chats, if ``model_path`` is still the model in use."""
+        engine = self._engine
+        if engine is None or str(engine.summary.path) != model_path:
+            return  # another model was loaded meanwhile: its chats are not this one's
+        for text in texts:
+            if self._shutting_down.is_set():
+                return
+            engine.remember_chat(engine.tokenize(text, add_special=False))
+
     @Slot(object)
     def generate(self, request: GenerationRequest) -> None:
         """Generate one reply, emitting a ``StepUpdate`` per step; ends with replyFinished or replyFailed."""
@@ -183,6 +195,7 @@ class EngineWorker(QObject):
             self._pending_lookahead = None
         started = False
         n_tokens = 0
+        reply_text = ""
         steps_after_stop = 0
         stop_reason: str | None = None
         try:
@@ -204,6 +217,7 @@ class EngineWorker(QObject):
                 if after_stop and ev.n_committed:
                     steps_after_stop += 1
                 n_tokens += len(ev.token_ids)
+                reply_text += ev.text
                 stop_reason = ev.stop_reason or stop_reason
                 self.stepUpdate.emit(StepUpdate(request.request_id, ev, requested, after_stop))
         except Exception as exc:  # every failure becomes a message for the user
@@ -220,6 +234,11 @@ class EngineWorker(QObject):
             with self._lock:
                 self._controls = None
         self.replyFinished.emit(ReplyOutcome(request.request_id, stop_reason, n_tokens, steps_after_stop))
+        # The finished exchange joins the earlier chats the next ones may draft from.
+        engine = self._engine
+        if engine is not None and request.messages and reply_text:
+            engine.remember_chat(engine.tokenize(f"{request.messages[-1].content}\n{reply_text}", add_special=False))
+            engine.save_memory()
 
     @Slot(int)
     def measureMachine(self, request_id: int) -> None:
@@ -397,6 +416,7 @@ class EngineThread(QObject):
     compareRequested = Signal(object)
     speedReportRequested = Signal(object)
     measureRequested = Signal(int)
+    rememberRequested = Signal(str, object)
     stopRequested = Signal()
     measureInterruptRequested = Signal(int)
     lookaheadChanged = Signal(object)
@@ -414,6 +434,7 @@ class EngineThread(QObject):
         self.compareRequested.connect(self.worker.compare, Qt.ConnectionType.QueuedConnection)
         self.speedReportRequested.connect(self.worker.speedReport, Qt.ConnectionType.QueuedConnection)
         self.measureRequested.connect(self.worker.measureMachine, Qt.ConnectionType.QueuedConnection)
+        self.rememberRequested.connect(self.worker.rememberChats, Qt.ConnectionType.QueuedConnection)
         self._shutdownRequested.connect(self.worker.shutdown, Qt.ConnectionType.QueuedConnection)
         # Direct: the worker's event loop is busy inside the generation or measurement these must reach.
         self.stopRequested.connect(self.worker.stop, Qt.ConnectionType.DirectConnection)

@@ -137,12 +137,18 @@ class Engine:
         self.cost_curve_source = source
         self.live_costs = LiveCosts(curve, learn=source != "what-if")
 
-    def plan_with(self, curve: CostCurve) -> None:
+    def plan_with(self, curve: CostCurve | None) -> None:
         """Let Auto plan with ``curve``, another machine's (engine/whatif.py), as if it ran there.
 
         Steps stay within the batch size this machine gives exact logits for (probed if unknown),
         and live step times do not correct the curve: they are this machine's, not that one's.
+        ``None`` goes back to this machine's curve (the cached one, or the reference until measured).
         """
+        if curve is None:
+            if self.cost_curve_source == "what-if":
+                self._use_curve(DEFAULT_CURVE, "default")
+                self.load_cached_curve()
+            return
         cap = self.probe_exact_cap()
         self._use_curve(replace(curve, max_exact_batch=min(cap, curve.max_exact_batch)), "what-if")
 

@@ -118,6 +118,25 @@ def make_window(qtbot, app_home: Path, dialogs: DialogLog, worker_options: dict)
         window.deleteLater()
 
 
+class FakeEngineMemory:
+    """The part of an engine the worker feeds earlier chats to, for fake engines: it keeps what it was given."""
+
+    remembered: list[list[int]] | None = None  # None until the worker turns drafting from earlier chats on
+
+    def use_memory(self) -> None:
+        self.remembered = []
+
+    def remember_chat(self, tokens) -> None:
+        if self.remembered is not None:
+            self.remembered.append(list(tokens))
+
+    def save_memory(self) -> None:
+        pass
+
+    def tokenize(self, text: str, add_special: bool = True) -> list[int]:
+        return [len(word) for word in text.split()]
+
+
 def close_mid_reply(window) -> list[StoredMessage]:
     """Close ``window`` while a reply runs: it must exit within 2 s with its engine thread stopped.
 

@@ -36,7 +36,7 @@ from engine import (  # noqa: E402
 from engine.bench import load_workloads  # noqa: E402
 from engine.measure import PromptResult, by_category  # noqa: E402
 from engine.probe import ProbeResult  # noqa: E402
-from tests.app_fixtures import MODEL_LOAD_TIMEOUT_MS, REPLY_TIMEOUT_MS, quick_settings
+from tests.app_fixtures import MODEL_LOAD_TIMEOUT_MS, REPLY_TIMEOUT_MS, FakeEngineMemory, quick_settings
 
 # The offscreen platform also cannot raise a window (the speed report dialog asks to be raised when opened).
 pytestmark = pytest.mark.qt_log_ignore(
@@ -66,7 +66,7 @@ def _event(step: int, mode: str, tokens: list[int], elapsed: float, reason: str 
     )
 
 
-class ScriptedEngine:
+class ScriptedEngine(FakeEngineMemory):
     """Replies with tokens 0, 1, 2, …; lookahead can be told to differ at one token."""
 
     step_sleep_s = 0.0  # real time per step, for tests that stop a run in flight
@@ -86,9 +86,6 @@ class ScriptedEngine:
 
     def close(self) -> None:
         pass
-
-    def tokenize(self, text: str, add_special: bool = True) -> list[int]:
-        return [len(word) for word in text.split()]
 
     def load_cached_curve(self) -> bool:
         return True  # nothing to measure: the app never shows the measurement for a fake

@@ -12,13 +12,15 @@ from PySide6.QtGui import QGuiApplication, QTextFormat  # noqa: E402
 
 from app.coalescer import UpdateCoalescer  # noqa: E402
 from app.qt_compat import binding_problem  # noqa: E402
+from app.stats import ReplyStats  # noqa: E402
+from app.store import ChatStore  # noqa: E402
 from app.widgets.chat_input import ChatInput  # noqa: E402
 from app.widgets.chat_view import ChatView, MessageBubble  # noqa: E402
 from app.widgets.decoding_panel import DecodingPanel  # noqa: E402
 from app.widgets.markdown_view import MarkdownView, keep_line_breaks  # noqa: E402
 from engine import GenerationControls, LookaheadConfig, StepEvent  # noqa: E402
 from engine.probe import ProbeResult  # noqa: E402
-from tests.app_fixtures import OFFSCREEN_NOISE, quick_settings
+from tests.app_fixtures import OFFSCREEN_NOISE, FakeEngineMemory, quick_settings
 
 pytestmark = OFFSCREEN_NOISE
 
@@ -133,12 +135,12 @@ def test_the_coalescer_hands_over_every_item_in_order_at_most_about_30_times_a_s
 # --- a fast fake engine through the real worker and window ---
 
 
-class _FakeEngine:
+class _FakeEngine(FakeEngineMemory):
     def __init__(self, path, n_ctx=4096, n_threads=None, progress=None, summary=None) -> None:
         for frac in (0.0, 0.5, 1.0):
             if progress is not None:
                 progress(frac)
-        self.summary = SimpleNamespace(name="Fake", architecture="fake", file_type="F16")
+        self.summary = SimpleNamespace(name="Fake", architecture="fake", file_type="F16", path=str(path))
         self.info = SimpleNamespace(n_params=1_000_000)
         self.n_ctx, self.n_threads = n_ctx, n_threads or 1
         self.lookahead_block_reason = None
@@ -293,3 +295,22 @@ def test_the_live_stats_say_what_auto_chose_for_the_last_step(qtbot):
     view.show_progress(stats, [1], plain_step)
     assert view.shape.text() == "auto  plain step  (batch 1)"
     assert view.shape.toolTip() == "plain: no draft worth its cost"
+
+
+def test_lookahead_drafts_from_the_earlier_chats_of_the_loaded_model_only(qtbot, app_home, make_window, fake_engine):
+    store = ChatStore()
+    for title, model, reply in (("mine", "fake", "the fake model wrote this"),
+                                ("other", "llama-8b", "another model wrote this"),
+                                ("mixed", "fake", "half by the fake model")):
+        conv = store.create_conversation(title)
+        store.add_message(conv.id, "user", f"question for {title}")
+        store.add_message(conv.id, "assistant", reply, ReplyStats(n_tokens=5, model=model).to_json())
+        if title == "mixed":
+            store.add_message(conv.id, "user", "and again")
+            store.add_message(conv.id, "assistant", "then another model", ReplyStats(model="llama-8b").to_json())
+    store.close()
+    window = make_window(quick_settings())
+    engine = window.engine.worker._engine
+    fake = FakeEngineMemory()
+    expected = [fake.tokenize("question for mine\nthe fake model wrote this")]
+    qtbot.waitUntil(lambda: engine.remembered == expected, timeout=5000)

@@ -87,5 +87,7 @@ def test_auto_plans_the_same_steps_on_the_same_curve_and_uses_the_window_where_b
     assert first.shapes == second.shapes and first.token_ids == second.token_ids
     assert engine.cost_curve_source == "what-if"
     assert any(ev.window > 0 for ev in events), [ev.choice for ev in events]
+    engine.plan_with(None)  # back to this machine's curve, for the tests after this one
+    assert engine.cost_curve_source != "what-if"
     plain = RunStats.of(engine.generate(prompt, GenerationControls(), stop=StopConfig(max_tokens=64)))
     assert plain.token_ids == first.token_ids

@@ -1,0 +1,91 @@
+"""Drafts from beyond one reply: earlier chats with the same model, and the n-gram pool kept per model file."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+from engine import Engine, GenerationControls, Message, RunStats, StopConfig
+from engine.bench import load_workloads
+from engine.drafts import CorpusIndex
+from engine.settings import DEFAULT_LOOKAHEAD, LookaheadConfig
+from engine.whatif import load_curve
+
+pytestmark = pytest.mark.model
+
+
+def _reply(engine, prompt, lookahead, max_tokens=96) -> RunStats:
+    engine.reset()
+    return RunStats.of(engine.generate(prompt, GenerationControls(lookahead=lookahead),
+                                       stop=StopConfig(max_tokens=max_tokens)))
+
+
+@pytest.fixture
+def memory_engine(engine):
+    """The shared engine with empty drafts-from-earlier-chats, put back as it was afterwards."""
+    saved = engine.corpus, engine.kept, engine.keep_replies
+    engine.corpus = CorpusIndex()
+    yield engine
+    engine.corpus, engine.kept, engine.keep_replies = saved
+
+
+def test_a_reply_drafts_from_an_earlier_chat_with_the_same_model(memory_engine):
+    engine = memory_engine
+    prompt = engine.render_chat([Message("user", "Write a haiku about autumn leaves, then explain it briefly.")])
+    first = _reply(engine, prompt, None)
+    # That chat is over; a new one asks the same. Its reply is nowhere in the new prompt, only in the earlier chat.
+    engine.remember_chat(engine.tokenize("Write a haiku about autumn leaves, then explain it briefly.",
+                                         add_special=False) + first.token_ids)
+    again = _reply(engine, prompt, DEFAULT_LOOKAHEAD)
+    assert again.token_ids == first.token_ids
+    assert again.accepted_by_source.get("other_chats", 0) > 20, again.accepted_by_source
+    engine.corpus = CorpusIndex()  # what a different model's engine starts with: nothing from this chat
+    alone = _reply(engine, prompt, DEFAULT_LOOKAHEAD)
+    assert "other_chats" not in alone.accepted_by_source and alone.token_ids == first.token_ids
+
+
+def test_the_kept_pool_survives_a_restart_and_is_dropped_when_the_model_file_changes(model_path, tmp_path):
+    copy = tmp_path / "model.gguf"
+    shutil.copyfile(model_path, copy)
+    prompt_text = "List five fruits, one per line, each with its colour."
+    with Engine(copy, n_ctx=1024, n_threads=2) as eng:
+        eng.use_memory()
+        assert eng.kept is not None and len(eng.kept) == 0
+        prompt = eng.render_chat([Message("user", prompt_text)])
+        plain = _reply(eng, prompt, None)
+        first = _reply(eng, prompt, DEFAULT_LOOKAHEAD)
+        kept = len(eng.kept)
+        assert kept > 0
+    with Engine(copy, n_ctx=1024, n_threads=2) as eng:  # the app started again
+        eng.use_memory()
+        assert len(eng.kept) == kept
+        # Fixed G: n-gram drafts are verified whatever the curve (Auto looks them up only where they pay).
+        again = _reply(eng, eng.render_chat([Message("user", prompt_text)]), LookaheadConfig(0, 4, 3))
+        assert again.token_ids == first.token_ids == plain.token_ids
+        assert again.accepted_by_source.get("kept", 0) > 0, again.accepted_by_source
+    st = copy.stat()
+    os.utime(copy, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # the file was replaced or changed
+    with Engine(copy, n_ctx=1024, n_threads=2) as eng:
+        eng.use_memory()
+        assert len(eng.kept) == 0
+
+
+def test_lookahead_equals_plain_on_every_workload_with_every_draft_source_and_a_what_if_curve(memory_engine):
+    engine = memory_engine
+    engine.kept = None
+    laptop = load_curve("laptop-8core-llama3.2-3b-q4_k_m")
+    fixed = LookaheadConfig(window=3, ngram=4, guesses=3)
+    try:
+        for w in load_workloads():
+            prompt = engine.render_chat([Message("user", w.prompt)])
+            plain = _reply(engine, prompt, None, max_tokens=64)
+            engine.plan_with(None)
+            for shape in (DEFAULT_LOOKAHEAD, fixed):
+                assert _reply(engine, prompt, shape, max_tokens=64).token_ids == plain.token_ids, (w.id, shape)
+            engine.plan_with(laptop)
+            assert _reply(engine, prompt, DEFAULT_LOOKAHEAD, max_tokens=64).token_ids == plain.token_ids, w.id
+            engine.remember_chat(engine.tokenize(w.prompt, add_special=False) + plain.token_ids)
+    finally:
+        engine.plan_with(None)
