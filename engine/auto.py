@@ -57,20 +57,23 @@ WINDOW_DECAY = 0.995
 DECAY = 0.95
 MAX_P = 0.995
 
-Bucket = tuple[str, int, int]  # (source, match edge, support)
+Bucket = tuple[str, int, int, bool]  # (source, match edge, support, sure)
+# The model was sure of the token a draft follows (its probability at least this): text being copied or
+# written by rote, where drafts land more often than in free writing. Acceptance is kept apart for the two.
+SURE = 0.9
 
 
 def match_bucket(m: int) -> int:
     return MATCH_EDGES[max(bisect_right(MATCH_EDGES, m) - 1, 0)]
 
 
-def bucket(d: Draft, k: int = 0) -> Bucket:
+def bucket(d: Draft, k: int = 0, sure: bool = False) -> Bucket:
     """The statistics bucket of draft token ``k`` (its match is the draft's plus the k tokens before it)."""
-    return (d.source, match_bucket(d.match + k), d.support_at(k))
+    return (d.source, match_bucket(d.match + k), d.support_at(k), sure)
 
 
 def _prior(b: Bucket) -> float:
-    source, edge, support = b
+    source, edge, support, _sure = b
     if source in ("history", "corpus"):
         return _HISTORY_PRIORS[support][edge]
     return POOL_PRIOR
@@ -95,16 +98,16 @@ class AcceptanceStats:
         t = self.tested.get(b, 0.0) + PRIOR_WEIGHT
         return min(a / t, MAX_P)
 
-    def expected(self, d: Draft) -> list[float]:
+    def expected(self, d: Draft, sure: bool = False) -> list[float]:
         """Expected tokens a step commits when it verifies the first L tokens of ``d``, for L = 0..len(d)."""
         out = [1.0]
         run = 1.0
         for k in range(len(d.tokens)):
-            run *= self.p(bucket(d, k))
+            run *= self.p(bucket(d, k, sure))
             out.append(out[-1] + run)
         return out
 
-    def observe(self, d: Draft, n_drafted: int, n_accepted: int, fade: bool = True) -> None:
+    def observe(self, d: Draft, n_drafted: int, n_accepted: int, fade: bool = True, sure: bool = False) -> None:
         """A draft of ``n_drafted`` tokens had its first ``n_accepted`` accepted (``fade``: first of its step)."""
         if fade:
             for b in self.tested:
@@ -112,7 +115,7 @@ class AcceptanceStats:
                 self.accepted[b] *= DECAY
         # Tokens tested: the accepted ones plus the first rejected one, if any.
         for k in range(min(n_accepted + 1, n_drafted)):
-            b = bucket(d, k)
+            b = bucket(d, k, sure)
             self.tested[b] = self.tested.get(b, 0.0) + 1.0
             self.accepted[b] = self.accepted.get(b, 0.0) + (1.0 if k < n_accepted else 0.0)
 
@@ -151,7 +154,7 @@ class FixedPolicy:
     def __init__(self, sources: DraftSources) -> None:
         self.sources = sources
 
-    def choose(self, token: int, cfg: LookaheadConfig, room: int) -> StepChoice:
+    def choose(self, token: int, cfg: LookaheadConfig, room: int, confidence: float = 0.0) -> StepChoice:
         n_draft = cfg.ngram - 1
         drafts = self.sources.rank(token, min(cfg.guesses, MAX_GUESSES), n_draft)
         W = cfg.window
@@ -181,18 +184,22 @@ class AutoPolicy:
         # The least per-token acceptance that makes any draft length pay: n-gram drafts
         # are not even looked up below it (they cost a lookup per step).
         self.min_p = min(break_even_p(curve, L) for L in range(1, MAX_AUTO_DRAFT + 1))
+        self._sure = False  # whether the model was sure of the token the last chosen step follows
 
     def _drafts(self, token: int, cfg: LookaheadConfig, max_len: int) -> list[Draft]:
         count = min(cfg.guesses, MAX_GUESSES)
         drafts = self.sources.matches(token, max_len, count)
-        if self.stats.p(("pool", 1, ALONE)) >= self.min_p:
+        if max(self.stats.p(("pool", 1, ALONE, sure)) for sure in (False, True)) >= self.min_p:
             drafts += self.sources.ngrams(token, count, max_len, drafts)
         return drafts
 
-    def choose(self, token: int, cfg: LookaheadConfig, room: int) -> StepChoice:
+    def choose(self, token: int, cfg: LookaheadConfig, room: int, confidence: float = 0.0) -> StepChoice:
+        """The step after ``token``, which the model drew with probability ``confidence``."""
         curve = self.curve
         plain_rate = 1.0 / curve.cost(1)
-        options = [(d, self.stats.expected(d)) for d in self._drafts(token, cfg, min(MAX_AUTO_DRAFT, room))]
+        self._sure = sure = confidence >= SURE
+        drafts = self._drafts(token, cfg, min(MAX_AUTO_DRAFT, room))
+        options = [(d, self.stats.expected(d, sure)) for d in drafts]
         chosen: list[Draft] = []
         reasons: list[str] = []
         gain, length, best_rate = 1.0, 0, plain_rate
@@ -245,7 +252,7 @@ class AutoPolicy:
             agree = 0
             while agree < min(len(d.tokens), len(committed)) and d.tokens[agree] == committed[agree]:
                 agree += 1
-            self.stats.observe(d, len(d.tokens), agree, fade=k == 0)
+            self.stats.observe(d, len(d.tokens), agree, fade=k == 0, sure=self._sure)
         landed = n_accepted if accepted_origin == "window" else 0
         if choice.window or landed:
             self.stats.observe_window(choice.window, landed)

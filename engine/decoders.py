@@ -42,6 +42,7 @@ class StepOutcome:
     guesses: int
     n_cached: int = 0  # leading committed tokens already in the KV cache
     accepted_origin: str = ""  # where the accepted draft tokens came from (Draft.origin); "" if none
+    confidence: float = 0.0  # the probability the model gave the last committed token (what the next step follows)
     top2_gaps: list[float] = field(default_factory=list)
     decode_s: float = 0.0
 
@@ -61,6 +62,11 @@ class TokenDrawer:
         if self.sampler is None:
             return int(np.argmax(logits_row))
         return self.sampler.sample(self.ctx, batch_index)
+
+
+def probability(row: np.ndarray, token: int) -> float:
+    """Softmax probability of ``token`` in a logits row."""
+    return float(1.0 / np.exp(row - row[token]).sum())
 
 
 def top2_gap(row: np.ndarray) -> float:
@@ -108,6 +114,7 @@ class PlainDecoder:
             guesses=0,
             top2_gaps=gaps,
             decode_s=decode_s,
+            confidence=probability(row, tok),
         )
 
 
@@ -196,7 +203,7 @@ class LookaheadDecoder:
         rows = plan.output_rows()
         logits = self.ctx.logits_rows(plan.n_logits)
 
-        committed, path = self._verify(plan, rows, logits)
+        committed, path, last_row = self._verify(plan, rows, logits)
 
         if plan.window:
             preds = np.argmax(logits[rows[plan.window_pred_index]], axis=1)
@@ -221,20 +228,24 @@ class LookaheadDecoder:
             n_cached=n_kept,
             decode_s=decode_s,
             accepted_origin=_origin_of(choice, committed[: len(path)]),
+            confidence=probability(last_row, committed[-1]),
         )
 
-    def _verify(self, plan: StepPlan, rows: np.ndarray, logits: np.ndarray) -> tuple[list[int], list[int]]:
-        """Walk the candidate tree along the model's own draws."""
+    def _verify(
+        self, plan: StepPlan, rows: np.ndarray, logits: np.ndarray
+    ) -> tuple[list[int], list[int], np.ndarray]:
+        """Walk the candidate tree along the model's own draws: (committed, accepted nodes, the last draw's row)."""
         committed: list[int] = []
         path: list[int] = []
         idx = plan.input_index
         children = plan.root_children
         while True:
-            tok = self.drawer.draw(idx, logits[rows[idx]])
+            row = logits[rows[idx]]
+            tok = self.drawer.draw(idx, row)
             committed.append(tok)
             child = children.get(tok)
             if child is None:
-                return committed, path
+                return committed, path, row
             path.append(child)
             node = plan.nodes[child]
             idx = node.batch_index

@@ -134,6 +134,7 @@ class Generation:
         self._pending = [prompt[-1]]  # committed tokens not yet in the KV cache
         self._n_steps = 0
         self._lookahead_steps = 0
+        self._confidence = 0.0  # the probability of the last committed token (Auto's steps depend on it)
         self._finished = False
 
     @property
@@ -161,6 +162,7 @@ class Generation:
         if cfg is not None and cfg.auto:
             self._auto.observe(choice, out.committed, out.accepted_origin, out.n_accepted)
         self._pending = out.committed[out.n_cached :]
+        self._confidence = out.confidence
         committed, reason = self._apply_limits(out.committed)
         self._n_generated += len(committed)
         self._tokens.extend(committed)
@@ -224,7 +226,7 @@ class Generation:
         if indexed < len(self._tokens):  # catch up after plain steps
             self._index.extend(self._tokens[indexed:], "reply")
         policy = self._auto if cfg.auto else self._fixed
-        return policy.choose(self._pending[-1], cfg, room)
+        return policy.choose(self._pending[-1], cfg, room, self._confidence)
 
     def _apply_limits(self, committed: list[int]) -> tuple[list[int], str | None]:
         """Cut ``committed`` after an end-of-generation token or at max_tokens, saying which."""
