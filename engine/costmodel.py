@@ -152,7 +152,10 @@ class LiveCosts:
     def cost(self, n: int, k: int | None = None) -> float:
         if (k is None or k >= n) and n in self._cost:
             return self._cost[n]
-        return self.curve.cost(n, k)
+        # Never below what a smaller batch was seen to cost: a size not run yet must not look cheaper
+        # than one that was (the measured curve may sit below the live costs).
+        seen = max((c for m, c in self._cost.items() if m < n), default=0.0)
+        return max(self.curve.cost(n, k), seen)
 
     def observed(self) -> dict[int, tuple[float, int]]:
         """Batch size -> (cost in use, samples behind it), for sizes seen while generating."""

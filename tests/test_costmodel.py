@@ -55,6 +55,17 @@ def test_live_costs_move_towards_what_batches_really_cost():
     assert live.observed() == {2: (round(live.cost(2), 3), 24)}
 
 
+def test_a_batch_size_not_run_yet_never_looks_cheaper_than_a_smaller_one_that_was():
+    live = LiveCosts(CURVE)
+    for _ in range(10):
+        live.record(1, 1, 0.010)
+    for _ in range(24):
+        live.record(4, 4, 0.060)  # 6.0x here, far above the curve
+    assert live.cost(4) > 4.5
+    assert live.cost(5) >= live.cost(4) and live.cost(6, 2) >= live.cost(4)
+    assert live.cost(3) == CURVE.cost(3)  # smaller sizes keep the curve's value
+
+
 def test_live_costs_follow_a_cheaper_machine_too():
     live = LiveCosts(CURVE)
     for _ in range(10):
