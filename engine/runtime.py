@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 
@@ -48,6 +49,7 @@ from .text import ChatTemplate, Message
 # token, G candidates of N-1 tokens and a window of W x (N-1).
 STEP_BATCH_MAX = (MAX_NGRAM - 1) + 1 + MAX_GUESSES * (MAX_NGRAM - 1) + MAX_WINDOW * (MAX_NGRAM - 1)
 PREFILL_BATCH = 512
+KEPT_SAVE_INTERVAL_S = 60.0
 DEFAULT_N_CTX = 4096
 
 
@@ -125,6 +127,7 @@ class Engine:
         self.kept: NgramPool | None = None
         self._kept_on_disk = False
         self._kept_changed = False
+        self._kept_saved_at = 0.0
         self.keep_replies = True  # merge each reply's n-grams into ``kept`` (benchmarks turn it off)
 
     @property
@@ -224,14 +227,18 @@ class Engine:
             kept_ngrams.keep(self.kept, pool)
             self._kept_changed = True
 
-    def save_memory(self) -> None:
-        """Write the kept n-grams to disk, if they came from there and changed."""
-        if self._kept_on_disk and self._kept_changed and self.kept is not None:
+    def save_memory(self, force: bool = False) -> None:
+        """Write the kept n-grams to disk if they came from there and changed: at most once a minute
+        (a full pool takes a quarter of a second to write) unless ``force``."""
+        if not (self._kept_on_disk and self._kept_changed and self.kept is not None):
+            return
+        if force or time.monotonic() - self._kept_saved_at >= KEPT_SAVE_INTERVAL_S:
             kept_ngrams.save(self.summary.path, self.kept)
             self._kept_changed = False
+            self._kept_saved_at = time.monotonic()
 
     def close(self) -> None:
-        self.save_memory()
+        self.save_memory(force=True)
         self.ctx.close()
         self.model.close()
 
