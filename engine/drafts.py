@@ -1,11 +1,14 @@
 """Draft proposals: where the next tokens may already have been seen.
 
-Two sources, ranked together:
+Suffix matches, then n-grams (``DraftSources`` ranks them together):
 - the history (prompt, earlier turns and the reply so far): the longest
   earlier occurrence of the current context's last tokens, and what followed
   it there (prompt lookup). The match length says how much to trust it.
+- earlier chats with the same model (``CorpusIndex``): the same lookup over
+  their text.
 - the n-gram pool (Jacobi trajectories and history n-grams keyed by one
-  token), for when the context has not occurred before.
+  token), and the pool kept from earlier replies (kept.py), for when the
+  context has not occurred before.
 
 Pure Python; testable without a model.
 """
@@ -13,7 +16,7 @@ Pure Python; testable without a model.
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from .pool import NgramPool
@@ -83,12 +86,8 @@ class HistoryIndex:
         toks = self.tokens
         for t in tokens:
             toks.append(int(t))
-            i = len(toks) - 1
-            if i >= 1:
-                positions = self._index.setdefault((toks[i - 1], toks[i]), [])
-                positions.append(i)
-                if len(positions) > self.max_positions:
-                    del positions[0]
+            if len(toks) >= 2:
+                _index_last_pair(self._index, toks, self.max_positions)
 
     def _match_len(self, i: int, end: int) -> int:
         """How many tokens ending at i equal those ending at ``end`` (the context's last)."""
@@ -114,18 +113,38 @@ class HistoryIndex:
             if i >= end:
                 continue
             found.append((self._match_len(i, end), i))
-        found.sort(key=lambda mi: (mi[0], mi[1]), reverse=True)
+        found.sort(reverse=True)
         conts = [tuple(toks[i + 1 : i + 1 + length]) for _, i in found]
-        out: list[Draft] = []
-        for k, (m, i) in enumerate(found):
-            cont = conts[k]
-            if not cont or any(d.tokens[: len(cont)] == cont for d in out):
-                continue
-            others = conts[:k] + conts[k + 1 :]
-            out.append(Draft(cont, self.source, m, _support(cont, others), self.origin_at(i + 1)))
-            if len(out) == count:
-                break
-        return out
+        return _distinct_drafts(found, conts, count, self.source, lambda i: self.origin_at(i + 1))
+
+
+def _index_last_pair(index: dict[tuple[int, int], list[int]], toks: list[int], max_positions: int) -> None:
+    """Index the bigram that ends at ``toks``' last token, keeping its ``max_positions`` latest positions."""
+    i = len(toks) - 1
+    positions = index.setdefault((toks[i - 1], toks[i]), [])
+    positions.append(i)
+    if len(positions) > max_positions:
+        del positions[0]
+
+
+def _distinct_drafts(
+    found: list[tuple[int, int]],
+    conts: list[tuple[int, ...]],
+    count: int,
+    source: str,
+    origin_of: Callable[[int], str],
+) -> list[Draft]:
+    """Up to ``count`` drafts from matches ``found`` (match, position), best first, and their continuations
+    ``conts``: each with its support among the others, none a prefix of one taken before it."""
+    out: list[Draft] = []
+    for k, (m, i) in enumerate(found):
+        cont = conts[k]
+        if not cont or any(d.tokens[: len(cont)] == cont for d in out):
+            continue
+        out.append(Draft(cont, source, m, _support(cont, conts[:k] + conts[k + 1 :]), origin_of(i)))
+        if len(out) == count:
+            break
+    return out
 
 
 def _support(cont: tuple[int, ...], others: list[tuple[int, ...]]) -> tuple[int, ...]:
@@ -177,12 +196,8 @@ class CorpusIndex:
         toks = self._tokens
         for t in tokens:
             toks.append(t)
-            i = len(toks) - 1
-            if i >= 1 and t != self.SEPARATOR and toks[i - 1] != self.SEPARATOR:
-                positions = self._index.setdefault((toks[i - 1], t), [])
-                positions.append(i)
-                if len(positions) > self.max_positions:
-                    del positions[0]
+            if len(toks) >= 2 and t != self.SEPARATOR and toks[-2] != self.SEPARATOR:
+                _index_last_pair(self._index, toks, self.max_positions)
 
     def propose(self, context: Sequence[int], length: int, count: int = 1) -> list[Draft]:
         """Continuations of the corpus's longest matches of ``context``'s last tokens (its last is the input)."""
@@ -202,15 +217,7 @@ class CorpusIndex:
             if self.SEPARATOR in following:
                 following = following[: following.index(self.SEPARATOR)]
             conts.append(tuple(following))
-        out: list[Draft] = []
-        for k, (m, _) in enumerate(found):
-            cont = conts[k]
-            if not cont or any(d.tokens[: len(cont)] == cont for d in out):
-                continue
-            out.append(Draft(cont, self.source, m, _support(cont, conts[:k] + conts[k + 1 :]), self.origin))
-            if len(out) == count:
-                break
-        return out
+        return _distinct_drafts(found, conts, count, self.source, lambda _i: self.origin)
 
 
 @dataclass
@@ -251,8 +258,3 @@ class DraftSources:
             return []
         drafts = self.matches(token, length, count)[:count]
         return drafts + self.ngrams(token, count - len(drafts), length, drafts)
-
-
-def rank_drafts(history: HistoryIndex, pool: NgramPool, token: int, count: int, length: int) -> list[Draft]:
-    """Up to ``count`` distinct drafts for what follows ``token``: history matches first, then the pool."""
-    return DraftSources(history, pool).rank(token, count, length)

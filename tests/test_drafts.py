@@ -1,4 +1,4 @@
-from engine.drafts import AGREE, ALONE, SPLIT, HistoryIndex, rank_drafts
+from engine.drafts import AGREE, ALONE, SPLIT, DraftSources, HistoryIndex
 from engine.pool import NgramPool
 
 
@@ -30,7 +30,7 @@ def test_pool_fills_in_when_the_history_has_no_match():
     h.extend([5, 6, 7])
     pool = NgramPool(max_len=3)
     pool.add(7, [1, 2, 3])
-    drafts = rank_drafts(h, pool, 7, count=2, length=3)
+    drafts = DraftSources(h, pool).rank(7, count=2, length=3)
     assert [(d.tokens, d.source) for d in drafts] == [((1, 2, 3), "pool")]
 
 
