@@ -184,7 +184,6 @@ class AutoPolicy:
         # The least per-token acceptance that makes any draft length pay: n-gram drafts
         # are not even looked up below it (they cost a lookup per step).
         self.min_p = min(break_even_p(curve, L) for L in range(1, MAX_AUTO_DRAFT + 1))
-        self._sure = False  # whether the model was sure of the token the last chosen step follows
 
     def _drafts(self, token: int, cfg: LookaheadConfig, max_len: int) -> list[Draft]:
         count = min(cfg.guesses, MAX_GUESSES)
@@ -197,7 +196,7 @@ class AutoPolicy:
         """The step after ``token``, which the model drew with probability ``confidence``."""
         curve = self.curve
         plain_rate = 1.0 / curve.cost(1)
-        self._sure = sure = confidence >= SURE
+        sure = confidence >= SURE
         drafts = self._drafts(token, cfg, min(MAX_AUTO_DRAFT, room))
         options = [(d, self.stats.expected(d, sure)) for d in drafts]
         chosen: list[Draft] = []
@@ -246,13 +245,21 @@ class AutoPolicy:
             expected_gain=best_rate / plain_rate,
         )
 
-    def observe(self, choice: StepChoice, committed: Sequence[int], accepted_origin: str, n_accepted: int) -> None:
-        """Learn from a step: how far each draft agreed with the committed tokens, and what the window earned."""
+    def observe(
+        self,
+        choice: StepChoice,
+        committed: Sequence[int],
+        accepted_origin: str,
+        n_accepted: int,
+        confidence: float = 0.0,
+    ) -> None:
+        """Learn from a step chosen with ``confidence``: how far each draft agreed with the committed tokens,
+        and what the window earned."""
         for k, d in enumerate(choice.drafts):
             agree = 0
             while agree < min(len(d.tokens), len(committed)) and d.tokens[agree] == committed[agree]:
                 agree += 1
-            self.stats.observe(d, len(d.tokens), agree, fade=k == 0, sure=self._sure)
+            self.stats.observe(d, len(d.tokens), agree, fade=k == 0, sure=confidence >= SURE)
         landed = n_accepted if accepted_origin == "window" else 0
         if choice.window or landed:
             self.stats.observe_window(choice.window, landed)

@@ -134,6 +134,9 @@ class LiveCosts:
         self._singles: deque[float] = deque(maxlen=64)
         self._ratios: dict[int, deque[float]] = {}
         self._cost: dict[int, float] = {}
+        # _floor[n]: the dearest live cost of a size below n (n > MAX_SIZE: of any), so that a size not run
+        # yet never looks cheaper than a smaller one that was (the measured curve may sit below live costs).
+        self._floor = [0.0] * (self.MAX_SIZE + 2)
 
     def record(self, batch_size: int, n_logits: int, seconds: float) -> None:
         if seconds <= 0 or not self.learn:
@@ -148,14 +151,15 @@ class LiveCosts:
         ratios.append(seconds / base)
         w = len(ratios) / (len(ratios) + self.PRIOR)
         self._cost[batch_size] = max((1 - w) * self.curve.cost(batch_size) + w * float(np.median(ratios)), 1.0)
+        dearest = 0.0
+        for n in range(1, len(self._floor)):
+            self._floor[n] = dearest
+            dearest = max(dearest, self._cost.get(n, 0.0))
 
     def cost(self, n: int, k: int | None = None) -> float:
         if (k is None or k >= n) and n in self._cost:
             return self._cost[n]
-        # Never below what a smaller batch was seen to cost: a size not run yet must not look cheaper
-        # than one that was (the measured curve may sit below the live costs).
-        seen = max((c for m, c in self._cost.items() if m < n), default=0.0)
-        return max(self.curve.cost(n, k), seen)
+        return max(self.curve.cost(n, k), self._floor[min(max(n, 0), len(self._floor) - 1)])
 
     def observed(self) -> dict[int, tuple[float, int]]:
         """Batch size -> (cost in use, samples behind it), for sizes seen while generating."""
@@ -191,11 +195,16 @@ def cache_key(model_path: str, threads: int) -> str:
     return hashlib.sha256(ident.encode()).hexdigest()[:24]
 
 
-def cache_dir() -> Path:
+def cache_root() -> Path:
+    """The engine's cache folder: LOOKAHEAD_CHAT_HOME/cache, else the user cache dir."""
     base = os.environ.get("LOOKAHEAD_CHAT_HOME")
     if base:
-        return Path(base) / "cache" / "costs"
-    return Path(platformdirs.user_cache_dir("lookahead-chat")) / "costs"
+        return Path(base) / "cache"
+    return Path(platformdirs.user_cache_dir("lookahead-chat"))
+
+
+def cache_dir() -> Path:
+    return cache_root() / "costs"
 
 
 def load_cached(model_path: str, threads: int) -> CostCurve | None:

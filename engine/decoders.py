@@ -42,7 +42,8 @@ class StepOutcome:
     guesses: int
     n_cached: int = 0  # leading committed tokens already in the KV cache
     accepted_origin: str = ""  # where the accepted draft tokens came from (Draft.origin); "" if none
-    confidence: float = 0.0  # the probability the model gave the last committed token (what the next step follows)
+    # The probability the model gave the last committed token (what the next step follows); 0.0 unless asked for.
+    confidence: float = 0.0
     top2_gaps: list[float] = field(default_factory=list)
     decode_s: float = 0.0
 
@@ -93,7 +94,8 @@ class PlainDecoder:
         self.seqs = seqs  # sequence ids every committed token carries
         self.record_gaps = record_gaps
 
-    def step(self, kv: KvState, pending: list[int]) -> StepOutcome:
+    def step(self, kv: KvState, pending: list[int], confidence: bool = False) -> StepOutcome:
+        """One token; ``confidence``: also report its probability (a softmax over the vocabulary)."""
         self.batch.set_single_seq(pending, kv.n, self.seqs, last_logits=True)
         t0 = time.perf_counter()
         self.ctx.decode(self.batch)
@@ -114,7 +116,7 @@ class PlainDecoder:
             guesses=0,
             top2_gaps=gaps,
             decode_s=decode_s,
-            confidence=probability(row, tok),
+            confidence=probability(row, tok) if confidence else 0.0,
         )
 
 
@@ -187,8 +189,8 @@ class LookaheadDecoder:
         self.pool = pool
         self.window = window
 
-    def step(self, kv: KvState, pending: list[int], choice: StepChoice) -> StepOutcome:
-        """One step holding ``choice``'s drafts and window (already sized to fit)."""
+    def step(self, kv: KvState, pending: list[int], choice: StepChoice, confidence: bool = False) -> StepOutcome:
+        """One step holding ``choice``'s drafts and window (already sized to fit); ``confidence`` as PlainDecoder's."""
         input_token = pending[-1]
         candidates = [d.tokens for d in choice.drafts]
         W = choice.window
@@ -228,7 +230,7 @@ class LookaheadDecoder:
             n_cached=n_kept,
             decode_s=decode_s,
             accepted_origin=_origin_of(choice, committed[: len(path)]),
-            confidence=probability(last_row, committed[-1]),
+            confidence=probability(last_row, committed[-1]) if confidence else 0.0,
         )
 
     def _verify(

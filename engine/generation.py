@@ -155,12 +155,13 @@ class Generation:
         cfg = self._controls.lookahead
         ts = time.perf_counter()
         choice = self._choose(cfg, budget)
+        auto = cfg is not None and cfg.auto  # only Auto reads the committed token's probability
         if choice.plain:
-            out = self._plain.step(engine.kv, self._pending)
+            out = self._plain.step(engine.kv, self._pending, confidence=auto)
         else:
-            out = self._lookahead.step(engine.kv, self._pending, choice)
-        if cfg is not None and cfg.auto:
-            self._auto.observe(choice, out.committed, out.accepted_origin, out.n_accepted)
+            out = self._lookahead.step(engine.kv, self._pending, choice, confidence=auto)
+        if auto:
+            self._auto.observe(choice, out.committed, out.accepted_origin, out.n_accepted, self._confidence)
         self._pending = out.committed[out.n_cached :]
         self._confidence = out.confidence
         committed, reason = self._apply_limits(out.committed)

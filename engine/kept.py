@@ -14,8 +14,7 @@ import json
 import os
 from pathlib import Path
 
-import platformdirs
-
+from .costmodel import cache_root
 from .pool import NgramPool
 from .settings import MAX_NGRAM
 
@@ -26,10 +25,7 @@ KEEP_ORIGINS = frozenset({"reply", "window"})
 
 
 def kept_dir() -> Path:
-    base = os.environ.get("LOOKAHEAD_CHAT_HOME")
-    if base:
-        return Path(base) / "cache" / "ngrams"
-    return Path(platformdirs.user_cache_dir("lookahead-chat")) / "ngrams"
+    return cache_root() / "ngrams"
 
 
 def model_key(model_path: str | os.PathLike[str]) -> str:

@@ -65,9 +65,9 @@ def probe_timeout(size_bytes: int) -> float:
 
 def cache_path() -> Path:
     """The JSON file of model files known to load, beside the cost-curve cache."""
-    from .costmodel import cache_dir  # its parent is the app's cache root (LOOKAHEAD_CHAT_HOME/cache)
+    from .costmodel import cache_root
 
-    return cache_dir().parent / CACHE_NAME
+    return cache_root() / CACHE_NAME
 
 
 def _llama_version() -> str:
