@@ -41,8 +41,9 @@ class NgramPool:
         self._entries.clear()
         self._clock = 0
 
-    def add(self, key: int, continuation: Sequence[int], origin: str = "pool") -> None:
-        """Record that ``continuation`` was seen right after ``key`` (``origin``: where, if it is new)."""
+    def add(self, key: int, continuation: Sequence[int], origin: str = "pool", hits: int = 0) -> None:
+        """Record that ``continuation`` was seen right after ``key`` (``origin``: where, if it is new;
+        ``hits``: verified that often elsewhere, when it comes from another pool)."""
         cont = tuple(int(t) for t in continuation[: self.max_len])
         if not cont:
             return
@@ -55,6 +56,7 @@ class NgramPool:
                 del bucket[worst]
             entry = bucket[cont] = _Entry(origin)
         entry.last_seen = self._clock
+        entry.hits = max(entry.hits, hits)
 
     def add_tokens(self, tokens: Sequence[int], start: int = 0, origin: str = "pool") -> None:
         """Add the n-grams of a token sequence whose first token is at ``start`` or later.
@@ -71,10 +73,7 @@ class NgramPool:
         for key, bucket in other._entries.items():
             for cont, entry in bucket.items():
                 if entry.hits or entry.origin in origins:
-                    self.add(key, cont, origin)
-                    mine = self._entries[key].get(cont[: self.max_len])
-                    if mine is not None:
-                        mine.hits = max(mine.hits, entry.hits)
+                    self.add(key, cont, origin, entry.hits)
 
     def trim(self, max_entries: int) -> None:
         """Keep the ``max_entries`` most useful entries (most hits, then most recently seen)."""
@@ -99,10 +98,7 @@ class NgramPool:
     def from_json(cls, rows: list, max_len: int, capacity: int, origin: str) -> NgramPool:
         pool = cls(max_len, capacity)
         for key, cont, hits in rows:
-            pool.add(int(key), [int(t) for t in cont], origin)
-            entry = pool._entries[int(key)].get(tuple(int(t) for t in cont[:max_len]))
-            if entry is not None:
-                entry.hits = int(hits)
+            pool.add(int(key), cont, origin, int(hits))
         return pool
 
     def observe_accepted(self, key: int, accepted: Sequence[int]) -> None:

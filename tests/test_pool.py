@@ -42,3 +42,16 @@ def test_add_tokens_indexes_every_position_of_a_prompt():
     assert (6, 8) in pool.candidates(5, 5, 2)
     assert (6, 7) in pool.candidates(5, 5, 2)
     assert pool.candidates(8, 5, 2) == []  # last token: nothing follows it
+
+
+def test_a_pool_written_and_read_back_keeps_its_entries_hits_and_order():
+    pool = NgramPool(max_len=3)
+    pool.add(1, [2, 3], "window")
+    pool.add(1, [4], "reply")
+    pool.observe_accepted(1, [2])
+    back = NgramPool.from_json(pool.to_json(), max_len=3, capacity=8, origin="kept")
+    assert back.to_json() == pool.to_json()
+    assert back.ranked(1, 2, 3) == [((2, 3), "kept"), ((4,), "kept")]  # verified first, then recent
+    kept = NgramPool(max_len=3)
+    kept.merge(pool, frozenset({"reply"}), "kept")
+    assert kept.to_json() == pool.to_json()  # the window's entry comes along: it was verified
