@@ -13,6 +13,7 @@ program is reported (``DatabaseLockedError``) and never touched.
 
 from __future__ import annotations
 
+import itertools
 import os
 import sqlite3
 import time
@@ -286,15 +287,18 @@ class ChatStore:
         """
         from .stats import ReplyStats  # local: keeps this module importable on its own
 
+        rows = self._db.execute(
+            "SELECT m.conversation_id, m.role, m.content, m.stats_json FROM messages m"
+            " JOIN conversations c ON c.id = m.conversation_id ORDER BY c.updated DESC, c.id DESC, m.id"
+        ).fetchall()
         texts: list[str] = []
         budget = max_chars
-        for conv in self.conversations():
-            messages = self.messages(conv.id)
-            models = {s.model for m in messages if m.role == "assistant" for s in [ReplyStats.from_json(m.stats_json)]
-                      if s is not None}
-            if models != {model_name}:
+        for _conv, group in itertools.groupby(rows, key=lambda row: row["conversation_id"]):
+            messages = list(group)
+            replies = (ReplyStats.from_json(m["stats_json"]) for m in messages if m["role"] == "assistant")
+            if {s.model for s in replies if s is not None} != {model_name}:
                 continue
-            text = "\n".join(m.content for m in messages if m.role in ("user", "assistant"))
+            text = "\n".join(m["content"] for m in messages if m["role"] in ("user", "assistant"))
             if len(text) > budget:
                 break
             texts.append(text)

@@ -195,7 +195,7 @@ class EngineWorker(QObject):
             self._pending_lookahead = None
         started = False
         n_tokens = 0
-        reply_text = ""
+        reply_tokens: list[int] = []
         steps_after_stop = 0
         stop_reason: str | None = None
         try:
@@ -217,7 +217,7 @@ class EngineWorker(QObject):
                 if after_stop and ev.n_committed:
                     steps_after_stop += 1
                 n_tokens += len(ev.token_ids)
-                reply_text += ev.text
+                reply_tokens.extend(ev.token_ids)
                 stop_reason = ev.stop_reason or stop_reason
                 self.stepUpdate.emit(StepUpdate(request.request_id, ev, requested, after_stop))
         except Exception as exc:  # every failure becomes a message for the user
@@ -236,8 +236,8 @@ class EngineWorker(QObject):
         self.replyFinished.emit(ReplyOutcome(request.request_id, stop_reason, n_tokens, steps_after_stop))
         # The finished exchange joins the earlier chats the next ones may draft from.
         engine = self._engine
-        if engine is not None and request.messages and reply_text:
-            engine.remember_chat(engine.tokenize(f"{request.messages[-1].content}\n{reply_text}", add_special=False))
+        if engine is not None and request.messages and reply_tokens:
+            engine.remember_chat(engine.tokenize(f"{request.messages[-1].content}\n", add_special=False) + reply_tokens)
             engine.save_memory()
 
     @Slot(int)
