@@ -133,7 +133,7 @@ class Generation:
         self._n_generated = 0
         self._pending = [prompt[-1]]  # committed tokens not yet in the KV cache
         self._n_steps = 0
-        self._lookahead_steps = 0
+        self._pool_grew = False  # lookahead steps added the reply's n-grams to the pool: worth keeping
         self._confidence = 0.0  # the probability of the last committed token (Auto's steps depend on it)
         self._finished = False
 
@@ -169,7 +169,7 @@ class Generation:
         self._tokens.extend(committed)
         if cfg is not None:
             self._sync_pool(len(committed))
-            self._lookahead_steps += 1
+            self._pool_grew = True
         delta, hit = self._text.feed(committed)
         if hit:
             reason = "stop_string"
@@ -213,9 +213,9 @@ class Generation:
         if self._sampler is not None:
             self._sampler.close()
             self._sampler = None
-        if self._lookahead_steps:
+        if self._pool_grew:
             self._engine.keep_ngrams(self._pool)
-            self._lookahead_steps = 0
+            self._pool_grew = False
 
     def _choose(self, cfg: LookaheadConfig | None, budget: int) -> StepChoice:
         """This step's shape, kept within the batch size whose logits match a lone decode's."""
