@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 SIZES = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24, 32, 48, 64)
 _TABLE = 300
-CACHE_VERSION = 4
+CACHE_VERSION = 5
 EXACT_PROBE_SIZES = (2, 4, 8, 16, 24, 32, 48, 63, 64, 96, 128)
 # Before the first lookahead step of a model whose curve is unknown: cheap (86 tokens), covers every
 # Auto draft and the common fixed shapes; the full probe runs with the measurement.
@@ -120,7 +120,9 @@ class LiveCosts:
     current base, batches of n tokens (all with logits, as Auto's
     verification steps are) give ``time / base`` samples, and the median of
     the recent ones is blended with the curve's value, more so as samples
-    accumulate.
+    accumulate. A 1-token step right after a batch is slower than the others
+    (the compute graph changes shape back); what it takes beyond the base is
+    charged to that batch, as the measured curve does.
     """
 
     SAMPLES = 24  # recent batches kept per size
@@ -137,18 +139,30 @@ class LiveCosts:
         # _floor[n]: the dearest live cost of a size below n (n > MAX_SIZE: of any), so that a size not run
         # yet never looks cheaper than a smaller one that was (the measured curve may sit below live costs).
         self._floor = [0.0] * (self.MAX_SIZE + 2)
+        self._after = 0  # batch size of the step just recorded (0: a 1-token step or none)
 
     def record(self, batch_size: int, n_logits: int, seconds: float) -> None:
         if seconds <= 0 or not self.learn:
             return
+        after, self._after = self._after, 0
         if batch_size == 1:
-            self._singles.append(seconds)
+            if after and self._singles:  # the batch before made this step slower: charge it there
+                base = float(np.median(self._singles))
+                ratios = self._ratios[after]
+                ratios[-1] += max(seconds - base, 0.0) / base
+                self._update(after)
+            else:
+                self._singles.append(seconds)
             return
         if n_logits != batch_size or batch_size > self.MAX_SIZE or len(self._singles) < 8:
             return
         base = float(np.median(self._singles))
-        ratios = self._ratios.setdefault(batch_size, deque(maxlen=self.SAMPLES))
-        ratios.append(seconds / base)
+        self._ratios.setdefault(batch_size, deque(maxlen=self.SAMPLES)).append(seconds / base)
+        self._after = batch_size
+        self._update(batch_size)
+
+    def _update(self, batch_size: int) -> None:
+        ratios = self._ratios[batch_size]
         w = len(ratios) / (len(ratios) + self.PRIOR)
         self._cost[batch_size] = max((1 - w) * self.curve.cost(batch_size) + w * float(np.median(ratios)), 1.0)
         dearest = 0.0
@@ -250,7 +264,8 @@ def measure(
     """Time decode steps of every size, with one and with all logits, relative to a 1-token step.
 
     Each timed batch is paired with a 1-token step decoded just before it, as
-    in a generation, and the curve holds the median of those ratios: a machine
+    in a generation, and charged with the time the 1-token step after it takes
+    beyond that one; the curve holds the median of those ratios: a machine
     whose speed drifts, or another process taking the CPU for a moment, moves
     both halves of a pair alike. Small batches, the ones Auto uses most, are
     timed every round, large ones every third round. The cache holds as many
@@ -301,9 +316,13 @@ def measure(
                 continue
             report(_PROBE_SHARE + (1 - _PROBE_SHARE) * min((time.perf_counter() - t_start) / budget_s, rounds / 3))
             for a in (False, True):
+                # A batch also slows the 1-token step after it (the compute graph changes shape back):
+                # that time is the batch's. Each pair starts after a 1-token step, as most steps do.
                 one = once(1, True)
                 singles.append(one)
-                ratios[(n, a)].append(once(n, a) / one)
+                spent = once(n, a)
+                spent += once(1, True) - one
+                ratios[(n, a)].append(spent / one)
         rounds += 1
         if rounds >= 3 and time.perf_counter() - t_start > budget_s:
             break

@@ -55,6 +55,27 @@ def test_live_costs_move_towards_what_batches_really_cost():
     assert live.observed() == {2: (round(live.cost(2), 3), 24)}
 
 
+def test_the_slower_step_after_a_batch_is_charged_to_the_batch():
+    live = LiveCosts(CURVE)
+    for _ in range(10):
+        live.record(1, 1, 0.010)
+    for _ in range(24):
+        live.record(2, 2, 0.020)
+        live.record(1, 1, 0.015)  # half a step more than the base: the batch's doing
+        live.record(1, 1, 0.010)
+    assert 2.2 < live.cost(2) < 2.3  # 2.5 blended with the curve's 1.6; 1.9 if the batch were timed alone
+    # the slow steps did not move the base: a batch at twice the base still reads as about 2.0 more
+    live2 = LiveCosts(CURVE)
+    for _ in range(10):
+        live2.record(1, 1, 0.010)
+    for _ in range(20):
+        live2.record(2, 2, 0.020)
+        live2.record(1, 1, 0.030)
+    for _ in range(30):
+        live2.record(4, 4, 0.020)
+    assert live2.cost(4) == pytest.approx(0.25 * CURVE.cost(4) + 0.75 * 2.0)
+
+
 def test_a_batch_size_not_run_yet_never_looks_cheaper_than_a_smaller_one_that_was():
     live = LiveCosts(CURVE)
     for _ in range(10):
