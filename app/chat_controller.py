@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from engine import LookaheadConfig, SamplingConfig, StepEvent, StopConfig
 from engine.text import conversation_messages
 
+from .marks import TokenMarks
 from .requests import GenerationRequest, ReplyOutcome
 from .stats import ReplyStats
 from .store import ChatStore, StoredMessage, export_markdown
@@ -53,6 +54,7 @@ class Turn:
     started: bool = False
     text: str = ""
     stats: ReplyStats = field(default_factory=ReplyStats)
+    marks: TokenMarks = field(default_factory=TokenMarks)  # how each run of ``text`` came
 
 
 @dataclass(frozen=True)
@@ -208,6 +210,7 @@ class ChatController:
         for ev in events:
             turn.stats.observe(ev, auto=turn.auto)
             turn.text += ev.text
+            turn.marks.observe(ev)
             if ev.mode != "none":
                 committed.append(ev.n_committed)
         return committed
@@ -223,7 +226,9 @@ class ChatController:
             turn.stats.stop_reason = outcome.stop_reason
         message_id = None
         if turn.conversation_id is not None and (turn.text or outcome.stop_reason != "cancelled"):
-            message_id = self.store.add_message(turn.conversation_id, "assistant", turn.text, turn.stats.to_json()).id
+            message_id = self.store.add_message(
+                turn.conversation_id, "assistant", turn.text, turn.stats.to_json(), turn.marks.to_json()
+            ).id
         return turn, ReplyRecord(turn.conversation_id or 0, message_id, turn.text, turn.stats, outcome)
 
     def reject(self, request_id: int) -> Turn | None:

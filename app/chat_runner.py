@@ -149,6 +149,8 @@ class ChatRunner(QObject):
         self._reply_bubble = None
         if turn is not None and turn.started and turn.conversation_id == self.chat.conversation_id:
             self._reply_bubble = self._pane.add_reply_bubble(turn.text)
+            if turn.text:
+                self._reply_bubble.set_text(turn.text, turn.marks)
         self._pane.chat_view.scroll_to_bottom()
         self.conversationShown.emit(conv)
 
@@ -231,9 +233,14 @@ class ChatRunner(QObject):
         if turn is None or not updates:
             return
         new_steps = self.chat.observe([u.event for u in updates])
+        self._pane.show_usage(turn.stats)
+        view = self._pane.chat_view
+        if self._reply_bubble is not None and turn.stats.dropped_messages != len(view.left_out()):
+            # The oldest messages of the history this reply follows no longer fit the context.
+            view.mark_left_out(turn.stats.dropped_messages, self._pane.context_meter.n_ctx)
         bubble = self._reply_bubble
         if bubble is not None:
-            bubble.set_text(turn.text)
+            bubble.set_text(turn.text, turn.marks)
             if turn.text and bubble.stats_label.text():
                 bubble.set_stats_line("")
         self._panel.live.show_progress(turn.stats, new_steps, updates[-1].event)

@@ -45,6 +45,7 @@ from .widgets.comparisons import Comparisons
 from .widgets.conversation_list import ConversationList
 from .widgets.decoding_panel import DecodingPanel
 from .widgets.measure_status import MeasureStatus
+from .widgets.model_info import ModelInfoDialog
 from .worker import EngineThread
 
 log = logging.getLogger(__name__)
@@ -106,6 +107,7 @@ class MainWindow(QMainWindow):
             model_name=lambda: self.model.display_name if self.model else "", dialog_parent=self,
         )
         self._build_menus()
+        self._build_view_menu()
         self._wire()
 
         self.panel.load_settings(self.settings)
@@ -187,10 +189,29 @@ class MainWindow(QMainWindow):
             "&Chat", ("&New chat", self.new_chat, "Ctrl+N"), ("&Stop", self.stop_reply, Qt.Key.Key_Escape),
             ("&Regenerate last reply", self.regenerate_last, "Ctrl+R"),
         )
+        (self.template_action,) = menu("&Model", ("Chat &template…", self._on_show_chat_template, None))
         self.send_action = QAction("Send", self)
         self.send_action.setShortcut(QKeySequence("Ctrl+Return"))
         self.send_action.triggered.connect(self._on_send_shortcut)
         self.addAction(self.send_action)
+
+    def _build_view_menu(self) -> None:
+        self.show_lookahead_action = QAction("Show &lookahead in replies", self)
+        self.show_lookahead_action.setCheckable(True)
+        self.show_lookahead_action.setShortcut(QKeySequence("Ctrl+L"))
+        self.show_lookahead_action.setToolTip("Tint the text each draft source gave; hover a run for its step")
+        self.show_lookahead_action.setChecked(self.settings.show_lookahead)
+        self.show_lookahead_action.toggled.connect(self._on_show_lookahead)
+        self.menuBar().addMenu("&View").addAction(self.show_lookahead_action)
+        self._on_show_lookahead(self.settings.show_lookahead)
+
+    @Slot(bool)
+    def _on_show_lookahead(self, on: bool) -> None:
+        self.chat_pane.set_show_lookahead(on)
+        self.compare_view.set_show_lookahead(on)
+        if on != self.settings.show_lookahead:
+            self.settings.show_lookahead = on
+            self._save_settings()
 
     def _build_status_bar(self) -> None:
         bar = self.statusBar()
@@ -270,6 +291,7 @@ class MainWindow(QMainWindow):
         for widget in (self.open_action, self.recent_menu, self.panel.reload_button):
             widget.setEnabled(not busy and not self.is_loading())
         self.export_action.setEnabled(self.chat.conversation_id is not None)
+        self.template_action.setEnabled(self.model is not None)
         self.comparisons.set_ready(ready and not busy)
 
     # --- model ---
@@ -292,6 +314,7 @@ class MainWindow(QMainWindow):
         self.settings.add_recent_model(model.path)
         self._save_settings()
         self.panel.set_lookahead_blocked(model.lookahead_block_reason)
+        self.chat_pane.context_meter.set_context(model.n_ctx)
         self._update_actions()
         # Earlier chats with this model, for lookahead to draft from (tokenized on the engine's thread).
         self.engine.rememberRequested.emit(model.path, self.store.chat_texts(model.display_name))
@@ -320,6 +343,15 @@ class MainWindow(QMainWindow):
             action.setToolTip(path)
         if not self.settings.recent_models:
             self.recent_menu.addAction("(none)").setEnabled(False)
+
+    @Slot()
+    def _on_show_chat_template(self) -> None:
+        """Model → Chat template…: the model's facts and its template, read-only (closed dialogs are freed)."""
+        if self.model is None:
+            return
+        dialog = ModelInfoDialog(self.model, self)
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        dialog.open()
 
     @Slot()
     def _on_reload_requested(self) -> None:

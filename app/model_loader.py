@@ -8,6 +8,7 @@ from PySide6.QtCore import QObject, Signal, Slot
 from PySide6.QtWidgets import QLabel, QMainWindow, QMessageBox, QProgressBar
 
 from .requests import LoadedModel
+from .widgets.model_info import FALLBACK_NOTE, format_params
 from .worker import EngineThread
 
 
@@ -78,12 +79,20 @@ class ModelLoader(QObject):
         self.loading_path = None
         self.progress.setVisible(False)
         self.model = model
-        self.model_label.setText(f"{model.display_name} · {model.file_type} · ctx {model.n_ctx}")
+        generic = " · generic chat format" if model.template_is_fallback else ""
+        self.model_label.setText(f"{model.display_name} · {model.file_type} · ctx {model.n_ctx}{generic}")
         checked = f" (first-open check {model.probe_s:.2f} s)" if model.probe_s is not None else ""
-        self.model_label.setToolTip(
-            f"{model.gguf_name} ({model.architecture}, {model.n_params / 1e6:.0f}M parameters)\n"
-            f"{model.path}\n{model.n_threads} threads, loaded in {model.load_s:.2f} s{checked}"
-        )
+        trained = f" (trained on {model.n_ctx_train:,})" if model.n_ctx_train else ""
+        tip = [
+            f"{model.gguf_name}: {model.architecture}, {format_params(model.n_params)} parameters, {model.file_type}",
+            f"context {model.n_ctx:,} tokens{trained}",
+            model.path,
+            f"{model.n_threads} threads, loaded in {model.load_s:.2f} s{checked}",
+        ]
+        if model.template_is_fallback:
+            tip += ["", FALLBACK_NOTE]
+        tip += ["", "Model → Chat template… shows the template in use."]
+        self.model_label.setToolTip("\n".join(tip))
         blocked = model.lookahead_block_reason
         self.lookahead_label.setText("lookahead unavailable" if blocked else "lookahead available")
         self.lookahead_label.setToolTip(blocked or "")

@@ -13,7 +13,7 @@ from engine import LookaheadConfig, Message, SamplingConfig, StepEvent, StopConf
 
 @dataclass(frozen=True)
 class LoadedModel:
-    """Facts about the model now in use, for the status bar and the stats lines."""
+    """Facts about the model now in use, for the status bar, the stats lines and Model → Chat template…."""
 
     path: str
     display_name: str
@@ -26,6 +26,10 @@ class LoadedModel:
     lookahead_block_reason: str | None
     load_s: float
     probe_s: float | None = None  # the first-open check in a child process, when it ran
+    template_source: str = ""  # the chat template the conversation is rendered with (Jinja2 source)
+    template_is_fallback: bool = False  # the file has no chat template: the generic ChatML one is used
+    n_ctx_train: int | None = None  # the context the model was trained with (GGUF header), when it says
+    size_bytes: int = 0  # the model file's size
 
 
 @dataclass(frozen=True)

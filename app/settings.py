@@ -41,6 +41,7 @@ class AppSettings:
     n_ctx: int = 4096
     threads: int = 0  # 0 = let the engine pick
     system_prompt: str = DEFAULT_SYSTEM_PROMPT  # for new chats
+    show_lookahead: bool = False  # View → Show lookahead: replies tinted by how each run of text came
     geometry: str = ""  # QWidget.saveGeometry(), base64
     splitter_state: str = ""
 

@@ -17,8 +17,11 @@ from engine import RunStats, StepEvent
 # Rows written before RunStats existed have exactly these keys, so they load as they are.
 STORED_FIELDS = (
     "n_tokens", "steps", "decode_s", "first_token_s", "n_drafted", "n_accepted", "modes", "window", "ngram",
-    "guesses", "auto", "model", "stop_reason", "per_step", "elapsed_s",
+    "guesses", "auto", "model", "stop_reason", "per_step", "elapsed_s", "prompt_tokens", "prompt_cached_tokens",
+    "prefill_tokens", "system_tokens", "dropped_messages",
 )
+# Kept only when set (rows written before they were counted stay as they were).
+OPTIONAL_FIELDS = {"prompt_tokens", "prompt_cached_tokens", "prefill_tokens", "system_tokens", "dropped_messages"}
 
 STOP_WORDS = {"cancelled": "stopped", "max_tokens": "length limit", "context_full": "context full"}
 
@@ -51,11 +54,17 @@ class ReplyStats(RunStats):
     def summary_line(self) -> str:
         """One line shown under a reply.
 
-        For example ``48 tokens · 95.1 tok/s · TTFT 0.08 s · 1.50 tok/step · lookahead W4 N4 G3 · model``.
+        For example ``48 tokens · 95.1 tok/s · TTFT 0.08 s · prompt 40 tokens (0 cached, 900 tok/s) · 1.50 tok/step ·
+        lookahead W4 N4 G3 · model``.
         """
         parts = [f"{self.n_tokens} tokens", f"{self.tokens_per_s:.1f} tok/s"]
         if self.first_token_s is not None:
             parts.append(f"TTFT {self.first_token_s:.2f} s")
+        if self.prompt_tokens:
+            prompt = f"prompt {self.prompt_tokens} tokens ({self.prompt_cached_tokens} cached"
+            if self.prompt_tokens_per_s > 0:
+                prompt += f", {self.prompt_tokens_per_s:.0f} tok/s"
+            parts.append(prompt + ")")
         parts.append(f"{self.tokens_per_step:.2f} tok/step")
         parts.append(f"{self.mode} {self.shape_text()}".strip())
         if self.acceptance is not None:
@@ -67,7 +76,8 @@ class ReplyStats(RunStats):
         return " · ".join(parts)
 
     def to_json(self) -> str:
-        return json.dumps({name: getattr(self, name) for name in STORED_FIELDS})
+        values = {name: getattr(self, name) for name in STORED_FIELDS}
+        return json.dumps({k: v for k, v in values.items() if v or k not in OPTIONAL_FIELDS})
 
     @classmethod
     def from_json(cls, text: str | None) -> ReplyStats | None:

@@ -44,6 +44,10 @@ _MIGRATIONS: list[str] = [
     );
     CREATE INDEX messages_by_conversation ON messages(conversation_id, id);
     """,
+    # 1 -> 2: how each run of a reply's text came (app/marks.py); NULL for older messages
+    """
+    ALTER TABLE messages ADD COLUMN marks_json TEXT;
+    """,
 ]
 SCHEMA_VERSION = len(_MIGRATIONS)
 
@@ -65,6 +69,7 @@ class StoredMessage:
     content: str
     created: float
     stats_json: str | None = None
+    marks_json: str | None = None  # app.marks.TokenMarks, for replies
 
 
 class SchemaTooNewError(RuntimeError):
@@ -262,16 +267,22 @@ class ChatStore:
     # --- messages ---
 
     def add_message(
-        self, conversation_id: int, role: str, content: str, stats_json: str | None = None
+        self,
+        conversation_id: int,
+        role: str,
+        content: str,
+        stats_json: str | None = None,
+        marks_json: str | None = None,
     ) -> StoredMessage:
         now = time.time()
         with self._transaction():
             cur = self._db.execute(
-                "INSERT INTO messages(conversation_id, role, content, created, stats_json) VALUES (?, ?, ?, ?, ?)",
-                (conversation_id, role, content, now, stats_json),
+                "INSERT INTO messages(conversation_id, role, content, created, stats_json, marks_json)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                (conversation_id, role, content, now, stats_json, marks_json),
             )
             self._touch(conversation_id)
-        return StoredMessage(_row_id(cur), conversation_id, role, content, now, stats_json)
+        return StoredMessage(_row_id(cur), conversation_id, role, content, now, stats_json, marks_json)
 
     def messages(self, conversation_id: int) -> list[StoredMessage]:
         rows = self._db.execute(

@@ -169,6 +169,10 @@ class EngineWorker(QObject):
             lookahead_block_reason=engine.lookahead_block_reason,
             load_s=time.perf_counter() - t0,
             probe_s=probe.seconds if probe.probed else None,
+            template_source=engine.template.source,
+            template_is_fallback=engine.template.is_fallback,
+            n_ctx_train=s.context_length,
+            size_bytes=s.size_bytes,
         )
         self.modelLoaded.emit(loaded)
 

@@ -184,8 +184,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
             events = eng.generate(eng.tokenize(prompt_text), controls=controls, sampling=sampling, stop=stop)
         summary = RunStats()
         shapes = []
+        token_sources: list[str] = []
         for ev in events:
             summary.observe(ev)
+            token_sources.extend(ev.token_sources)
             if ev.mode != "none":
                 shapes.append((ev.window, ev.ngram, ev.guesses))
             if not args.json and ev.text:
@@ -203,6 +205,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
                         "tokens_per_step": round(summary.tokens_per_step, 4),
                         "elapsed_s": round(summary.elapsed_s, 4),
                         "prefill_s": round(summary.prefill_s, 4),
+                        "prompt_tokens": summary.prompt_tokens,
+                        "prompt_cached_tokens": summary.prompt_cached_tokens,
+                        "prompt_tokens_per_s": round(summary.prompt_tokens_per_s, 1),
+                        "token_sources": token_sources,
                         "first_token_s": round(summary.first_token_s or 0.0, 4),
                         "tokens_per_s": round(summary.tokens_per_s, 2),
                         "mode": "plain" if lookahead is None else ("auto" if lookahead.auto else "lookahead"),

@@ -54,17 +54,36 @@ class StepEvent:
     guesses: int
     elapsed_s: float  # wall time of the step
     decode_s: float  # of which llama_decode
-    prefill_tokens: int = 0  # prompt tokens evaluated before this step (first step only)
+    # The prompt (first step only): its tokens, of which ``prefill_tokens`` were evaluated before this step in
+    # ``prefill_s``; the rest but the last were in the cache already (reused from the previous turn), and the
+    # last is evaluated by this step.
+    prompt_tokens: int = 0
+    prefill_tokens: int = 0
     prefill_s: float = 0.0
     top2_gaps: tuple[float, ...] = ()
     stop_reason: str | None = None  # set on the last event
     notice: str = ""  # e.g. context policy applied
+    # Set by ChatSession on the first step: the oldest messages left out to fit the context, and the
+    # prompt tokens the system prompt takes.
+    dropped_messages: int = 0
+    system_tokens: int = 0
     choice: str = ""  # why the step had this shape (Auto explains itself here)
     # Where this step's accepted draft tokens came from ("" when none landed): "prompt" (the conversation
     # being answered), "history" (turns left out of the context, the text being regenerated), "reply" (this
     # reply so far), "other_chats" (earlier chats with this model), "window" (Jacobi trajectories), "kept"
     # (n-grams kept from earlier replies).
     draft_source: str = ""
+    # One entry per token of ``token_ids``: "own" for the token the model picked itself at the end of the step
+    # (every plain step's), else the ``draft_source`` of the verified draft it came from.
+    token_sources: tuple[str, ...] = ()
+    # One entry per token of ``token_ids``: the text it added to ``text`` ("" while a character's bytes or a
+    # possible stop string are held back; the held text comes with a later token). They join to ``text``.
+    token_texts: tuple[str, ...] = ()
+
+    @property
+    def prompt_cached_tokens(self) -> int:
+        """Prompt tokens that were in the cache already (first step only)."""
+        return max(self.prompt_tokens - self.prefill_tokens - 1, 0) if self.prompt_tokens else 0
 
 
 @dataclass
@@ -128,6 +147,7 @@ class Generation:
         except BaseException:
             self.close()
             raise
+        self._n_prompt = len(prompt)
         self._tokens = list(prompt)  # prompt + reply so far
         self._pool_synced = len(self._tokens)  # the pool holds the n-grams of tokens[:pool_synced]
         self._n_generated = 0
@@ -170,11 +190,14 @@ class Generation:
         if cfg is not None:
             self._sync_pool(len(committed))
             self._pool_grew = True
-        delta, hit = self._text.feed(committed)
+        pieces, hit = self._text.feed(committed)
         if hit:
             reason = "stop_string"
-        elif reason:
-            delta += self._text.finish()
+        elif reason and pieces:
+            pieces[-1] += self._text.finish()
+        # The step's first n_accepted tokens are the draft's, verified; the rest are the model's own.
+        n_drafted = min(out.n_accepted, len(committed))
+        sources = (out.accepted_origin or "unknown",) * n_drafted + ("own",) * (len(committed) - n_drafted)
         elapsed = time.perf_counter() - ts
         # Wall time, not just llama_decode's: a lookahead step's planning and
         # cache clean-up are part of what it costs.
@@ -184,7 +207,9 @@ class Generation:
             step=self._n_steps,
             mode="plain" if cfg is None else ("auto" if cfg.auto else "lookahead"),
             token_ids=tuple(committed),
-            text=delta,
+            text="".join(pieces),
+            token_texts=tuple(pieces),
+            token_sources=sources,
             n_committed=len(committed),
             batch_size=out.batch_size,
             n_logits=out.n_logits,
@@ -198,6 +223,7 @@ class Generation:
             decode_s=out.decode_s,
             prefill_tokens=self._prefill_tokens if first else 0,
             prefill_s=self._prefill_s if first else 0.0,
+            prompt_tokens=self._n_prompt if first else 0,
             top2_gaps=tuple(out.top2_gaps[: len(committed)]),
             stop_reason=reason,
             notice=self._notice if first else "",
@@ -280,16 +306,17 @@ class _TextOut:
         self._stops = stops
         self._is_eog = is_eog
 
-    def feed(self, tokens: Sequence[int]) -> tuple[str, bool]:
-        delta = ""
+    def feed(self, tokens: Sequence[int]) -> tuple[list[str], bool]:
+        """The text each token adds (\"\" while a character's bytes or a possible stop string are held back),
+        and whether a stop string was hit (the tokens after it add nothing)."""
+        pieces = []
+        hit = False
         for tok in tokens:
-            if self._is_eog(tok):
-                continue
-            piece, hit = self._stops.push(self._stream.feed(tok))
-            delta += piece
-            if hit:
-                return delta, True
-        return delta, False
+            piece = ""
+            if not hit and not self._is_eog(tok):
+                piece, hit = self._stops.push(self._stream.feed(tok))
+            pieces.append(piece)
+        return pieces, hit
 
     def finish(self) -> str:
         piece, _ = self._stops.push(self._stream.flush())

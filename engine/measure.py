@@ -51,6 +51,11 @@ class RunStats:
     n_accepted: int = 0
     accepted_by_source: dict[str, int] = field(default_factory=dict)  # accepted draft tokens per StepEvent.draft_source
     top2_gaps: list[float] = field(default_factory=list)  # plain decoding only, when asked for
+    prompt_tokens: int = 0  # the prompt's tokens, of which prompt_cached_tokens were reused from the cache
+    prompt_cached_tokens: int = 0
+    prefill_tokens: int = 0  # evaluated before the first step, in prefill_s
+    system_tokens: int = 0  # of the prompt, the system prompt's (chat replies)
+    dropped_messages: int = 0  # the oldest messages left out to fit the context (chat replies)
     stop_reason: str | None = None
     modes: list[str] = field(default_factory=list)  # distinct modes of the forward passes, in order of first use
     window: int = 0  # shape of the last lookahead step
@@ -88,6 +93,12 @@ class RunStats:
             source = ev.draft_source or "unknown"
             self.accepted_by_source[source] = self.accepted_by_source.get(source, 0) + ev.n_accepted
         self.top2_gaps.extend(ev.top2_gaps)
+        if ev.prompt_tokens:
+            self.prompt_tokens = ev.prompt_tokens
+            self.prompt_cached_tokens = ev.prompt_cached_tokens
+            self.prefill_tokens = ev.prefill_tokens
+            self.system_tokens = ev.system_tokens
+            self.dropped_messages = ev.dropped_messages
         if ev.stop_reason:
             self.stop_reason = ev.stop_reason
 
@@ -95,6 +106,11 @@ class RunStats:
     def prefill_s(self) -> float:
         """Prompt evaluation (the same work for every decoder, so left out of ``tokens_per_s``)."""
         return max(self.elapsed_s - self.decode_s, 0.0)
+
+    @property
+    def prompt_tokens_per_s(self) -> float:
+        """Prompt processing speed: the tokens evaluated before the first step over their time (0.0: none)."""
+        return self.prefill_tokens / self.prefill_s if self.prefill_tokens and self.prefill_s > 0 else 0.0
 
     @property
     def tokens_per_s(self) -> float:

@@ -12,7 +12,7 @@ the latest user message. What was dropped is reported in the first event.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .runtime import Engine, GenerationControls, PromptTooLongError, StepEvent
 from .settings import SamplingConfig, StopConfig
@@ -24,6 +24,7 @@ class FittedPrompt:
     tokens: list[int]
     dropped: int  # messages left out, oldest first
     history: list[int]  # tokens of the dropped messages (still useful as drafts)
+    system_tokens: int = 0  # of ``tokens``, those the system prompt adds
 
 
 class ChatSession:
@@ -58,7 +59,10 @@ class ChatSession:
         history: list[int] = []
         if dropped:
             history = self.engine.tokenize("\n".join(m.content for m in dropped), add_special=False)
-        return FittedPrompt(tokens=tokens, dropped=len(dropped), history=history)
+        # The system prompt's share: its text's tokens (the template's markers around it are not counted; some
+        # templates put a default system prompt in when there is none, so rendering without it says nothing).
+        system_tokens = len(self.engine.tokenize(system[0].content, add_special=False)) if system else 0
+        return FittedPrompt(tokens=tokens, dropped=len(dropped), history=history, system_tokens=system_tokens)
 
     def reply(
         self,
@@ -83,6 +87,17 @@ class ChatSession:
         for text in drafts_from:
             if text:
                 history += self.engine.tokenize(text, add_special=False)
-        return self.engine.generate(
+        events = self.engine.generate(
             fitted.tokens, controls=controls, sampling=sampling, stop=stop, history=history, notice=notice
         )
+        return _with_context(events, fitted)
+
+
+def _with_context(events: Iterator[StepEvent], fitted: FittedPrompt) -> Iterator[StepEvent]:
+    """``events`` with the first one telling what the context holds (dropped messages, system tokens)."""
+    first = True
+    for ev in events:
+        if first:
+            ev = replace(ev, dropped_messages=fitted.dropped, system_tokens=fitted.system_tokens)
+            first = False
+        yield ev

@@ -36,6 +36,7 @@ from engine import (  # noqa: E402
 from engine.bench import load_workloads  # noqa: E402
 from engine.measure import PromptResult, by_category  # noqa: E402
 from engine.probe import ProbeResult  # noqa: E402
+from engine.text import ChatTemplate
 from tests.app_fixtures import MODEL_LOAD_TIMEOUT_MS, REPLY_TIMEOUT_MS, FakeEngineMemory, quick_settings
 
 # The offscreen platform also cannot raise a window (the speed report dialog asks to be raised when opened).
@@ -75,7 +76,9 @@ class ScriptedEngine(FakeEngineMemory):
     def __init__(self, path=None, n_ctx=4096, n_threads=None, progress=None, summary=None) -> None:
         if progress is not None:
             progress(1.0)
-        self.summary = SimpleNamespace(name="Scripted", architecture="fake", file_type="F16", path=str(path))
+        self.summary = SimpleNamespace(name="Scripted", architecture="fake", file_type="F16", path=str(path),
+                                       context_length=2048, size_bytes=1000)
+        self.template = ChatTemplate(None)
         self.info = SimpleNamespace(n_params=1_000_000)
         self.n_ctx, self.n_threads = n_ctx, n_threads or 1
         self.lookahead_block_reason = None

@@ -20,6 +20,7 @@ from app.widgets.decoding_panel import DecodingPanel  # noqa: E402
 from app.widgets.markdown_view import MarkdownView, keep_line_breaks  # noqa: E402
 from engine import GenerationControls, LookaheadConfig, StepEvent  # noqa: E402
 from engine.probe import ProbeResult  # noqa: E402
+from engine.text import ChatTemplate
 from tests.app_fixtures import OFFSCREEN_NOISE, FakeEngineMemory, quick_settings
 
 pytestmark = OFFSCREEN_NOISE
@@ -140,7 +141,9 @@ class _FakeEngine(FakeEngineMemory):
         for frac in (0.0, 0.5, 1.0):
             if progress is not None:
                 progress(frac)
-        self.summary = SimpleNamespace(name="Fake", architecture="fake", file_type="F16", path=str(path))
+        self.summary = SimpleNamespace(name="Fake", architecture="fake", file_type="F16", path=str(path),
+                                       context_length=2048, size_bytes=1000)
+        self.template = ChatTemplate(None)
         self.info = SimpleNamespace(n_params=1_000_000)
         self.n_ctx, self.n_threads = n_ctx, n_threads or 1
         self.lookahead_block_reason = None
@@ -178,6 +181,7 @@ def _event(step: int, mode: str, n: int, reason: str | None) -> StepEvent:
         step=step, mode=mode, token_ids=(1,) * n, text="ab" if n else "", n_committed=n, batch_size=13,
         n_logits=13, n_drafted=3 if n else 0, n_accepted=1 if n else 0, n_reevaluated=0, window=4, ngram=4,
         guesses=3, elapsed_s=0.0005 if n else 0.0, decode_s=0.0004, stop_reason=reason,
+        token_texts=("a", "b") if n else (), token_sources=("prompt", "own") if n else (),
     )
 
 
@@ -188,13 +192,19 @@ def fake_engine(worker_options):
                           default_model=lambda: Path("/models/fake.gguf"))
 
 
+@pytest.mark.parametrize("show_lookahead", [False, True], ids=["markdown", "show-lookahead"])
 def test_a_stream_of_thousands_of_tokens_a_second_is_drawn_in_batches_without_freezing(
-    qtbot, make_window, fake_engine, monkeypatch
+    qtbot, make_window, fake_engine, monkeypatch, show_lookahead
 ):
     renders = []
     original = MessageBubble.set_text
-    monkeypatch.setattr(MessageBubble, "set_text", lambda self, text: (renders.append(len(text)), original(self, text)))
-    window = make_window(quick_settings(max_tokens=4000))
+
+    def counting(self: MessageBubble, text: str, marks: object = None) -> None:
+        renders.append(len(text))
+        original(self, text, marks)
+
+    monkeypatch.setattr(MessageBubble, "set_text", counting)
+    window = make_window(quick_settings(max_tokens=4000, show_lookahead=show_lookahead))
     gaps = []
     clock = QElapsedTimer()
     ticker = QTimer()
@@ -213,7 +223,11 @@ def test_a_stream_of_thousands_of_tokens_a_second_is_drawn_in_batches_without_fr
 
     assert record.text == "ab" * _FakeSession.steps
     assert record.stats.tokens_per_s >= 300
-    assert window.chat_view.bubbles()[-1].text() == record.text
+    bubble = window.chat_view.bubbles()[-1]
+    assert bubble.text() == record.text
+    if show_lookahead:  # every step drew a tinted draft token and an untinted one
+        assert bubble.marked is not None and bubble.marked.toPlainText() == record.text
+        assert len(bubble.marks.runs) == 2 * _FakeSession.steps
     assert window.panel.live.chart.values() == [2] * _FakeSession.steps
     assert len(renders) <= elapsed * 30 * 1.5 + 5, f"{len(renders)} renders in {elapsed:.2f} s"
     assert len(renders) < _FakeSession.steps / 5
@@ -314,3 +328,24 @@ def test_lookahead_drafts_from_the_earlier_chats_of_the_loaded_model_only(qtbot,
     fake = FakeEngineMemory()
     expected = [fake.tokenize("question for mine\nthe fake model wrote this")]
     qtbot.waitUntil(lambda: engine.remembered == expected, timeout=5000)
+
+
+def test_the_context_meter_counts_tokens_and_warns_near_the_end(qtbot):
+    from PySide6.QtGui import QPalette
+
+    from app.widgets.context_meter import ContextMeter
+
+    meter = ContextMeter()
+    qtbot.addWidget(meter)
+    meter.set_context(4096)
+    meter.set_usage(None)
+    assert meter.label.text() == "– / 4,096 tokens"
+    meter.set_usage(1234, system=45)
+    assert meter.label.text() == "1,234 / 4,096 tokens · system 45" and not meter.warning
+    normal = meter.bar.palette().color(QPalette.ColorRole.Highlight)
+    meter.set_usage(3900, system=45)
+    assert meter.warning and meter.bar.value() == 3900
+    assert meter.bar.palette().color(QPalette.ColorRole.Highlight) != normal
+    assert "Near the end" in meter.toolTip()
+    meter.set_usage(5000)  # a chat from a larger context than the model now has: the bar is full, not broken
+    assert meter.bar.value() == meter.bar.maximum() == 4096

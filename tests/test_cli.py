@@ -30,6 +30,24 @@ def test_generate_json_has_the_documented_fields():
         assert key in out
     assert out["n_tokens"] == len(out["token_ids"]) > 0
     assert (out["window"], out["ngram"], out["guesses"]) == (1, 3, 1)
+    assert len(out["token_sources"]) == out["n_tokens"]
+    assert set(out["token_sources"]) <= {"own", "prompt", "history", "reply", "other_chats", "window", "kept"}
+    assert out["prompt_tokens"] > 5 and out["prompt_cached_tokens"] == 0  # a fresh engine: nothing cached
+    assert out["prompt_tokens_per_s"] > 0
+
+
+@pytest.mark.model
+def test_generate_json_says_which_tokens_came_from_drafts():
+    prompt = ("Turn this paragraph into a bulleted list:\n\nTo make tea, boil water, put a tea bag in a cup, pour the "
+              "hot water over the tea bag, wait three minutes, remove the tea bag, and add milk or sugar if you like.")
+    r = engine_cli("generate", "--prompt", prompt, "--chat", "--max-tokens", "48", "--json",
+                   "--mode", "auto", "--threads", "2")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    sources = out["token_sources"]
+    assert len(sources) == out["n_tokens"]
+    assert sources.count("prompt") >= 5  # the copy of the paragraph's words came from drafts of it
+    assert "own" in sources
 
 
 @pytest.mark.model

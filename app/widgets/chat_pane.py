@@ -7,10 +7,13 @@ from collections.abc import Sequence
 from PySide6.QtCore import Qt, Signal, Slot
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
+from ..marks import TokenMarks
 from ..stats import ReplyStats
 from ..store import StoredMessage
 from .chat_input import ChatInput
 from .chat_view import ChatView, MessageBubble
+from .context_meter import ContextMeter
+from .marked_text import MarksLegend
 
 WAITING_LINE = "Reading the prompt…"
 
@@ -58,9 +61,15 @@ class ChatPane(QWidget):
         input_row.addWidget(self.input, 1)
         input_row.addWidget(self.send_button, 0, Qt.AlignmentFlag.AlignBottom)
 
+        self.context_meter = ContextMeter()
+        self.legend = MarksLegend()
+        self.legend.setVisible(False)
+
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.legend)
         layout.addWidget(self.chat_view, 1)
+        layout.addWidget(self.context_meter)
         layout.addWidget(self.edit_banner)
         layout.addLayout(input_row)
 
@@ -75,9 +84,30 @@ class ChatPane(QWidget):
     def show_messages(self, messages: Sequence[StoredMessage]) -> None:
         """Show a stored chat from the top (each reply with its stats line)."""
         self.chat_view.clear()
-        for m in messages:
+        last: ReplyStats | None = None  # the latest reply's: what the context held when it was written
+        left_out = 0
+        for k, m in enumerate(messages):
             stats = ReplyStats.from_json(m.stats_json)
-            self.chat_view.add_message(m.role, m.content, m.id, stats.summary_line() if stats else "")
+            marks = TokenMarks.from_json(m.content, m.marks_json)
+            self.chat_view.add_message(m.role, m.content, m.id, stats.summary_line() if stats else "", marks)
+            if stats is not None:
+                last, left_out = stats, min(stats.dropped_messages, k)
+        self.chat_view.mark_left_out(left_out, self.context_meter.n_ctx)
+        self.show_usage(last)
+
+    def show_usage(self, stats: ReplyStats | None) -> None:
+        """The context meter after (or during) ``stats``' reply: its prompt and its tokens so far."""
+        if stats is None:
+            self.context_meter.set_usage(None if self.chat_view.bubbles() else 0)
+        elif stats.prompt_tokens:
+            self.context_meter.set_usage(stats.prompt_tokens + stats.n_tokens, stats.system_tokens)
+        else:
+            self.context_meter.set_usage(None)  # a reply stored before prompts were counted
+
+    def set_show_lookahead(self, on: bool) -> None:
+        """View → Show lookahead: replies tinted by how each run of text came, with the legend."""
+        self.legend.setVisible(on)
+        self.chat_view.set_show_lookahead(on)
 
     def show_pending(self, history: Sequence[StoredMessage], user_text: str) -> None:
         """The chat as it will be once the message is accepted: the history, the new message, a reply to come."""

@@ -8,6 +8,7 @@ from PySide6.QtCore import Qt, Signal, Slot
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import (
     QFrame,
+    QGraphicsOpacityEffect,
     QHBoxLayout,
     QLabel,
     QScrollArea,
@@ -17,7 +18,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from ..marks import TokenMarks
 from .markdown_view import MarkdownView
+from .marked_text import MarkedView
 
 _ROLE_TITLES = {"user": "You", "assistant": "Assistant", "system": "System"}
 
@@ -62,6 +65,12 @@ class MessageBubble(QFrame):
 
         self.body = MarkdownView(self)
         self.body.set_markdown(text)
+        self._text = text
+        self._body_stale = False  # text set while the marked view was shown instead
+        self.marks: TokenMarks | None = None
+        self.marked: MarkedView | None = None  # made when first shown
+        self._show_marks = False
+        self.is_left_out = False
 
         self.stats_label = QLabel()
         self.stats_label.setObjectName("statsLine")
@@ -75,6 +84,7 @@ class MessageBubble(QFrame):
         layout.setSpacing(2)
         layout.addLayout(header)
         layout.addWidget(self.body)
+        self._layout = layout
         layout.addWidget(self.stats_label)
         self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Maximum)
 
@@ -87,10 +97,56 @@ class MessageBubble(QFrame):
         return button
 
     def text(self) -> str:
-        return self.body.markdown()
+        return self._text
 
-    def set_text(self, text: str) -> None:
-        self.body.set_markdown(text)
+    def set_text(self, text: str, marks: TokenMarks | None = None) -> None:
+        """The message's text, and how lookahead got it (replies; drawn when Show lookahead is on)."""
+        self._text = text
+        if marks is not None:
+            self.marks = marks
+        if self._marks_shown():
+            self._body_stale = True  # rendered when the Markdown view comes back
+            self._show_marked()
+        else:
+            self.body.set_markdown(text)
+        self._update_view()
+
+    def set_show_lookahead(self, on: bool) -> None:
+        """Show the text as written with its runs tinted by source (if it has marks), or as Markdown."""
+        self._show_marks = on
+        if self._marks_shown():
+            self._show_marked()
+        elif self._body_stale:
+            self.body.set_markdown(self._text)
+            self._body_stale = False
+        self._update_view()
+
+    def set_left_out(self, left_out: bool) -> None:
+        """Dim a message the model no longer sees (it is still saved and exported)."""
+        self.is_left_out = left_out
+        if left_out and self.graphicsEffect() is None:
+            effect = QGraphicsOpacityEffect(self)
+            effect.setOpacity(0.45)
+            self.setGraphicsEffect(effect)
+        elif not left_out and self.graphicsEffect() is not None:
+            self.setGraphicsEffect(None)  # type: ignore[arg-type]  # None removes the effect
+        self.setToolTip("Left out of what the model sees: the chat outgrew its context" if left_out else "")
+
+    def _show_marked(self) -> None:
+        if self.marked is None:
+            self.marked = MarkedView(self)
+            self._layout.insertWidget(self._layout.indexOf(self.body), self.marked)
+        assert self.marks is not None
+        self.marked.show_marks(self.marks)
+
+    def _marks_shown(self) -> bool:
+        return self._show_marks and self.marks is not None and bool(self.marks.runs)
+
+    def _update_view(self) -> None:
+        shown = self._marks_shown()
+        self.body.setVisible(not shown)
+        if self.marked is not None:
+            self.marked.setVisible(shown)
 
     def set_stats_line(self, line: str) -> None:
         self.stats_label.setText(line)
@@ -148,6 +204,8 @@ class ChatView(QScrollArea):
         self._layout.addStretch(1)
         self.setWidget(self._container)
         self._bubbles: list[MessageBubble] = []
+        self.left_out_line: QLabel | None = None  # where the model's memory now starts, if messages are left out
+        self._show_lookahead = False
         self._follow = True
         # Follow the stream while the user is at the bottom; stay put if they scrolled up to read.
         self.verticalScrollBar().rangeChanged.connect(self._on_range_changed)
@@ -161,11 +219,27 @@ class ChatView(QScrollArea):
             self._layout.removeWidget(bubble)
             bubble.deleteLater()
         self._bubbles.clear()
+        self._drop_left_out_line()
         self._empty.setVisible(True)
         self._follow = True
 
-    def add_message(self, role: str, text: str, message_id: int | None = None, stats_line: str = "") -> MessageBubble:
+    def set_show_lookahead(self, on: bool) -> None:
+        """Tint the replies' text by how lookahead got it (those that have marks), or show Markdown."""
+        self._show_lookahead = on
+        for bubble in self._bubbles:
+            bubble.set_show_lookahead(on)
+
+    def add_message(
+        self,
+        role: str,
+        text: str,
+        message_id: int | None = None,
+        stats_line: str = "",
+        marks: TokenMarks | None = None,
+    ) -> MessageBubble:
         bubble = MessageBubble(role, text, message_id)
+        bubble.marks = marks
+        bubble.set_show_lookahead(self._show_lookahead)
         bubble.set_stats_line(stats_line)
         bubble.editRequested.connect(self.editRequested)
         bubble.regenerateRequested.connect(self.regenerateRequested)
@@ -174,6 +248,32 @@ class ChatView(QScrollArea):
         self._empty.setVisible(False)
         self._update_regenerate()
         return bubble
+
+    def mark_left_out(self, count: int, n_ctx: int) -> None:
+        """The first ``count`` messages no longer fit the context: dim them, and draw a line where it now starts."""
+        self._drop_left_out_line()
+        count = min(count, len(self._bubbles))
+        for k, bubble in enumerate(self._bubbles):
+            bubble.set_left_out(k < count)
+        if count <= 0:
+            return
+        self.left_out_line = QLabel(
+            f"The model no longer sees the {count} message{'s' if count != 1 else ''} above: the chat outgrew its "
+            f"context of {n_ctx:,} tokens. They stay saved and exported."
+        )
+        self.left_out_line.setObjectName("leftOutLine")
+        self.left_out_line.setWordWrap(True)
+        self.left_out_line.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self._layout.insertWidget(self._layout.indexOf(self._bubbles[count - 1]) + 1, self.left_out_line)
+
+    def left_out(self) -> list[MessageBubble]:
+        return [b for b in self._bubbles if b.is_left_out]
+
+    def _drop_left_out_line(self) -> None:
+        line, self.left_out_line = self.left_out_line, None
+        if line is not None:
+            self._layout.removeWidget(line)
+            line.deleteLater()
 
     def set_busy(self, busy: bool) -> None:
         for bubble in self._bubbles:

@@ -25,7 +25,10 @@ from engine import LookaheadConfig, RunStats, StepEvent
 
 from ..coalescer import DEFAULT_INTERVAL_MS, UpdateCoalescer
 from ..compare import FAIRNESS_NOTE, LOOKAHEAD, PLAIN, CompareProgress, CompareRequest, CompareResult, ReplayTrack
+from ..marks import TokenMarks
 from .chat_input import ChatInput
+from .markdown_view import palette_is_dark
+from .marked_text import source_colour
 from .stats_view import StepChart
 
 DIVERGENCE_COLOUR = QColor(255, 170, 0, 150)  # amber: readable on light and dark bases
@@ -52,6 +55,7 @@ class ComparePane(QGroupBox):
         self.numbers = QLabel()
         self.text = QPlainTextEdit()
         self.text.setReadOnly(True)
+        self.show_lookahead = False
         self.chart = StepChart(self)
         self.chart.setMinimumHeight(170)
         top = QHBoxLayout()
@@ -69,6 +73,7 @@ class ComparePane(QGroupBox):
         if title is not None:
             self.setTitle(title)
         self.stats = RunStats()  # of the events shown so far: the run's own statistics once the replay ends
+        self.marks = TokenMarks()  # how each run of the text shown came (tinted when Show lookahead is on)
         self.shown = 0  # events of the track already drawn
         self.text.clear()
         self.text.setExtraSelections([])
@@ -80,19 +85,49 @@ class ComparePane(QGroupBox):
     def advance(self, events: list[StepEvent], clock_s: float) -> None:
         """Draw the events that happened since the last call, and set the clock."""
         if events:
+            runs_before = len(self.marks.runs)
+            grown = len(self.marks.runs[-1].text) if self.marks.runs else 0
             text = ""
             for ev in events:
                 self.stats.observe(ev)
+                self.marks.observe(ev)
                 text += ev.text
             self.shown += len(events)
             if text:
                 cursor = self.text.textCursor()
                 cursor.movePosition(QTextCursor.MoveOperation.End)
-                cursor.insertText(text)
+                if self.show_lookahead:
+                    self._insert_runs(cursor, runs_before, grown)
+                else:
+                    cursor.insertText(text, QTextCharFormat())
                 self.text.ensureCursorVisible()
             self.chart.append([ev.n_committed for ev in events if ev.mode != "none"])
             self._show_numbers()
         self.clock.setText(f"{clock_s:.2f} s")
+
+    def set_show_lookahead(self, on: bool) -> None:
+        """Tint the text by how lookahead got each run of it (drawn again from the runs kept)."""
+        if on == self.show_lookahead:
+            return
+        self.show_lookahead = on
+        self.text.clear()
+        cursor = self.text.textCursor()
+        if on:
+            self._insert_runs(cursor, 0, 0)
+        else:
+            cursor.insertText(self.marks.text(), QTextCharFormat())
+
+    def _insert_runs(self, cursor: QTextCursor, first: int, drawn: int) -> None:
+        """Insert the runs from ``first`` on, of which ``drawn`` characters of the first are shown already."""
+        dark = palette_is_dark(self.palette())
+        cursor.beginEditBlock()
+        for k, run in enumerate(self.marks.runs[first - 1 if drawn else first :]):
+            fmt = QTextCharFormat()
+            colour = source_colour(run.source, dark)
+            if colour is not None:
+                fmt.setBackground(colour)
+            cursor.insertText(run.text[drawn:] if k == 0 and drawn else run.text, fmt)
+        cursor.endEditBlock()
 
     def _show_numbers(self) -> None:
         s = self.stats
@@ -217,6 +252,10 @@ class CompareView(QWidget):
         self._update_buttons()
 
     # --- state ---
+
+    def set_show_lookahead(self, on: bool) -> None:
+        """Tint the lookahead pane's text by how each run of it came (View → Show lookahead)."""
+        self.lookahead_pane.set_show_lookahead(on)
 
     def is_measuring(self) -> bool:
         return self._request is not None

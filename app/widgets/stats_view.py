@@ -105,6 +105,14 @@ class StepChart(QChartView):
         self.axis_y.setTickCount(top + 1 if top <= 6 else 5)
 
 
+def prompt_text(stats: RunStats) -> str:
+    """The prompt's processing, e.g. ``412 tokens, 380 cached · 850 tok/s``."""
+    text = f"{stats.prompt_tokens} tokens, {stats.prompt_cached_tokens} cached"
+    if stats.prompt_tokens_per_s > 0:
+        text += f" · {stats.prompt_tokens_per_s:.0f} tok/s"
+    return text
+
+
 class LiveStatsView(QWidget):
     """The chart plus live tokens/s, mean tokens per step, acceptance and time to first token."""
 
@@ -116,6 +124,11 @@ class LiveStatsView(QWidget):
         self.acceptance = QLabel()
         self.first_token = QLabel()
         self.tokens = QLabel()
+        self.prompt = QLabel()
+        self.prompt.setToolTip(
+            "The prompt's tokens, how many were reused from the cache (the chat so far, kept between turns), "
+            "and how fast the rest were read"
+        )
         self.shape = QLabel()
         self.shape.setWordWrap(True)
         form = QFormLayout()
@@ -126,6 +139,7 @@ class LiveStatsView(QWidget):
         form.addRow("Mean tokens/step", self.tokens_per_step)
         form.addRow("Acceptance", self.acceptance)
         form.addRow("Time to first token", self.first_token)
+        form.addRow("Prompt", self.prompt)
         form.addRow("Tokens / steps", self.tokens)
         form.addRow("Step shape", self.shape)
         layout = QVBoxLayout(self)
@@ -136,7 +150,8 @@ class LiveStatsView(QWidget):
 
     def reset(self) -> None:
         self.chart.clear()
-        for label in (self.tokens_per_s, self.tokens_per_step, self.acceptance, self.first_token, self.tokens):
+        for label in (self.tokens_per_s, self.tokens_per_step, self.acceptance, self.first_token, self.tokens,
+                      self.prompt):
             label.setText("–")
         self.shape.setText("–")
 
@@ -149,6 +164,8 @@ class LiveStatsView(QWidget):
         self.acceptance.setText(f"{acc:.0%}  ({stats.n_accepted}/{stats.n_drafted})" if acc is not None else "–")
         self.first_token.setText(f"{stats.first_token_s:.2f} s" if stats.first_token_s is not None else "–")
         self.tokens.setText(f"{stats.n_tokens} / {stats.steps}")
+        if stats.prompt_tokens:
+            self.prompt.setText(prompt_text(stats))
         if last is not None and last.mode == "lookahead":
             self.shape.setText(f"lookahead  W{last.window} N{last.ngram} G{last.guesses}  (batch {last.batch_size})")
         elif last is not None and last.mode == "auto":

@@ -1,0 +1,70 @@
+"""How much of the model's context the open chat fills: tokens used of the context size, the system prompt's share."""
+
+from __future__ import annotations
+
+from PySide6.QtGui import QColor, QPalette
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QWidget
+
+# At this share of the context the meter turns to the warning colour: the next turns will push out old ones.
+WARN_AT = 0.85
+
+
+class ContextMeter(QWidget):
+    """A bar and a line: ``1,234 / 4,096 tokens · system 45``; warns near the end of the context."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.bar = QProgressBar()
+        self.bar.setTextVisible(False)
+        self.bar.setFixedHeight(8)
+        self.bar.setMaximumWidth(220)
+        self.label = QLabel()
+        self.label.setEnabled(False)  # a quiet line, like the stats lines
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addStretch(1)
+        layout.addWidget(QLabel("Context"))
+        layout.addWidget(self.bar)
+        layout.addWidget(self.label)
+        self._normal = self.bar.palette()
+        self.n_ctx = 0
+        self.used: int | None = None
+        self.system = 0
+        self.warning = False
+        self._show()
+
+    def set_context(self, n_ctx: int) -> None:
+        """The context size of the model in use."""
+        self.n_ctx = n_ctx
+        self._show()
+
+    def set_usage(self, used: int | None, system: int = 0) -> None:
+        """Tokens the chat fills (None: not known, e.g. a chat from before this was counted)."""
+        self.used, self.system = used, system
+        self._show()
+
+    def _show(self) -> None:
+        n_ctx, used = self.n_ctx, self.used
+        self.bar.setMaximum(max(n_ctx, 1))
+        self.bar.setValue(min(used or 0, max(n_ctx, 1)))
+        if not n_ctx:
+            self.label.setText("no model")
+        elif used is None:
+            self.label.setText(f"– / {n_ctx:,} tokens")
+        else:
+            text = f"{used:,} / {n_ctx:,} tokens"
+            if self.system:
+                text += f" · system {self.system:,}"
+            self.label.setText(text)
+        self.warning = bool(n_ctx and used is not None and used >= WARN_AT * n_ctx)
+        palette = QPalette(self._normal)
+        if self.warning:
+            palette.setColor(QPalette.ColorRole.Highlight, QColor("#d9822b"))
+        self.bar.setPalette(palette)
+        tip = (
+            "How much of the model's context this chat fills: its messages (with the system prompt's share) "
+            "and the reply so far."
+        )
+        if self.warning:
+            tip += " Near the end: the next turns will leave the oldest messages out of what the model sees."
+        self.setToolTip(tip)

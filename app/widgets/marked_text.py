@@ -1,0 +1,130 @@
+"""A reply as written, each run of text tinted by how lookahead got it (View → Show lookahead)."""
+
+from __future__ import annotations
+
+import math
+
+from PySide6.QtCore import QEvent, QPoint, QSize, Qt, Slot
+from PySide6.QtGui import QColor, QHelpEvent, QPalette, QResizeEvent, QTextCharFormat, QTextCursor
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QSizePolicy, QTextBrowser, QToolTip, QWidget
+
+from ..marks import OWN, SHORT_NAMES, SOURCE_NAMES, Run, TokenMarks
+from .markdown_view import palette_is_dark
+
+# One hue per draft source; the model's own tokens are not tinted.
+_HUES = {"prompt": 210, "reply": 120, "history": 275, "other_chats": 30, "kept": 175, "window": 330}
+
+
+def source_colour(source: str, dark: bool) -> QColor | None:
+    """The quiet background of text drafted from ``source`` (None: the model's own, left as it is)."""
+    if source == OWN:
+        return None
+    hue = _HUES.get(source)
+    if hue is None:
+        return QColor.fromHsl(0, 0, 80 if dark else 210)
+    return QColor.fromHsl(hue, 110, 70) if dark else QColor.fromHsl(hue, 170, 212)
+
+
+class MarkedView(QTextBrowser):
+    """Read-only text of ``TokenMarks``, as tall as its text; runs appended as a reply streams.
+
+    Hovering a run tells its step, source and the step's batch size.
+    """
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setFrameShape(QTextBrowser.Shape.NoFrame)
+        self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+        self.viewport().setAutoFillBackground(False)
+        self.setLineWrapMode(QTextBrowser.LineWrapMode.WidgetWidth)
+        self._runs_shown = 0  # runs of the marks drawn (the last one possibly in part)
+        self._last_shown = 0  # characters of that last run drawn
+        self._formats: dict[tuple[str, int, int], QTextCharFormat] = {}
+        self.document().documentLayout().documentSizeChanged.connect(self._fit_height)
+
+    def show_marks(self, marks: TokenMarks) -> None:
+        """Draw ``marks``: only what was added since the last call when they grew at the end."""
+        runs = marks.runs
+        if len(runs) < self._runs_shown or (
+            self._runs_shown and len(runs[self._runs_shown - 1].text) < self._last_shown
+        ):
+            self.clear()
+            self._runs_shown = self._last_shown = 0
+        cursor = QTextCursor(self.document())
+        cursor.movePosition(QTextCursor.MoveOperation.End)
+        cursor.beginEditBlock()  # one layout for all the runs added, not one per run
+        if self._runs_shown:
+            last = runs[self._runs_shown - 1]
+            if len(last.text) > self._last_shown:
+                cursor.insertText(last.text[self._last_shown :], self._format(last))
+        for run in runs[self._runs_shown :]:
+            cursor.insertText(run.text, self._format(run))
+        cursor.endEditBlock()
+        self._runs_shown = len(runs)
+        self._last_shown = len(runs[-1].text) if runs else 0
+
+    def _format(self, run: Run) -> QTextCharFormat:
+        fmt = QTextCharFormat()
+        colour = source_colour(run.source, palette_is_dark(self.palette()))
+        if colour is not None:
+            fmt.setBackground(colour)
+        fmt.setToolTip(run.describe())
+        return fmt
+
+    def tooltip_at(self, pos: QPoint) -> str:
+        """The tooltip of the run under ``pos`` (viewport coordinates)."""
+        return self.cursorForPosition(pos).charFormat().toolTip()
+
+    def viewportEvent(self, event: QEvent) -> bool:  # noqa: N802 (Qt name)
+        if event.type() == QEvent.Type.ToolTip and isinstance(event, QHelpEvent):
+            tip = self.tooltip_at(event.pos())
+            if tip:
+                QToolTip.showText(event.globalPos(), tip, self)
+            else:
+                QToolTip.hideText()
+            return True
+        return super().viewportEvent(event)
+
+    @Slot()
+    def _fit_height(self) -> None:
+        margins = self.contentsMargins()
+        height = math.ceil(self.document().size().height()) + margins.top() + margins.bottom()
+        if height != self.height():
+            self.setFixedHeight(max(height, self.fontMetrics().height()))
+
+    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 (Qt name)
+        super().resizeEvent(event)
+        self._fit_height()
+
+    def sizeHint(self) -> QSize:  # noqa: N802
+        return QSize(super().sizeHint().width(), self.height())
+
+
+class MarksLegend(QWidget):
+    """What the tints mean: one chip per draft source, and a word on untinted text."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(12, 2, 12, 2)
+        layout.setSpacing(6)
+        intro = QLabel("Drafts that landed, by source:")
+        intro.setEnabled(False)
+        layout.addWidget(intro)
+        self.chips: dict[str, QLabel] = {}
+        dark = palette_is_dark(self.palette())
+        text = self.palette().color(QPalette.ColorRole.Text).name()
+        for source in _HUES:
+            colour = source_colour(source, dark)
+            assert colour is not None
+            chip = QLabel(SHORT_NAMES[source])
+            chip.setToolTip(SOURCE_NAMES[source].capitalize())
+            chip.setStyleSheet(f"background: {colour.name()}; color: {text}; padding: 1px 5px; border-radius: 3px;")
+            self.chips[source] = chip
+            layout.addWidget(chip)
+        own = QLabel("untinted: the model's own token of each step")
+        own.setEnabled(False)
+        layout.addWidget(own)
+        layout.addStretch(1)

@@ -1,0 +1,98 @@
+"""Model → Chat template…: the model's facts and the chat template its conversations are rendered with."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QFont, QFontDatabase
+from PySide6.QtWidgets import (
+    QDialog,
+    QDialogButtonBox,
+    QFormLayout,
+    QLabel,
+    QPlainTextEdit,
+    QVBoxLayout,
+    QWidget,
+)
+
+from ..requests import LoadedModel
+
+OWN_TEMPLATE_NOTE = "The model's own chat template, from its file."
+FALLBACK_NOTE = (
+    "This model file has no chat template, so a generic ChatML format is used. "
+    "Replies may be worse than with the format the model was trained on."
+)
+
+
+def format_params(n: int) -> str:
+    """A parameter count as people write it: 135M, 8.0B."""
+    if n >= 1e9:
+        return f"{n / 1e9:.1f}B"
+    if n >= 1e6:
+        return f"{n / 1e6:.0f}M"
+    return f"{n / 1e3:.0f}K"
+
+
+def format_size(n_bytes: int) -> str:
+    """A file size in binary units: 98.2 MiB, 4.6 GiB."""
+    size = float(n_bytes)
+    for unit in ("bytes", "KiB", "MiB", "GiB"):
+        if size < 1024:
+            return f"{size:.0f} {unit}" if unit == "bytes" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} TiB"
+
+
+def format_tokens(n: int | None) -> str:
+    return f"{n:,} tokens" if n else "unknown"
+
+
+class ModelInfoDialog(QDialog):
+    """Read-only: the model's architecture, size and context, and its chat template (or the fallback in use)."""
+
+    def __init__(self, model: LoadedModel, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle(f"Chat template — {model.display_name}")
+        self.resize(720, 560)
+
+        self.name_label = QLabel(model.gguf_name)
+        bold = QFont(self.name_label.font())
+        bold.setBold(True)
+        self.name_label.setFont(bold)
+
+        # One label per fact, by name, so the tests read what the user reads.
+        self.facts: dict[str, QLabel] = {}
+        form = QFormLayout()
+        for name, value in (
+            ("Architecture", model.architecture),
+            ("Parameters", format_params(model.n_params)),
+            ("Quantisation", model.file_type),
+            ("Trained context", format_tokens(model.n_ctx_train)),
+            ("Context in use", format_tokens(model.n_ctx)),
+            ("File size", format_size(model.size_bytes) if model.size_bytes else "unknown"),
+            ("File", model.path),
+        ):
+            label = QLabel(value)
+            label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+            label.setWordWrap(name == "File")
+            form.addRow(f"{name}:", label)
+            self.facts[name] = label
+
+        self.template_note = QLabel(FALLBACK_NOTE if model.template_is_fallback else OWN_TEMPLATE_NOTE)
+        self.template_note.setWordWrap(True)
+        if model.template_is_fallback:
+            self.template_note.setFont(bold)  # the palette's own text colour: readable light or dark
+
+        self.template_view = QPlainTextEdit(model.template_source)
+        self.template_view.setReadOnly(True)
+        self.template_view.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
+        self.template_view.setLineWrapMode(QPlainTextEdit.LineWrapMode.WidgetWidth)  # templates are often one long line
+
+        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
+        buttons.rejected.connect(self.reject)
+
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.name_label)
+        layout.addLayout(form)
+        layout.addWidget(self.template_note)
+        layout.addWidget(self.template_view, 1)
+        layout.addWidget(buttons)

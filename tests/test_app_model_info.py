@@ -1,0 +1,164 @@
+"""Model → Chat template…: the model's facts and its chat template, and a missing template said out loud."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from PySide6.QtGui import QFontDatabase
+from PySide6.QtWidgets import QDialogButtonBox
+
+from app.requests import LoadedModel
+from app.widgets.model_info import FALLBACK_NOTE, OWN_TEMPLATE_NOTE, ModelInfoDialog, format_params, format_size
+from engine.probe import ProbeResult
+from engine.text import CHATML_TEMPLATE, ChatTemplate
+from tests.app_fixtures import OFFSCREEN_NOISE, FakeEngineMemory
+
+pytestmark = OFFSCREEN_NOISE
+
+OWN_TEMPLATE = "{% for m in messages %}<|user|>{{ m['content'] }}{% endfor %}<|assistant|>"
+
+
+def _model(**overrides) -> LoadedModel:
+    values = dict(
+        path="/models/smol.gguf", display_name="smol", gguf_name="Smol 135M", architecture="llama",
+        file_type="Q4_1", n_ctx=2048, n_params=134_515_008, n_threads=2, lookahead_block_reason=None, load_s=0.5,
+        template_source=OWN_TEMPLATE, template_is_fallback=False, n_ctx_train=8192, size_bytes=102_958_944,
+    )
+    values.update(overrides)
+    return LoadedModel(**values)
+
+
+def _facts(dialog: ModelInfoDialog) -> dict[str, str]:
+    return {name: label.text() for name, label in dialog.facts.items()}
+
+
+def test_parameter_counts_and_file_sizes_read_as_people_write_them():
+    assert [format_params(n) for n in (134_515_008, 1_711_376_384, 8_030_261_248, 52_000)] == [
+        "135M", "1.7B", "8.0B", "52K"]
+    assert [format_size(n) for n in (512, 102_958_944, 4_920_000_000)] == ["512 bytes", "98.2 MiB", "4.6 GiB"]
+
+
+def test_the_dialog_shows_the_models_facts_and_its_own_template_read_only_in_a_fixed_font(qtbot):
+    dialog = ModelInfoDialog(_model())
+    qtbot.addWidget(dialog)
+
+    assert _facts(dialog) == {
+        "Architecture": "llama",
+        "Parameters": "135M",
+        "Quantisation": "Q4_1",
+        "Trained context": "8,192 tokens",
+        "Context in use": "2,048 tokens",
+        "File size": "98.2 MiB",
+        "File": "/models/smol.gguf",
+    }
+    assert dialog.name_label.text() == "Smol 135M"
+    assert dialog.template_note.text() == OWN_TEMPLATE_NOTE
+    assert dialog.template_view.toPlainText() == OWN_TEMPLATE
+    assert dialog.template_view.isReadOnly()
+    # The system's fixed-width font (QFontInfo.fixedPitch is unreliable: Noto Sans Mono reports False).
+    assert dialog.template_view.font().family() == QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont).family()
+
+
+def test_a_header_without_a_context_length_shows_it_as_unknown(qtbot):
+    dialog = ModelInfoDialog(_model(n_ctx_train=None, size_bytes=0))
+    qtbot.addWidget(dialog)
+    assert _facts(dialog)["Trained context"] == "unknown"
+    assert _facts(dialog)["File size"] == "unknown"
+
+
+def test_the_fallback_template_is_shown_with_a_line_saying_it_is_not_the_models_own(qtbot):
+    dialog = ModelInfoDialog(_model(template_source=CHATML_TEMPLATE, template_is_fallback=True))
+    qtbot.addWidget(dialog)
+    assert dialog.template_note.text() == FALLBACK_NOTE
+    assert "no chat template" in FALLBACK_NOTE and "generic ChatML" in FALLBACK_NOTE
+    assert dialog.template_view.toPlainText() == CHATML_TEMPLATE
+
+
+# --- through the real worker and window, with an engine whose file has no chat template ---
+
+
+class _TemplatelessEngine(FakeEngineMemory):
+    def __init__(self, path, n_ctx=4096, n_threads=None, progress=None, summary=None) -> None:
+        self.summary = SimpleNamespace(name="Bare", architecture="gpt2", file_type="F16", path=str(path),
+                                       context_length=1024, size_bytes=250_000_000)
+        self.info = SimpleNamespace(n_params=124_000_000)
+        self.n_ctx, self.n_threads = n_ctx, n_threads or 1
+        self.lookahead_block_reason = None
+        self.template = ChatTemplate(None)  # the engine's own rule: no source, the generic fallback
+
+    def close(self) -> None:
+        pass
+
+    def load_cached_curve(self) -> bool:
+        return True
+
+
+@pytest.fixture
+def templateless_engine(worker_options):
+    worker_options.update(engine_factory=_TemplatelessEngine, session_factory=lambda engine: SimpleNamespace(),
+                          check_loadable=lambda *_a, **_k: ProbeResult(probed=False, seconds=0.0),
+                          default_model=lambda: Path("/models/bare.gguf"))
+
+
+def _open_template_dialog(window) -> ModelInfoDialog:
+    assert window.template_action.isEnabled()
+    window.template_action.trigger()
+    dialog = window.findChild(ModelInfoDialog)
+    assert dialog is not None and dialog.isVisible()
+    return dialog
+
+
+def test_a_model_without_a_chat_template_says_so_in_the_status_bar_and_the_template_dialog(
+    qtbot, make_window, templateless_engine
+):
+    window = make_window()
+
+    assert window.model.template_is_fallback
+    assert window.model_label.text() == "bare · F16 · ctx 1024 · generic chat format"
+    tip = window.model_label.toolTip()
+    assert FALLBACK_NOTE in tip
+    assert "Bare: gpt2, 124M parameters, F16" in tip and "trained on 1,024" in tip
+
+    dialog = _open_template_dialog(window)
+    assert dialog.template_note.text() == FALLBACK_NOTE
+    assert dialog.template_view.toPlainText() == CHATML_TEMPLATE
+    assert _facts(dialog)["File size"] == "238.4 MiB"
+    dialog.findChild(QDialogButtonBox).button(QDialogButtonBox.StandardButton.Close).click()
+    assert not dialog.isVisible()
+
+
+def test_the_template_action_waits_for_a_model(qtbot, app_home, dialogs):
+    from app.main_window import MainWindow
+    from tests.app_fixtures import quick_settings
+
+    window = MainWindow(quick_settings(), load_model=False)
+    qtbot.addWidget(window)
+    try:
+        (model_menu,) = [a.menu() for a in window.menuBar().actions() if a.text() == "&Model"]
+        assert [a.text() for a in model_menu.actions()] == ["Chat &template…"]
+        assert model_menu.actions()[0] is window.template_action
+        assert not window.template_action.isEnabled()
+        window.template_action.trigger()  # a disabled action does nothing
+        assert window.findChild(ModelInfoDialog) is None
+    finally:
+        window.close()
+
+
+@pytest.mark.model
+def test_the_bundled_model_shows_its_own_template_and_its_header_facts(qtbot, make_window, model_path):
+    window = make_window()
+
+    assert not window.model.template_is_fallback
+    assert "generic" not in window.model_label.text()
+    assert FALLBACK_NOTE not in window.model_label.toolTip()
+    dialog = _open_template_dialog(window)
+    assert dialog.template_note.text() == OWN_TEMPLATE_NOTE
+    source = dialog.template_view.toPlainText()
+    assert "<|im_start|>" in source and source != CHATML_TEMPLATE  # SmolLM2's own, with its default system prompt
+    facts = _facts(dialog)
+    assert (facts["Architecture"], facts["Quantisation"], facts["Trained context"]) == ("llama", "Q4_1", "8,192 tokens")
+    assert facts["Parameters"] == "135M"
+    assert facts["File size"] == format_size(Path(model_path).stat().st_size)
+    assert facts["Context in use"] == f"{window.model.n_ctx:,} tokens"
