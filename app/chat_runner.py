@@ -237,7 +237,7 @@ class ChatRunner(QObject):
         view = self._pane.chat_view
         if self._reply_bubble is not None and turn.stats.dropped_messages != len(view.left_out()):
             # The oldest messages of the history this reply follows no longer fit the context.
-            view.mark_left_out(turn.stats.dropped_messages, self._pane.context_meter.n_ctx)
+            view.mark_left_out(turn.stats.dropped_messages)
         bubble = self._reply_bubble
         if bubble is not None:
             bubble.set_text(turn.text, turn.marks)

@@ -160,8 +160,11 @@ class FixedPolicy:
         W = cfg.window
         while W > 0 and (W - 1) + W * (cfg.ngram - 2) + sum(len(d.tokens) for d in drafts) > room:
             W -= 1
-        while drafts and sum(len(d.tokens) for d in drafts) > room:
+        while len(drafts) > 1 and sum(len(d.tokens) for d in drafts) > room:
             drafts.pop()
+        if drafts and len(drafts[0].tokens) > room:  # the best one, cut to what fits
+            best = drafts[0]
+            drafts = [replace(best, tokens=best.tokens[:room], support=best.support[:room])] if room > 0 else []
         return StepChoice(drafts=tuple(drafts), window=W, ngram=cfg.ngram if W else 0, reason="fixed")
 
 

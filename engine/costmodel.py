@@ -28,10 +28,10 @@ if TYPE_CHECKING:
 
 SIZES = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24, 32, 48, 64)
 _TABLE = 300
-CACHE_VERSION = 5
+CACHE_VERSION = 6
 EXACT_PROBE_SIZES = (2, 4, 8, 16, 24, 32, 48, 63, 64, 96, 128)
-# Before the first lookahead step of a model whose curve is unknown: cheap (86 tokens), covers every
-# Auto draft and the common fixed shapes; the full probe runs with the measurement.
+# Before the first lookahead step of a model whose curve is unknown: cheap (a 300-token prompt, then 180
+# batch tokens), covers every Auto draft and the common fixed shapes; the full probe runs with the measurement.
 QUICK_PROBE_SIZES = (2, 4, 8, 16, 24, 32)
 
 
@@ -247,7 +247,11 @@ class MeasurementCancelled(Exception):
         self.max_exact_batch = max_exact_batch
 
 
-FILLER_TEXT = "The quick brown fox jumps over the lazy dog. " * 40
+FILLER_TEXT = "The quick brown fox jumps over the lazy dog. " * 60
+# The exact-batch probe runs past this many cached tokens: llama.cpp's CPU attention may switch kernels for a
+# 1-token step once the cache passes 256 cells. Its batches' first CHAIN_ROWS rows are checked one by one.
+PROBE_DEPTH = 300
+CHAIN_ROWS = 8
 
 # Share of a measurement's progress spent on the exact-batch probe (it runs first).
 _PROBE_SHARE = 0.1
@@ -352,40 +356,52 @@ def probe_exact_batch(
     progress: Callable[[float], None] | None = None,
     sizes: tuple[int, ...] = EXACT_PROBE_SIZES,
 ) -> int:
-    """Largest of ``sizes`` whose batch gives its first token the logits of a lone decode, bit for bit.
+    """Largest of ``sizes`` whose batches give the logits of plain decoding, bit for bit.
 
-    Leaves the engine's cache empty.
+    Past a cache of ``PROBE_DEPTH`` tokens (kernels can change with the cache's
+    length), a batch's first token must get a lone decode's logits with the
+    rest of the batch in another sequence, as drafts are; and a batch of
+    committed tokens must give each of its first ``CHAIN_ROWS`` tokens the
+    logits that decoding them one at a time gives. Leaves the engine's cache empty.
     """
     from .plan import ALL_SEQS
 
     if filler is None:
         filler = engine.tokenize(FILLER_TEXT, add_special=False)
-    prefix = filler[:64]
+    prefix = filler[:PROBE_DEPTH]
     batch, ctx = engine.batch, engine.ctx
 
     engine.reset()
     engine.prefill(prefix)
     start = engine.kv.n
+    chain: list[np.ndarray] = []  # plain decoding of the tokens after the prefix, one at a time
+    for k in range(CHAIN_ROWS):
+        batch.set_single_seq(filler[start + k : start + k + 1], start + k, ALL_SEQS, last_logits=True)
+        ctx.decode(batch)
+        chain.append(ctx.logits_rows(1)[0].copy())
 
-    def first_row(n: int) -> np.ndarray:
+    def decode(n: int, drafts: bool) -> np.ndarray:
         ctx.seq_rm(-1, start, -1)
-        batch.set_single_seq(filler[64 : 64 + n], start, ALL_SEQS, last_logits=False)
-        batch.n_seq_id[1:n] = 1
-        batch.seq_matrix[1:n, 0] = 1  # the rest sit in another sequence, as drafts do
+        batch.set_single_seq(filler[start : start + n], start, ALL_SEQS, last_logits=False)
+        if drafts:
+            batch.n_seq_id[1:n] = 1
+            batch.seq_matrix[1:n, 0] = 1  # the rest sit in another sequence, as drafts do
         batch.logits[:n] = 1
         ctx.decode(batch)
-        return ctx.logits_rows(n)[0].copy()
+        return ctx.logits_rows(n)
 
-    reference = first_row(1)
     best = 0
     total = sum(sizes)
     done = 0
     for n in sizes:
         if progress is not None:
             progress(done / total)
-        if n > batch.capacity or 64 + n > len(filler):
+        if n > batch.capacity or start + n > len(filler):
             break
-        if not np.array_equal(first_row(n), reference):
+        if not np.array_equal(decode(n, drafts=True)[0], chain[0]):
+            break
+        rows = decode(n, drafts=False)
+        if not all(np.array_equal(rows[k], chain[k]) for k in range(min(n, CHAIN_ROWS))):
             break
         best = n
         done += n

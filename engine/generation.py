@@ -245,9 +245,13 @@ class Generation:
 
     def _choose(self, cfg: LookaheadConfig | None, budget: int) -> StepChoice:
         """This step's shape, kept within the batch size whose logits match a lone decode's."""
-        cap = max(self._engine.cost_curve.max_exact_batch, 2) if self._exact_only else budget
+        cap = self._engine.cost_curve.max_exact_batch if self._exact_only else budget
         room = min(budget, cap) - len(self._pending)
-        if cfg is None or room < 1:
+        if cfg is None:
+            return StepChoice(reason="plain")
+        if cap < 2:
+            return StepChoice(reason="plain: on this CPU no batch gives this model's logits of plain decoding")
+        if room < 1:
             return StepChoice(reason="plain")
         indexed = len(self._index) - self._n_history  # the index holds the history, then these
         if indexed < len(self._tokens):  # catch up after plain steps

@@ -352,8 +352,17 @@ class Batch:
 # --- context ----------------------------------------------------------------------
 
 
+# The KV cache's element type, first choice first. With an f16 cache, ggml's CPU attention takes other
+# code paths for a 1-token step than for a batch once the cache passes 256 cells (the step's keys are
+# split among the threads, a batch's are not; batches of 64 rows or more are tiled): a batch's logits then
+# differ from plain decoding's, and lookahead's text with them at near-ties. A Q8_0 cache goes through one
+# path for every row whatever the batch, and on x86 it is faster than f16 too (half the memory to read).
+# It needs flash attention, which llama.cpp turns off for some models: those get the f16 cache.
+KV_TYPES = (("q8_0", ll.GGML_TYPE_Q8_0), ("f16", ll.GGML_TYPE_F16))
+
+
 class Context:
-    """A llama.cpp context made for lookahead: N_SEQ sequences in one unified KV cache."""
+    """A llama.cpp context made for lookahead: N_SEQ sequences in one unified KV cache (``kv_type``)."""
 
     def __init__(self, model: Model, n_ctx: int, n_batch: int, n_threads: int) -> None:
         self.model = model
@@ -366,7 +375,14 @@ class Context:
         params.n_threads = n_threads
         params.n_threads_batch = n_threads
         params.no_perf = True
-        self._ptr = ll.llama_init_from_model(model.ptr, params)
+        self._ptr = None
+        self.kv_type = ""
+        for name, ggml_type in KV_TYPES:
+            params.type_k = params.type_v = ggml_type
+            self._ptr = ll.llama_init_from_model(model.ptr, params)
+            if self._ptr:
+                self.kv_type = name
+                break
         if not self._ptr:
             detail = last_log_error()
             raise NativeError(

@@ -158,7 +158,8 @@ class Engine:
     def probe_exact_cap(self) -> int:
         """Make sure steps stay within batches measured exact for this model: probe quickly if nothing is known.
 
-        Costs one decode of each of ``QUICK_PROBE_SIZES`` (86 tokens) the first time; empties the cache then.
+        Costs a 300-token prompt and two decodes of each of ``QUICK_PROBE_SIZES`` the first time; empties the
+        cache then.
         """
         if self.cost_curve_source == "default" and not self.load_cached_curve():
             cap = probe_exact_batch(self, sizes=QUICK_PROBE_SIZES)  # leaves the cache empty

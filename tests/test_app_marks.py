@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from PySide6.QtGui import QGuiApplication
+from PySide6.QtGui import QGuiApplication, QTextFormat
 
 from app.marks import OWN, TokenMarks
 from app.settings import AppSettings
@@ -149,3 +149,33 @@ def test_messages_stored_before_marks_existed_still_load(qtbot, tmp_path):
     reply = pane.chat_view.bubbles()[-1]
     assert reply.marks is None and not reply.body.isHidden() and reply.text() == "hello"
     store.close()
+
+
+def test_the_compare_panes_lookahead_text_is_tinted_by_source_and_redrawn_when_switched(qtbot):
+    from app.widgets.compare_view import CompareView
+    from app.widgets.marked_text import source_colour
+
+    view = CompareView()
+    qtbot.addWidget(view)
+    pane = view.lookahead_pane
+    view.set_show_lookahead(True)
+    assert not view.legend.isHidden()
+    pane.advance([event(0, ("Hello",), (OWN,), batch=1), event(1, (" big", " world"), ("prompt", OWN))], 0.1)
+    pane.advance([event(1, ("!",), (OWN,))], 0.2)
+    assert pane.text.toPlainText() == "Hello big world!"
+
+    def backgrounds() -> dict[str, str]:
+        out = {}
+        it = pane.text.document().firstBlock().begin()
+        while not it.atEnd():
+            f = it.fragment()
+            fmt = f.charFormat()
+            tinted = fmt.hasProperty(QTextFormat.Property.BackgroundBrush)
+            out[f.text()] = fmt.background().color().name() if tinted else ""
+            it += 1
+        return out
+
+    assert backgrounds()[" big"] == source_colour("prompt", False).name()
+    view.set_show_lookahead(False)  # drawn again, plain
+    assert pane.text.toPlainText() == "Hello big world!" and set(backgrounds().values()) == {""}
+    assert view.legend.isHidden()

@@ -48,3 +48,21 @@ def test_lookahead_gives_plain_decodings_text_on_a_tiny_f16_llama(tiny_llama_eng
         drafted += n
     if not lookahead.auto:
         assert drafted > 0  # fixed settings always verify something: the comparison had work to check
+
+
+def test_a_model_whose_cache_cannot_be_q8_0_still_gives_plain_decodings_text_past_256_cached_tokens(tmp_path):
+    """Heads of 16 dimensions: an f16 cache, whose attention changes kernels for 1-token steps past 256 cells."""
+    path = write_tiny_llama(tmp_path / "tiny-llama-head16.gguf", n_embd=64)
+    with Engine(path, n_ctx=1024, n_threads=2) as eng:
+        assert eng.ctx.kv_type == "f16"
+        prompt = eng.tokenize("the cat sat on the mat " * 40)
+        assert len(prompt) > 256
+        for lookahead in (DEFAULT_LOOKAHEAD, LookaheadConfig(window=0, ngram=5, guesses=4)):
+            eng.reset()
+            plain = [t for ev in eng.generate(prompt, stop=StopConfig(max_tokens=64)) for t in ev.token_ids]
+            eng.reset()
+            events = list(eng.generate(prompt, GenerationControls(lookahead=lookahead), stop=StopConfig(max_tokens=64)))
+            assert [t for ev in events for t in ev.token_ids] == plain
+            if eng.cost_curve.max_exact_batch < 2:  # no exact batch here: every step is plain, and says why
+                assert all(ev.batch_size == 1 for ev in events)
+                assert "no batch gives" in events[0].choice

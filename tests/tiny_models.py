@@ -84,7 +84,7 @@ def write_tiny_mamba(path: Path, context_length: int = 1024) -> Path:
     return _finish(writer, path)
 
 
-def write_tiny_llama(path: Path, context_length: int = 2048, f16: bool = True) -> Path:
+def write_tiny_llama(path: Path, context_length: int = 2048, f16: bool = True, n_embd: int = 128) -> Path:
     """A 2-layer llama-architecture model (grouped-query attention, SwiGLU), F16 matrices by default.
 
     Its greedy text is repetitive, so lookahead has drafts to verify; its
@@ -92,7 +92,9 @@ def write_tiny_llama(path: Path, context_length: int = 2048, f16: bool = True) -
     """
     import gguf
 
-    n_embd, n_head, n_head_kv, n_ff, n_layer = 64, 4, 2, 128, 2
+    # Four heads: of 32 dimensions by default, which the engine's Q8_0 KV cache needs (it stores keys in blocks of
+    # 32, see engine/native.py); n_embd=64 makes a model that gets an f16 cache instead.
+    n_head, n_head_kv, n_ff, n_layer = 4, 2, 128, 2
     head_dim = n_embd // n_head
     n_vocab = len(TOKENS)
     w = _random_weights(1)

@@ -92,7 +92,7 @@ class ChatPane(QWidget):
             self.chat_view.add_message(m.role, m.content, m.id, stats.summary_line() if stats else "", marks)
             if stats is not None:
                 last, left_out = stats, min(stats.dropped_messages, k)
-        self.chat_view.mark_left_out(left_out, self.context_meter.n_ctx)
+        self.chat_view.mark_left_out(left_out)
         self.show_usage(last)
 
     def show_usage(self, stats: ReplyStats | None) -> None:

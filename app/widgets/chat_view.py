@@ -249,7 +249,7 @@ class ChatView(QScrollArea):
         self._update_regenerate()
         return bubble
 
-    def mark_left_out(self, count: int, n_ctx: int) -> None:
+    def mark_left_out(self, count: int) -> None:
         """The first ``count`` messages no longer fit the context: dim them, and draw a line where it now starts."""
         self._drop_left_out_line()
         count = min(count, len(self._bubbles))
@@ -259,7 +259,7 @@ class ChatView(QScrollArea):
             return
         self.left_out_line = QLabel(
             f"The model no longer sees the {count} message{'s' if count != 1 else ''} above: the chat outgrew its "
-            f"context of {n_ctx:,} tokens. They stay saved and exported."
+            "context (see the meter below). They stay saved and exported."
         )
         self.left_out_line.setObjectName("leftOutLine")
         self.left_out_line.setWordWrap(True)

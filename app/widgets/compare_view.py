@@ -28,7 +28,7 @@ from ..compare import FAIRNESS_NOTE, LOOKAHEAD, PLAIN, CompareProgress, CompareR
 from ..marks import TokenMarks
 from .chat_input import ChatInput
 from .markdown_view import palette_is_dark
-from .marked_text import source_colour
+from .marked_text import MarksLegend, source_colour
 from .stats_view import StepChart
 
 DIVERGENCE_COLOUR = QColor(255, 170, 0, 150)  # amber: readable on light and dark bases
@@ -53,6 +53,7 @@ class ComparePane(QGroupBox):
         self.clock.setToolTip("This decoder's own clock: prompt evaluation plus its measured steps")
         self.state = QLabel()
         self.numbers = QLabel()
+        self.numbers.setWordWrap(True)  # two panes side by side must not widen the window
         self.text = QPlainTextEdit()
         self.text.setReadOnly(True)
         self.show_lookahead = False
@@ -238,6 +239,9 @@ class CompareView(QWidget):
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.note)
         layout.addLayout(status_row)
+        self.legend = MarksLegend()  # what the lookahead pane's tints mean (View → Show lookahead)
+        self.legend.setVisible(False)
+        layout.addWidget(self.legend)
         layout.addLayout(panes, 1)
         layout.addWidget(self.verdict)
         layout.addLayout(input_row)
@@ -256,6 +260,7 @@ class CompareView(QWidget):
     def set_show_lookahead(self, on: bool) -> None:
         """Tint the lookahead pane's text by how each run of it came (View → Show lookahead)."""
         self.lookahead_pane.set_show_lookahead(on)
+        self.legend.setVisible(on)
 
     def is_measuring(self) -> bool:
         return self._request is not None

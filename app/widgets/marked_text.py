@@ -6,7 +6,7 @@ import math
 
 from PySide6.QtCore import QEvent, QPoint, QSize, Qt, Slot
 from PySide6.QtGui import QColor, QHelpEvent, QPalette, QResizeEvent, QTextCharFormat, QTextCursor
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QSizePolicy, QTextBrowser, QToolTip, QWidget
+from PySide6.QtWidgets import QLabel, QSizePolicy, QTextBrowser, QToolTip, QWidget
 
 from ..marks import OWN, SHORT_NAMES, SOURCE_NAMES, Run, TokenMarks
 from .markdown_view import palette_is_dark
@@ -102,29 +102,27 @@ class MarkedView(QTextBrowser):
         return QSize(super().sizeHint().width(), self.height())
 
 
-class MarksLegend(QWidget):
-    """What the tints mean: one chip per draft source, and a word on untinted text."""
+class MarksLegend(QLabel):
+    """What the tints mean: one chip per draft source, and a word on untinted text (wraps in a narrow window)."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        layout = QHBoxLayout(self)
-        layout.setContentsMargins(12, 2, 12, 2)
-        layout.setSpacing(6)
-        intro = QLabel("Drafts that landed, by source:")
-        intro.setEnabled(False)
-        layout.addWidget(intro)
-        self.chips: dict[str, QLabel] = {}
+        self.setWordWrap(True)
+        self.setTextFormat(Qt.TextFormat.RichText)
+        self.setContentsMargins(12, 2, 12, 2)
+        self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         dark = palette_is_dark(self.palette())
-        text = self.palette().color(QPalette.ColorRole.Text).name()
+        quiet = self.palette().color(QPalette.ColorGroup.Disabled, QPalette.ColorRole.WindowText).name()
+        chips = []
         for source in _HUES:
             colour = source_colour(source, dark)
             assert colour is not None
-            chip = QLabel(SHORT_NAMES[source])
-            chip.setToolTip(SOURCE_NAMES[source].capitalize())
-            chip.setStyleSheet(f"background: {colour.name()}; color: {text}; padding: 1px 5px; border-radius: 3px;")
-            self.chips[source] = chip
-            layout.addWidget(chip)
-        own = QLabel("untinted: the model's own token of each step")
-        own.setEnabled(False)
-        layout.addWidget(own)
-        layout.addStretch(1)
+            name = SHORT_NAMES[source].replace(" ", "&nbsp;")
+            chips.append(f'<span style="background-color: {colour.name()};">&nbsp;{name}&nbsp;</span>')
+        self.sources = list(_HUES)
+        self.setText(
+            f'<span style="color: {quiet};">Drafts that landed, by source:</span> '
+            + " ".join(chips)
+            + f' <span style="color: {quiet};">· untinted: the model\'s own token of each step</span>'
+        )
+        self.setToolTip("\n".join(f"{SHORT_NAMES[s]}: {SOURCE_NAMES[s]}" for s in (OWN, *_HUES)))
