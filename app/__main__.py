@@ -6,7 +6,8 @@ prints the reply and its stats, and exits 0 (non-zero on any failure). With
 ``--compare`` it does the same in the comparison tab: one prompt through plain
 and lookahead decoding, replayed side by side, then the speedup. It uses
 a temporary data dir unless ``LOOKAHEAD_CHAT_HOME`` is set, so the user's chats
-are never touched.
+are never touched. ``--list-models [--json]`` prints the model library's scan (see
+``engine/library.py``) without importing Qt, so it works without a display.
 """
 
 from __future__ import annotations
@@ -31,12 +32,39 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--prompt", default=SELF_TEST_PROMPT, help="with --self-test: the prompt to send")
     parser.add_argument("--timeout", type=float, default=120.0, help="with --self-test: seconds to wait")
     parser.add_argument("--max-tokens", type=int, default=128, help="with --self-test: longest reply")
+    parser.add_argument(
+        "--list-models", action="store_true",
+        help="list the GGUF models found in other apps' folders and your added folders, then exit",
+    )
+    parser.add_argument("--json", action="store_true", help="with --list-models: one JSON object per line")
     return parser.parse_args(argv)
+
+
+def _list_models(as_json: bool) -> int:
+    """``--list-models``: the library's scan, printed; no Qt, so it works without a display."""
+    import json
+
+    from engine.library import format_table, library_roots, scan
+
+    from .settings import AppSettings
+
+    folders = AppSettings.load().library_folders
+    result = scan(library_roots(folders))
+    if as_json:
+        for model in result.models:
+            print(json.dumps(model.to_json()))
+    else:
+        print(format_table(result.models))
+    for skipped in result.skipped:
+        print(f"skipped: {skipped.path}: {skipped.reason}", file=sys.stderr)
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse_args(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    if args.list_models:
+        return _list_models(args.json)
     from . import paths
 
     if args.self_test and not os.environ.get(paths.HOME_ENV):

@@ -2,11 +2,15 @@
 
 A turn goes: ``begin_send``/``begin_regenerate`` builds the worker's request
 (nothing is saved yet) → ``accept`` when the worker has taken it (the
-conversation, the user's message and the deletion of what an edit or a
-regeneration replaces are written now, and only now) → ``observe`` for every
-step → ``finish`` saves the reply as far as it got. ``reject`` forgets a turn
-the worker refused; nothing of it was saved. The window shows what these
-return and sends the requests; it never writes to the store itself.
+conversation and the user's message are written now, and only now) →
+``observe`` for every step → ``finish`` saves the reply as far as it got.
+``reject`` forgets a turn the worker refused; nothing of it was saved. The
+window shows what these return and sends the requests; it never writes to the
+store itself.
+
+Nothing is deleted by an edit or a regeneration: the new message is saved
+beside the one it replaces (the same parent in the store's tree of messages),
+and the chat goes on from the branch shown.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import itertools
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from engine import LookaheadConfig, SamplingConfig, StepEvent, StopConfig
 from engine.text import conversation_messages
@@ -22,10 +27,15 @@ from engine.text import conversation_messages
 from .marks import TokenMarks
 from .requests import GenerationRequest, ReplyOutcome
 from .stats import ReplyStats
-from .store import ChatStore, StoredMessage, export_markdown
+from .store import ChatStore, Conversation, StoredMessage, export_markdown
 
 NEW_CHAT_TITLE = "New chat"
 TITLE_LENGTH = 40
+
+
+def file_stem(title: str) -> str:
+    """A chat's title as a file name (without the extension) any file system takes."""
+    return "".join(c if c.isalnum() or c in " -_" else "_" for c in title).strip() or "chat"
 
 
 class RequestIds:
@@ -45,16 +55,18 @@ class Turn:
     request_id: int
     conversation_id: int | None  # None: a new chat, created once the worker accepts the message
     user_text: str | None  # None when regenerating
-    replace_from: int | None  # delete this message and the ones after it when accepted (edit, regenerate)
+    replaces: int | None  # the message an edit or a regeneration replaces (it stays, as an alternative)
     system_prompt: str
     auto: bool
-    history: list[StoredMessage] = field(default_factory=list)  # the messages the reply follows
+    history: list[StoredMessage] = field(default_factory=list)  # the messages the new one follows
+    reply_parent: int | None = None  # the message the reply follows, once the turn is accepted
     typed: str = ""  # the input box's text as typed, given back if the worker refuses the message
     sent_at: float = field(default_factory=time.perf_counter)
     started: bool = False
     text: str = ""
     stats: ReplyStats = field(default_factory=ReplyStats)
     marks: TokenMarks = field(default_factory=TokenMarks)  # how each run of ``text`` came
+    chat_settings: dict[str, Any] = field(default_factory=dict)  # saved with the chat once accepted
 
 
 @dataclass(frozen=True)
@@ -76,6 +88,7 @@ class TurnSettings:
     lookahead: LookaheadConfig | None
     sampling: SamplingConfig
     stop: StopConfig
+    chat_settings: dict[str, Any] = field(default_factory=dict)  # the sampling values the chat keeps
 
 
 class ChatController:
@@ -97,6 +110,10 @@ class ChatController:
         """The open chat's stored messages (none for a new chat)."""
         return self.store.messages(self.conversation_id) if self.conversation_id is not None else []
 
+    def alternatives(self) -> dict[int, list[int]]:
+        """The open chat's messages that have alternatives, each with all of them (``ChatStore.alternatives``)."""
+        return self.store.alternatives(self.conversation_id) if self.conversation_id is not None else {}
+
     def start_edit(self, message_id: int) -> str | None:
         """Edit a user message of the open chat: returns its text for the input box (None if not editable)."""
         if self.is_generating():
@@ -115,12 +132,12 @@ class ChatController:
     # --- starting a turn ---
 
     def begin_send(self, user_text: str, typed: str, settings: TurnSettings) -> tuple[Turn, GenerationRequest]:
-        """A new user message (or an edited one, replacing it and what followed)."""
+        """A new user message (or an edited one, beside it: what followed stays on the old branch)."""
         history, replaced = self._split_history(self.editing_message_id)
         return self._begin(history, user_text, replaced, typed, settings)
 
     def begin_regenerate(self, settings: TurnSettings) -> tuple[Turn, GenerationRequest] | None:
-        """The last reply again, replacing it; None if the chat has no user message to answer."""
+        """The last reply again, beside it; None if the chat has no user message to answer."""
         history = self.messages()
         replaced: list[StoredMessage] = []
         while history and history[-1].role == "assistant":
@@ -130,11 +147,10 @@ class ChatController:
         return self._begin(history, None, replaced, "", settings)
 
     def _split_history(self, at: int | None) -> tuple[list[StoredMessage], list[StoredMessage]]:
-        """The chat's messages before message ``at``, and ``at`` with those after it (``at`` None: all, none)."""
+        """The branch shown before message ``at``, and ``at`` with those after it (``at`` None: all, none)."""
         messages = self.messages()
-        if at is None:
-            return messages, []
-        return [m for m in messages if m.id < at], [m for m in messages if m.id >= at]
+        cut = next((k for k, m in enumerate(messages) if m.id == at), len(messages))
+        return messages[:cut], messages[cut:]
 
     def _begin(
         self,
@@ -158,11 +174,12 @@ class ChatController:
             request_id=request.request_id,
             conversation_id=self.conversation_id,
             user_text=user_text,
-            replace_from=replaced[0].id if replaced else None,
+            replaces=replaced[0].id if replaced else None,
             system_prompt=settings.system_prompt,
             auto=settings.lookahead is not None and settings.lookahead.auto,
             history=history,
             typed=typed,
+            chat_settings=dict(settings.chat_settings),
         )
         return self.turn, request
 
@@ -174,7 +191,7 @@ class ChatController:
         return turn if turn is not None and turn.request_id == request_id else None
 
     def accept(self, request_id: int) -> Turn | None:
-        """The worker took the request: save the new chat, the user's message, and drop what is replaced."""
+        """The worker took the request: save the new chat and the user's message (beside any it replaces)."""
         turn = self.current(request_id)
         if turn is None:
             return None
@@ -183,11 +200,19 @@ class ChatController:
             title = (turn.user_text or NEW_CHAT_TITLE).splitlines()[0][:TITLE_LENGTH].strip() or NEW_CHAT_TITLE
             turn.conversation_id = self.store.create_conversation(title, turn.system_prompt).id
             self.conversation_id = turn.conversation_id
-        if turn.replace_from is not None:
-            self.store.delete_messages_from(turn.conversation_id, turn.replace_from)
+        if turn.chat_settings:  # merged: the chat may keep other settings too
+            saved = self.store.conversation_settings(turn.conversation_id)
+            self.store.set_conversation_settings(turn.conversation_id, {**saved, **turn.chat_settings})
+        after = turn.history[-1].id if turn.history else None
         if turn.user_text is not None:
-            self.store.add_message(turn.conversation_id, "user", turn.user_text)
+            turn.reply_parent = self.store.add_message(
+                turn.conversation_id, "user", turn.user_text, parent_id=after
+            ).id
             self.editing_message_id = None
+        else:
+            turn.reply_parent = after
+            if after is not None:
+                self.store.set_current_leaf(after)  # the chat shows what the new reply follows
         return turn
 
     def note_step(self, request_id: int, event: StepEvent) -> Turn | None:
@@ -216,7 +241,10 @@ class ChatController:
         return committed
 
     def finish(self, outcome: ReplyOutcome, model_name: str) -> tuple[Turn, ReplyRecord] | None:
-        """The generation is over: save the reply as far as it got (an empty stopped one is dropped)."""
+        """The generation is over: save the reply as far as it got (an empty stopped one is dropped).
+
+        A regeneration that saved nothing shows the reply it was to replace again.
+        """
         turn = self.current(outcome.request_id)
         if turn is None:
             return None
@@ -227,8 +255,11 @@ class ChatController:
         message_id = None
         if turn.conversation_id is not None and (turn.text or outcome.stop_reason != "cancelled"):
             message_id = self.store.add_message(
-                turn.conversation_id, "assistant", turn.text, turn.stats.to_json(), turn.marks.to_json()
+                turn.conversation_id, "assistant", turn.text, turn.stats.to_json(), turn.marks.to_json(),
+                parent_id=turn.reply_parent,
             ).id
+        elif turn.user_text is None and turn.replaces is not None and turn.conversation_id is not None:
+            self.store.select_branch(turn.replaces)
         return turn, ReplyRecord(turn.conversation_id or 0, message_id, turn.text, turn.stats, outcome)
 
     def reject(self, request_id: int) -> Turn | None:
@@ -245,8 +276,30 @@ class ChatController:
         conv = self.store.conversation(self.conversation_id) if self.conversation_id is not None else None
         if conv is None:
             return None
-        safe = "".join(c if c.isalnum() or c in " -_" else "_" for c in conv.title).strip() or "chat"
-        return f"{safe}.md", export_markdown(conv, self.store.messages(conv.id))
+        return f"{file_stem(conv.title)}.md", export_markdown(conv, self.store.messages(conv.id))
+
+    def show_alternative(self, message_id: int) -> bool:
+        """Show the branch through ``message_id`` (one of a message's alternatives); False while a reply streams."""
+        if self.is_generating():
+            return False
+        self.store.select_branch(message_id)
+        return True
+
+    def fork(self, message_id: int) -> Conversation | None:
+        """A new chat with the branch down to ``message_id``, now the open one; None while a reply streams."""
+        if self.is_generating():
+            return None
+        conv = self.store.fork_conversation(message_id)
+        self.conversation_id = conv.id
+        return conv
+
+    def open_message(self, conversation_id: int, message_id: int) -> bool:
+        """Open a chat at one of its messages (a search result): its branch is shown; False while a reply streams."""
+        if self.is_generating() or self.store.conversation(conversation_id) is None:
+            return False
+        self.store.select_branch(message_id)
+        self.conversation_id = conversation_id
+        return True
 
     def rename_conversation(self, conversation_id: int, title: str) -> None:
         self.store.rename_conversation(conversation_id, title)

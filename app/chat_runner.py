@@ -4,23 +4,32 @@
 this object connects them to the engine's worker and to the decoding panel's
 live statistics. Step events are buffered and drawn by a ~30 Hz timer, so a
 fast model cannot flood the event loop with repaints.
+
+It also owns what the window does with the chats as a whole: the search
+dialog, forking, flipping between a message's alternatives, and the JSON
+backup (its actions are here; the window puts them in its menus).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
+from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal, Slot
-from PySide6.QtWidgets import QMessageBox, QWidget
+from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtWidgets import QFileDialog, QMessageBox, QWidget
 
-from .chat_controller import ChatController, TurnSettings
+from . import backup
+from .chat_controller import ChatController, TurnSettings, file_stem
 from .coalescer import UpdateCoalescer
 from .requests import GenerationRequest, ReplyOutcome, StepUpdate
-from .store import Conversation
+from .store import Conversation, SearchHit
 from .widgets.chat_pane import ChatPane
 from .widgets.chat_view import MessageBubble
 from .widgets.conversation_list import ConversationList
 from .widgets.decoding_panel import DecodingPanel
+from .widgets.search import MAX_RESULTS, SearchDialog
 from .worker import EngineThread
 
 
@@ -40,6 +49,7 @@ class ChatRunner(QObject):
         requestSent(): a request went to the worker (a measurement at idle must pause).
         turnEnded(): the engine is free again after a turn.
         stopRequested(): the chat a reply was streaming into was deleted: stop it.
+        status(str): a short note for the status bar (exported, imported, forked).
     """
 
     conversationShown = Signal(object)
@@ -51,6 +61,7 @@ class ChatRunner(QObject):
     requestSent = Signal()
     turnEnded = Signal()
     stopRequested = Signal()
+    status = Signal(str)
 
     def __init__(
         self,
@@ -73,6 +84,7 @@ class ChatRunner(QObject):
         self._model_name = model_name
         self._parent = dialog_parent
         self._reply_bubble: MessageBubble | None = None  # where the streaming reply is drawn, if in view
+        self._settings_of: int | None = None  # the chat whose saved sampling values the panel was given
         self.closed = False
         self._steps = UpdateCoalescer(parent=self)  # one repaint per batch of steps, ~30 a second
         self._steps.flushed.connect(self._on_steps_flushed)
@@ -84,12 +96,44 @@ class ChatRunner(QObject):
         pane.editRequested.connect(self.begin_edit)
         pane.regenerateRequested.connect(self.regenerate_last)
         pane.cancelEditRequested.connect(self.cancel_edit)
+        pane.alternativeRequested.connect(self.show_alternative)
+        pane.forkRequested.connect(self.fork)
         panel.lookaheadChanged.connect(self._on_lookahead_changed)
         w = engine.worker
         w.replyStarted.connect(self._on_reply_started)
         w.stepUpdate.connect(self._on_step_update)
         w.replyFinished.connect(self._on_reply_finished)
         w.replyFailed.connect(self._on_reply_failed)
+        self.search_dialog: SearchDialog | None = None  # made when first opened
+        self._build_actions()
+        self.busyChanged.connect(self._update_actions)
+        self.conversationShown.connect(self._update_actions)
+
+    def _build_actions(self) -> None:
+        def action(text: str, slot: Callable[[], object], shortcut: str | None = None) -> QAction:
+            a = QAction(text, self._parent)
+            if shortcut is not None:
+                a.setShortcut(QKeySequence(shortcut))
+            a.triggered.connect(slot)
+            return a
+
+        self.find_action = action("&Find in chat…", lambda: self.open_search(this_chat_only=True), "Ctrl+F")
+        self.search_action = action("Search &all chats…", lambda: self.open_search(this_chat_only=False),
+                                    "Ctrl+Shift+F")
+        self.export_json_action = action("Export chat as &JSON…", lambda: self._on_export_json(all_chats=False))
+        self.export_all_json_action = action("Export &all chats as JSON…", lambda: self._on_export_json(all_chats=True))
+        self.import_json_action = action("&Import chats from JSON…", self._on_import_json)
+
+    @Slot()
+    def _update_actions(self) -> None:
+        """Searching (it opens chats at a message) waits while a reply streams; exporting needs a saved chat."""
+        free = not self.chat.is_generating()
+        self.find_action.setEnabled(free and self.chat.conversation_id is not None)
+        self.search_action.setEnabled(free)
+        self.export_json_action.setEnabled(self.chat.conversation_id is not None)
+        if self.search_dialog is not None:
+            self.search_dialog.setEnabled(free)
+            self.search_dialog.set_conversation(self.chat.conversation_id)
 
     # --- the chats ---
 
@@ -144,7 +188,10 @@ class ChatRunner(QObject):
             conv = self.chat.store.conversation(conversation_id)
         if conv is None:
             self.chat.conversation_id = None
-        self._pane.show_messages(self.chat.messages())
+        elif conv.id != self._settings_of:  # opened, not redrawn: its own values (a new chat keeps the panel's)
+            self._panel.load_chat_settings(self.chat.store.conversation_settings(conv.id))
+        self._settings_of = conv.id if conv is not None else None
+        self._pane.show_messages(self.chat.messages(), self.chat.alternatives())
         turn = self.chat.turn
         self._reply_bubble = None
         if turn is not None and turn.started and turn.conversation_id == self.chat.conversation_id:
@@ -154,6 +201,88 @@ class ChatRunner(QObject):
         self._pane.chat_view.scroll_to_bottom()
         self.conversationShown.emit(conv)
 
+    @Slot(int)
+    def show_alternative(self, message_id: int) -> None:
+        """‹ or › on a message: the chat now shows (and goes on from) that alternative."""
+        if self.chat.show_alternative(message_id):
+            self.show_conversation(self.chat.conversation_id)
+            self._pane.chat_view.scroll_to_message(message_id, flash=False)
+
+    @Slot(int)
+    def fork(self, message_id: int) -> None:
+        """"Fork" on a message: a new chat with the conversation down to it, opened."""
+        conv = self.chat.fork(message_id)
+        if conv is not None:
+            self.refresh_conversations()
+            self.show_conversation(conv.id)
+            self.status.emit(f"Forked into “{conv.title}”")
+
+    # --- search ---
+
+    def open_search(self, this_chat_only: bool) -> SearchDialog:
+        """Ctrl+F (the open chat) or Ctrl+Shift+F (all chats): the search dialog, with the box focused."""
+        if self.search_dialog is None:
+            self.search_dialog = SearchDialog(self._search, self._parent)
+            self.search_dialog.resultActivated.connect(self.open_message)
+        self.search_dialog.start(this_chat_only, self.chat.conversation_id)
+        self._update_actions()
+        return self.search_dialog
+
+    def _search(self, text: str, conversation_id: int | None) -> list[SearchHit]:
+        return self.chat.store.search(text, MAX_RESULTS, conversation_id)
+
+    @Slot(int, int)
+    def open_message(self, conversation_id: int, message_id: int) -> None:
+        """A search result: open its chat on the message's branch, and bring the message into view."""
+        if not self.chat.open_message(conversation_id, message_id):
+            return
+        self.refresh_conversations()
+        self.show_conversation(conversation_id)
+        self._pane.chat_view.scroll_to_message(message_id)
+
+    # --- JSON backup ---
+
+    def export_json(self, path: Path, all_chats: bool) -> bool:
+        """Write all chats, or the open one, to ``path`` (the JSON format of ``app.backup``); False if it failed."""
+        ids = None if all_chats else [self.chat.conversation_id] if self.chat.conversation_id is not None else []
+        try:
+            path.write_text(backup.export_json(self.chat.store, ids), encoding="utf-8")
+        except OSError as exc:
+            QMessageBox.critical(self._parent, "Export failed", f"Could not write {path}: {exc}")
+            return False
+        self.status.emit(f"Exported to {path}")
+        return True
+
+    def import_json(self, path: Path) -> list[Conversation]:
+        """Add the chats of an exported file (as new chats); a file that cannot be read is explained, not raised."""
+        try:
+            added = backup.import_json(self.chat.store, path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, backup.BackupError) as exc:
+            QMessageBox.warning(self._parent, "Import failed", f"Nothing was imported from {path}.\n\n{exc}")
+            return []
+        self.refresh_conversations()
+        self.status.emit(f"Imported {len(added)} chat{'s' if len(added) != 1 else ''} from {path.name}")
+        return added
+
+    def _on_export_json(self, all_chats: bool) -> None:
+        conv = self.chat.store.conversation(self.chat.conversation_id) if self.chat.conversation_id else None
+        if not all_chats and conv is None:
+            return
+        name = f"{file_stem(conv.title)}.json" if conv is not None and not all_chats else (
+            f"lookahead-chats-{time.strftime('%Y-%m-%d')}.json")
+        path, _ = QFileDialog.getSaveFileName(
+            self._parent, "Export as JSON", str(Path.home() / name), "JSON (*.json);;All files (*)"
+        )
+        if path:
+            self.export_json(Path(path), all_chats)
+
+    def _on_import_json(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(
+            self._parent, "Import chats", str(Path.home()), "JSON (*.json);;All files (*)"
+        )
+        if path:
+            self.import_json(Path(path))
+
     # --- starting turns ---
 
     def _settings(self) -> TurnSettings:
@@ -162,6 +291,7 @@ class ChatRunner(QObject):
             lookahead=self._panel.lookahead_config(),
             sampling=self._panel.sampling_config(),
             stop=self._panel.stop_config(),
+            chat_settings=self._panel.chat_settings(),
         )
 
     @Slot()
@@ -177,7 +307,7 @@ class ChatRunner(QObject):
 
     @Slot()
     def regenerate_last(self) -> None:
-        """Generate the last reply again (replacing it)."""
+        """Generate the last reply again (the one it replaces stays, as an alternative)."""
         if self.chat.conversation_id is None or not self._can_start():
             return
         started = self.chat.begin_regenerate(self._settings())
@@ -191,7 +321,7 @@ class ChatRunner(QObject):
 
     @Slot(int)
     def begin_edit(self, message_id: int) -> None:
-        """Put a user message back into the input; sending replaces it and what follows."""
+        """Put a user message back into the input; sending adds the new one beside it."""
         self._pane.set_editing(self.chat.start_edit(message_id))
 
     @Slot()
@@ -258,7 +388,7 @@ class ChatRunner(QObject):
             if record.message_id is None:
                 self.show_conversation(self.chat.conversation_id)
             else:
-                bubble.message_id = record.message_id
+                bubble.set_message_id(record.message_id, self.chat.store.siblings(record.message_id))
                 bubble.set_stats_line(record.stats.summary_line())
         self.busyChanged.emit()
         self.turnEnded.emit()

@@ -32,6 +32,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from engine import ModelFileError, default_model_path
+
 from . import paths
 from .chat_controller import ChatController, ReplyRecord, RequestIds
 from .chat_runner import ChatRunner
@@ -44,6 +46,7 @@ from .widgets.compare_view import CompareView
 from .widgets.comparisons import Comparisons
 from .widgets.conversation_list import ConversationList
 from .widgets.decoding_panel import DecodingPanel
+from .widgets.library import LibraryDialog
 from .widgets.measure_status import MeasureStatus
 from .widgets.model_info import ModelInfoDialog
 from .worker import EngineThread
@@ -108,6 +111,7 @@ class MainWindow(QMainWindow):
         )
         self._build_menus()
         self._build_view_menu()
+        self._build_chat_menus()
         self._wire()
 
         self.panel.load_settings(self.settings)
@@ -189,7 +193,11 @@ class MainWindow(QMainWindow):
             "&Chat", ("&New chat", self.new_chat, "Ctrl+N"), ("&Stop", self.stop_reply, Qt.Key.Key_Escape),
             ("&Regenerate last reply", self.regenerate_last, "Ctrl+R"),
         )
-        (self.template_action,) = menu("&Model", ("Chat &template…", self._on_show_chat_template, None))
+        self.library_action, self.template_action = menu(
+            "&Model", ("&Library…", self._on_open_library, "Ctrl+Shift+L"),
+            ("Chat &template…", self._on_show_chat_template, None),
+        )
+        self.library_dialog: LibraryDialog | None = None
         self.send_action = QAction("Send", self)
         self.send_action.setShortcut(QKeySequence("Ctrl+Return"))
         self.send_action.triggered.connect(self._on_send_shortcut)
@@ -204,6 +212,18 @@ class MainWindow(QMainWindow):
         self.show_lookahead_action.toggled.connect(self._on_show_lookahead)
         self.menuBar().addMenu("&View").addAction(self.show_lookahead_action)
         self._on_show_lookahead(self.settings.show_lookahead)
+
+    def _build_chat_menus(self) -> None:
+        """The chats as a whole (the runner's actions): the JSON backup in File, search in Chat."""
+        file_menu, chat_menu = self.export_action.parent(), self.new_action.parent()
+        assert isinstance(file_menu, QMenu) and isinstance(chat_menu, QMenu)
+        items = file_menu.actions()
+        after_export = items[items.index(self.export_action) + 1]
+        file_menu.insertActions(after_export, [self.runner.export_json_action, self.runner.export_all_json_action,
+                                               self.runner.import_json_action])
+        chat_menu.addSeparator()
+        chat_menu.addActions([self.runner.find_action, self.runner.search_action])
+        self.runner.status.connect(lambda text: self.statusBar().showMessage(text, 5000))
 
     @Slot(bool)
     def _on_show_lookahead(self, on: bool) -> None:
@@ -306,10 +326,33 @@ class MainWindow(QMainWindow):
         if self.is_busy() or self.is_loading():
             return
         self.measure_status.new_model()
-        self.models.load(path, self.panel.n_ctx_spin.value(), self.panel.threads_spin.value())
+        n_ctx, threads = self.panel.n_ctx_spin.value(), self.panel.threads_spin.value()
+        model_file = self._model_file(path)
+        if self.model is None or model_file != self.model.path:  # another model: load it as it was last time
+            remembered = self.settings.model_settings(model_file)
+            ctx, thr = remembered.get("n_ctx"), remembered.get("threads")
+            n_ctx = ctx if isinstance(ctx, int) else n_ctx
+            threads = thr if isinstance(thr, int) else threads
+        self.models.load(path, n_ctx, threads)
+
+    @staticmethod
+    def _model_file(path: str) -> str:
+        """The file ``path`` names, as the loaded model reports it ("" = the bundled model)."""
+        if path:
+            return str(Path(path))
+        try:
+            return str(default_model_path())
+        except ModelFileError:
+            return ""
 
     @Slot(object, str)
     def _on_model_loaded(self, model: LoadedModel, requested: str) -> None:
+        if self.settings.apply_model_settings(model.path):  # this model's own context, sampling and prompt
+            self.panel.load_settings(self.settings)
+            if self.chat.conversation_id is None:
+                self.panel.set_system_prompt(self.settings.system_prompt)
+            else:  # the open chat keeps the sampling values it was saved with
+                self.panel.load_chat_settings(self.store.conversation_settings(self.chat.conversation_id))
         self.settings.model_path = requested  # "" keeps following the bundled model
         self.settings.add_recent_model(model.path)
         self._save_settings()
@@ -343,6 +386,37 @@ class MainWindow(QMainWindow):
             action.setToolTip(path)
         if not self.settings.recent_models:
             self.recent_menu.addAction("(none)").setEnabled(False)
+
+    @Slot()
+    def _on_open_library(self) -> None:
+        """Model → Library…: the models other apps keep on this machine (one dialog at a time)."""
+        if self.library_dialog is not None:
+            self.library_dialog.raise_()
+            self.library_dialog.activateWindow()
+            return
+        dialog = LibraryDialog(self.settings.library_folders, self)
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        dialog.modelChosen.connect(self._on_library_model_chosen)
+        dialog.foldersChanged.connect(self._on_library_folders_changed)
+        dialog.finished.connect(self._on_library_closed)
+        self.library_dialog = dialog
+        dialog.open()
+
+    @Slot(str)
+    def _on_library_model_chosen(self, path: str) -> None:
+        if self.is_busy() or self.is_loading():
+            self.statusBar().showMessage("Wait for the reply or the load under way before loading another model", 5000)
+            return
+        self.load_model(path)
+
+    @Slot(object)
+    def _on_library_folders_changed(self, folders: list[str]) -> None:
+        self.settings.library_folders = list(folders)
+        self._save_settings()
+
+    @Slot()
+    def _on_library_closed(self) -> None:
+        self.library_dialog = None
 
     @Slot()
     def _on_show_chat_template(self) -> None:
@@ -426,7 +500,7 @@ class MainWindow(QMainWindow):
 
     @Slot()
     def regenerate_last(self) -> None:
-        """Generate the last reply again, replacing it (Ctrl+R)."""
+        """Generate the last reply again, beside it: the old one stays as an alternative (Ctrl+R)."""
         self.runner.regenerate_last()
 
     @Slot()
@@ -456,6 +530,8 @@ class MainWindow(QMainWindow):
 
     def _save_settings(self) -> None:
         self.panel.store_settings(self.settings)
+        if self.model is not None:
+            self.settings.remember_model_settings(self.model.path)
         self.settings.geometry = _encode(self.saveGeometry())
         self.settings.splitter_state = _encode(self.splitter.saveState())
         try:
@@ -488,6 +564,8 @@ class MainWindow(QMainWindow):
         QCoreApplication.sendPostedEvents(None, QEvent.Type.MetaCall)
         self.runner.close_turn()
         self.comparisons.shutdown()
+        if self.library_dialog is not None:
+            self.library_dialog.close()  # cancels its scan and ends the scan's thread
         self._save_settings()
         if self._owns_store:
             self.store.close()

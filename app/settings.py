@@ -21,6 +21,23 @@ log = logging.getLogger(__name__)
 
 MAX_RECENT_MODELS = 8
 DEFAULT_SYSTEM_PROMPT = "You are a helpful assistant."
+# Remembered per model file (``AppSettings.per_model``): what suits one model rarely suits another.
+PER_MODEL_FIELDS = (
+    "n_ctx", "threads", "system_prompt", "temperature", "top_k", "top_p", "min_p", "repeat_penalty",
+    "repeat_last_n", "seed", "max_tokens", "stop_strings",
+)
+_WRONG_TYPE = object()
+
+
+def _checked(default: object, value: object) -> object:
+    """``value`` if it has the default's type (an int is taken for a float), else ``_WRONG_TYPE``."""
+    if isinstance(default, bool) != isinstance(value, bool):
+        return _WRONG_TYPE
+    if isinstance(default, float) and isinstance(value, int):
+        return float(value)
+    if isinstance(default, list):
+        return value if isinstance(value, list) and all(isinstance(v, str) for v in value) else _WRONG_TYPE
+    return value if isinstance(value, type(default)) else _WRONG_TYPE
 
 
 @dataclass
@@ -35,13 +52,20 @@ class AppSettings:
     ngram: int = DEFAULT_FIXED.ngram
     guesses: int = DEFAULT_FIXED.guesses
     temperature: float = 0.0  # greedy by default
+    top_k: int = 40
     top_p: float = 0.95
+    min_p: float = 0.05
+    repeat_penalty: float = 1.0  # off
+    repeat_last_n: int = 64
     seed: int = 0
     max_tokens: int = 512
+    stop_strings: list[str] = field(default_factory=list)
     n_ctx: int = 4096
     threads: int = 0  # 0 = let the engine pick
     system_prompt: str = DEFAULT_SYSTEM_PROMPT  # for new chats
     show_lookahead: bool = False  # View → Show lookahead: replies tinted by how each run of text came
+    library_folders: list[str] = field(default_factory=list)  # Model → Library: folders the user added
+    per_model: dict[str, dict[str, object]] = field(default_factory=dict)  # model path -> PER_MODEL_FIELDS
     geometry: str = ""  # QWidget.saveGeometry(), base64
     splitter_state: str = ""
 
@@ -49,6 +73,21 @@ class AppSettings:
         """Put ``path`` first in the recent list (no duplicates, bounded)."""
         self.recent_models = [path] + [p for p in self.recent_models if p != path]
         del self.recent_models[MAX_RECENT_MODELS:]
+
+    def remember_model_settings(self, model_path: str) -> None:
+        """Keep the per-model fields as they are now for ``model_path``."""
+        self.per_model[model_path] = {name: getattr(self, name) for name in PER_MODEL_FIELDS}
+
+    def model_settings(self, model_path: str) -> dict[str, object]:
+        """What was remembered for ``model_path`` (empty if nothing was)."""
+        return dict(self.per_model.get(model_path, {}))
+
+    def apply_model_settings(self, model_path: str) -> bool:
+        """Take the values remembered for ``model_path``; False if there were none."""
+        remembered = self.model_settings(model_path)
+        for name, value in remembered.items():
+            setattr(self, name, value)
+        return bool(remembered)
 
     @classmethod
     def load(cls, path: Path | None = None) -> AppSettings:
@@ -63,21 +102,18 @@ class AppSettings:
             return cls()
         if not isinstance(raw, dict):
             return cls()
-        defaults = cls()
-        values = {}
+        defaults, settings = cls(), cls()
         for f in dataclasses.fields(cls):
             if f.name not in raw:
                 continue
-            value = raw[f.name]
-            default = getattr(defaults, f.name)
-            # Keep a default when the stored type is wrong (hand-edited file, older version).
-            if isinstance(default, bool) != isinstance(value, bool):
+            if f.name == "per_model":
+                settings.per_model = _checked_per_model(raw[f.name], defaults)
                 continue
-            if isinstance(default, float) and isinstance(value, int):
-                value = float(value)
-            if isinstance(value, type(default)):
-                values[f.name] = value
-        return cls(**values)
+            # Keep a default when the stored type is wrong (hand-edited file, older version).
+            value = _checked(getattr(defaults, f.name), raw[f.name])
+            if value is not _WRONG_TYPE:
+                setattr(settings, f.name, value)
+        return settings
 
     def save(self, path: Path | None = None) -> None:
         """Write atomically, so a crash mid-write never leaves a half file."""
@@ -85,3 +121,21 @@ class AppSettings:
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(dataclasses.asdict(self), indent=2), encoding="utf-8")
         os.replace(tmp, path)
+
+
+def _checked_per_model(raw: object, defaults: AppSettings) -> dict[str, dict[str, object]]:
+    """The per-model entries whose values have the right types; anything else is dropped."""
+    if not isinstance(raw, dict):
+        return {}
+    checked: dict[str, dict[str, object]] = {}
+    for model_path, entry in raw.items():
+        if not isinstance(model_path, str) or not isinstance(entry, dict):
+            continue
+        fields = {}
+        for name in PER_MODEL_FIELDS:
+            if name in entry:
+                value = _checked(getattr(defaults, name), entry[name])
+                if value is not _WRONG_TYPE:
+                    fields[name] = value
+        checked[model_path] = fields
+    return checked

@@ -3,6 +3,12 @@
 The schema version lives in ``PRAGMA user_version``; ``_MIGRATIONS[i]`` takes
 the database from version i to i+1, so an old file is upgraded in place.
 
+A chat's messages form a tree: each message has a parent (None for the first),
+an edited message or a regenerated reply is a sibling of the one it replaces,
+and the conversation remembers the last message of the branch it shows
+(``current_leaf_id``). ``message_text`` is an FTS5 index of the messages' text,
+kept in step by triggers.
+
 Durability: every write is its own transaction, committed before the call
 returns, with ``synchronous=FULL`` (the WAL is synced at each commit), so a
 message the app has saved survives the process being killed or the power
@@ -14,13 +20,17 @@ program is reported (``DatabaseLockedError``) and never touched.
 from __future__ import annotations
 
 import itertools
+import json
 import os
+import re
 import sqlite3
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
+from typing import Any
 
 from . import paths
 
@@ -48,6 +58,31 @@ _MIGRATIONS: list[str] = [
     """
     ALTER TABLE messages ADD COLUMN marks_json TEXT;
     """,
+    # 2 -> 3: alternatives (a tree of messages: each one's parent, and the branch a chat shows),
+    # per-chat settings, and full-text search over the messages
+    """
+    -- No foreign key: a cascade down a long chat would recurse once per message, past SQLite's limit.
+    ALTER TABLE messages ADD COLUMN parent_id INTEGER;
+    UPDATE messages SET parent_id = (
+        SELECT MAX(p.id) FROM messages p WHERE p.conversation_id = messages.conversation_id AND p.id < messages.id
+    );
+    CREATE INDEX messages_by_parent ON messages(parent_id);
+    ALTER TABLE conversations ADD COLUMN current_leaf_id INTEGER REFERENCES messages(id) ON DELETE SET NULL;
+    UPDATE conversations SET current_leaf_id = (SELECT MAX(id) FROM messages WHERE conversation_id = conversations.id);
+    ALTER TABLE conversations ADD COLUMN settings_json TEXT;
+    CREATE VIRTUAL TABLE message_text USING fts5(content, content='messages', content_rowid='id');
+    INSERT INTO message_text(message_text) VALUES ('rebuild');
+    CREATE TRIGGER message_text_insert AFTER INSERT ON messages BEGIN
+        INSERT INTO message_text(rowid, content) VALUES (new.id, new.content);
+    END;
+    CREATE TRIGGER message_text_delete AFTER DELETE ON messages BEGIN
+        INSERT INTO message_text(message_text, rowid, content) VALUES ('delete', old.id, old.content);
+    END;
+    CREATE TRIGGER message_text_update AFTER UPDATE OF content ON messages BEGIN
+        INSERT INTO message_text(message_text, rowid, content) VALUES ('delete', old.id, old.content);
+        INSERT INTO message_text(rowid, content) VALUES (new.id, new.content);
+    END;
+    """,
 ]
 SCHEMA_VERSION = len(_MIGRATIONS)
 
@@ -59,6 +94,10 @@ class Conversation:
     system_prompt: str
     created: float
     updated: float
+    current_leaf_id: int | None = None  # the last message of the branch the chat shows
+
+
+_CONVERSATION_COLUMNS = "id, title, system_prompt, created, updated, current_leaf_id"
 
 
 @dataclass(frozen=True)
@@ -70,6 +109,47 @@ class StoredMessage:
     created: float
     stats_json: str | None = None
     marks_json: str | None = None  # app.marks.TokenMarks, for replies
+    parent_id: int | None = None  # the message this one follows (None: the chat's first)
+
+
+_MESSAGE_COLUMNS = "id, conversation_id, role, content, created, stats_json, marks_json, parent_id"
+
+
+class _Place(Enum):
+    LEAF = "after the branch shown"
+
+
+@dataclass(frozen=True)
+class MessageNode:
+    """A message of a chat written all at once (fork, import): ``key`` and ``parent`` are the caller's ids."""
+
+    key: int
+    parent: int | None
+    role: str
+    content: str
+    created: float
+    stats_json: str | None = None
+    marks_json: str | None = None
+
+    @classmethod
+    def of(cls, m: StoredMessage) -> MessageNode:
+        return cls(m.id, m.parent_id, m.role, m.content, m.created, m.stats_json, m.marks_json)
+
+
+# Around each matched word in ``SearchHit.snippet``: characters no message contains.
+MATCH_START, MATCH_END = "\x02", "\x03"
+
+
+@dataclass(frozen=True)
+class SearchHit:
+    """A message that matched a search, with the text around the match."""
+
+    conversation_id: int
+    title: str
+    message_id: int
+    role: str
+    created: float
+    snippet: str  # each matched word between MATCH_START and MATCH_END
 
 
 class SchemaTooNewError(RuntimeError):
@@ -245,11 +325,15 @@ class ChatStore:
 
     def conversations(self) -> list[Conversation]:
         """Most recently updated first."""
-        rows = self._db.execute("SELECT * FROM conversations ORDER BY updated DESC, id DESC").fetchall()
+        rows = self._db.execute(
+            f"SELECT {_CONVERSATION_COLUMNS} FROM conversations ORDER BY updated DESC, id DESC"
+        ).fetchall()
         return [Conversation(**dict(r)) for r in rows]
 
     def conversation(self, conversation_id: int) -> Conversation | None:
-        row = self._db.execute("SELECT * FROM conversations WHERE id = ?", (conversation_id,)).fetchone()
+        row = self._db.execute(
+            f"SELECT {_CONVERSATION_COLUMNS} FROM conversations WHERE id = ?", (conversation_id,)
+        ).fetchone()
         return Conversation(**dict(row)) if row else None
 
     def rename_conversation(self, conversation_id: int, title: str) -> None:
@@ -257,6 +341,21 @@ class ChatStore:
 
     def set_system_prompt(self, conversation_id: int, system_prompt: str) -> None:
         self._db.execute("UPDATE conversations SET system_prompt = ? WHERE id = ?", (system_prompt, conversation_id))
+
+    def conversation_settings(self, conversation_id: int) -> dict[str, Any]:
+        """The settings saved with a chat (empty if none, or if what was saved is unreadable)."""
+        row = self._db.execute("SELECT settings_json FROM conversations WHERE id = ?", (conversation_id,)).fetchone()
+        try:
+            settings = json.loads(row[0]) if row and row[0] else {}
+        except ValueError:
+            return {}
+        return settings if isinstance(settings, dict) else {}
+
+    def set_conversation_settings(self, conversation_id: int, settings: dict[str, Any]) -> None:
+        """Save a chat's own settings (a JSON object), replacing what it had."""
+        self._db.execute(
+            "UPDATE conversations SET settings_json = ? WHERE id = ?", (json.dumps(settings), conversation_id)
+        )
 
     def delete_conversation(self, conversation_id: int) -> None:
         self._db.execute("DELETE FROM conversations WHERE id = ?", (conversation_id,))
@@ -273,33 +372,210 @@ class ChatStore:
         content: str,
         stats_json: str | None = None,
         marks_json: str | None = None,
+        *,
+        parent_id: int | None | _Place = _Place.LEAF,
     ) -> StoredMessage:
+        """Add a message after ``parent_id`` (by default, after the branch shown); it becomes the branch shown.
+
+        A message added beside another (the same parent) is an alternative to it: an edited
+        message, a regenerated reply. The one it replaces stays, one flip away.
+        """
         now = time.time()
         with self._transaction():
-            cur = self._db.execute(
-                "INSERT INTO messages(conversation_id, role, content, created, stats_json, marks_json)"
-                " VALUES (?, ?, ?, ?, ?, ?)",
-                (conversation_id, role, content, now, stats_json, marks_json),
+            if isinstance(parent_id, _Place):
+                parent_id = self._current_leaf(conversation_id)
+            message_id = self._insert_message(
+                conversation_id, parent_id, role, content, now, stats_json, marks_json
+            )
+            self._db.execute(
+                "UPDATE conversations SET current_leaf_id = ? WHERE id = ?", (message_id, conversation_id)
             )
             self._touch(conversation_id)
-        return StoredMessage(_row_id(cur), conversation_id, role, content, now, stats_json, marks_json)
+        return StoredMessage(message_id, conversation_id, role, content, now, stats_json, marks_json, parent_id)
+
+    def _insert_message(
+        self,
+        conversation_id: int,
+        parent_id: int | None,
+        role: str,
+        content: str,
+        created: float,
+        stats_json: str | None,
+        marks_json: str | None,
+    ) -> int:
+        cur = self._db.execute(
+            "INSERT INTO messages(conversation_id, parent_id, role, content, created, stats_json, marks_json)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (conversation_id, parent_id, role, content, created, stats_json, marks_json),
+        )
+        return _row_id(cur)
+
+    def _current_leaf(self, conversation_id: int) -> int | None:
+        """The last message of the branch a chat shows (its newest message if that was never set)."""
+        row = self._db.execute(
+            "SELECT COALESCE(current_leaf_id, (SELECT MAX(id) FROM messages WHERE conversation_id = c.id))"
+            " FROM conversations c WHERE c.id = ?",
+            (conversation_id,),
+        ).fetchone()
+        return row[0] if row else None
 
     def messages(self, conversation_id: int) -> list[StoredMessage]:
+        """The branch the chat shows, first message to last."""
+        leaf = self._current_leaf(conversation_id)
+        return self.branch(leaf) if leaf is not None else []
+
+    def branch(self, message_id: int) -> list[StoredMessage]:
+        """The messages from the conversation's first one down to ``message_id``, in order."""
         rows = self._db.execute(
-            "SELECT * FROM messages WHERE conversation_id = ? ORDER BY id", (conversation_id,)
+            "WITH RECURSIVE up(id) AS (VALUES (?) UNION ALL"
+            " SELECT m.parent_id FROM messages m JOIN up ON m.id = up.id WHERE m.parent_id IS NOT NULL)"
+            f" SELECT {_MESSAGE_COLUMNS} FROM messages JOIN up USING (id) ORDER BY id",
+            (message_id,),
         ).fetchall()
         return [StoredMessage(**dict(r)) for r in rows]
+
+    def tree(self, conversation_id: int) -> list[StoredMessage]:
+        """Every message of a chat, on every branch, oldest first (so each comes after its parent)."""
+        rows = self._db.execute(
+            f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE conversation_id = ? ORDER BY id", (conversation_id,)
+        ).fetchall()
+        return [StoredMessage(**dict(r)) for r in rows]
+
+    def siblings(self, message_id: int) -> list[int]:
+        """A message and its alternatives (same parent, same role), oldest first."""
+        rows = self._db.execute(
+            "SELECT s.id FROM messages s JOIN messages m ON m.id = ?"
+            " WHERE s.conversation_id = m.conversation_id AND s.parent_id IS m.parent_id AND s.role = m.role"
+            " ORDER BY s.id",
+            (message_id,),
+        ).fetchall()
+        return [r[0] for r in rows]
+
+    def alternatives(self, conversation_id: int) -> dict[int, list[int]]:
+        """Every message of a chat that has alternatives, mapped to ``siblings`` of it (one query for a whole chat)."""
+        rows = self._db.execute(
+            "SELECT id, parent_id, role FROM messages WHERE conversation_id = ? ORDER BY id", (conversation_id,)
+        ).fetchall()
+        groups: dict[tuple[int | None, str], list[int]] = {}
+        for r in rows:
+            groups.setdefault((r["parent_id"], r["role"]), []).append(r["id"])
+        return {m: ids for ids in groups.values() if len(ids) > 1 for m in ids}
+
+    def select_branch(self, message_id: int) -> None:
+        """Show the branch through ``message_id``, down to its newest last message."""
+        self._db.execute(
+            "WITH RECURSIVE down(id) AS (VALUES (?) UNION ALL"
+            " SELECT m.id FROM messages m JOIN down ON m.parent_id = down.id)"
+            " UPDATE conversations SET current_leaf_id = (SELECT MAX(id) FROM down)"
+            " WHERE id = (SELECT conversation_id FROM messages WHERE id = ?)",
+            (message_id, message_id),
+        )
+
+    def set_current_leaf(self, message_id: int) -> None:
+        """Show the branch that ends at ``message_id`` (a reply to it is on its way)."""
+        self._db.execute(
+            "UPDATE conversations SET current_leaf_id = ?"
+            " WHERE id = (SELECT conversation_id FROM messages WHERE id = ?)",
+            (message_id, message_id),
+        )
+
+    def insert_conversation(
+        self,
+        title: str,
+        system_prompt: str,
+        messages: Sequence[MessageNode],
+        current_leaf: int | None = None,
+        *,
+        created: float | None = None,
+        updated: float | None = None,
+        settings: dict[str, Any] | None = None,
+    ) -> Conversation:
+        """A whole chat at once, as one commit (fork, import); ``messages`` come parents first.
+
+        The nodes' keys are the caller's own; the messages get new ids. ``current_leaf`` (a key) is
+        the branch shown; None: the last message.
+        """
+        now = time.time()
+        created = now if created is None else created
+        updated = now if updated is None else updated
+        new_ids: dict[int, int] = {}
+        with self._transaction():
+            cur = self._db.execute(
+                "INSERT INTO conversations(title, system_prompt, created, updated, settings_json)"
+                " VALUES (?, ?, ?, ?, ?)",
+                (title, system_prompt, created, updated, json.dumps(settings) if settings else None),
+            )
+            conversation_id = _row_id(cur)
+            for m in messages:
+                if m.parent is not None and m.parent not in new_ids:
+                    raise ValueError(f"message {m.key} comes before its parent {m.parent}")
+                if m.key in new_ids:
+                    raise ValueError(f"message id {m.key} is used twice")
+                new_ids[m.key] = self._insert_message(
+                    conversation_id, None if m.parent is None else new_ids[m.parent], m.role, m.content,
+                    m.created, m.stats_json, m.marks_json,
+                )
+            if current_leaf is not None and current_leaf not in new_ids:
+                raise ValueError(f"the message shown ({current_leaf}) is not in the chat")
+            leaf = new_ids.get(current_leaf) if current_leaf is not None else max(new_ids.values(), default=None)
+            self._db.execute("UPDATE conversations SET current_leaf_id = ? WHERE id = ?", (leaf, conversation_id))
+        conv = self.conversation(conversation_id)
+        assert conv is not None
+        return conv
+
+    def fork_conversation(self, message_id: int) -> Conversation:
+        """A new chat with the branch down to ``message_id`` (the original is left as it is)."""
+        branch = self.branch(message_id)
+        if not branch:
+            raise ValueError(f"no message {message_id}")
+        source = self.conversation(branch[0].conversation_id)
+        assert source is not None
+        return self.insert_conversation(
+            f"{source.title} (fork)",
+            source.system_prompt,
+            [MessageNode.of(m) for m in branch],
+            settings=self.conversation_settings(source.id),
+        )
+
+    def search(self, text: str, limit: int = 50, conversation_id: int | None = None) -> list[SearchHit]:
+        """Messages with every word of ``text`` (the last may be the start of a word).
+
+        Across all chats the best matches come first; in one chat (``conversation_id``), the
+        order of the chat. The input is taken as plain words: quotes and FTS5 operators in it
+        are only text.
+        """
+        match = _match_expression(text)
+        if match is None:
+            return []
+        params: list[object] = [MATCH_START, MATCH_END, match]
+        where = "message_text MATCH ?"
+        if conversation_id is not None:
+            where += " AND m.conversation_id = ?"
+            params.append(conversation_id)
+        rows = self._db.execute(
+            "SELECT m.conversation_id, c.title, m.id AS message_id, m.role, m.created,"
+            " snippet(message_text, 0, ?, ?, '…', 16) AS snippet"
+            " FROM message_text JOIN messages m ON m.id = message_text.rowid"
+            " JOIN conversations c ON c.id = m.conversation_id"
+            f" WHERE {where} ORDER BY {'m.id' if conversation_id is not None else 'rank'} LIMIT ?",
+            (*params, limit),
+        ).fetchall()
+        return [SearchHit(**dict(r)) for r in rows]
 
     def chat_texts(self, model_name: str, max_chars: int = 400_000) -> list[str]:
         """The text of every chat whose replies all came from ``model_name``, newest first, within ``max_chars``.
 
         For lookahead to draft from (engine ``CorpusIndex``): a chat answered by another model,
-        even in part, is left out.
+        even in part, is left out. Each chat's branch shown is its text.
         """
         from .stats import ReplyStats  # local: keeps this module importable on its own
 
         rows = self._db.execute(
-            "SELECT m.conversation_id, m.role, m.content, m.stats_json FROM messages m"
+            "WITH RECURSIVE shown(id) AS ("
+            " SELECT COALESCE(current_leaf_id, (SELECT MAX(id) FROM messages WHERE conversation_id = c.id))"
+            " FROM conversations c"
+            " UNION ALL SELECT m.parent_id FROM messages m JOIN shown ON m.id = shown.id WHERE m.parent_id IS NOT NULL)"
+            " SELECT m.conversation_id, m.role, m.content, m.stats_json FROM messages m JOIN shown USING (id)"
             " JOIN conversations c ON c.id = m.conversation_id ORDER BY c.updated DESC, c.id DESC, m.id"
         ).fetchall()
         texts: list[str] = []
@@ -316,14 +592,13 @@ class ChatStore:
             budget -= len(text)
         return texts
 
-    def delete_messages_from(self, conversation_id: int, message_id: int) -> int:
-        """Delete ``message_id`` and every later message of the conversation (edit & resend, regenerate)."""
-        with self._transaction():
-            cur = self._db.execute(
-                "DELETE FROM messages WHERE conversation_id = ? AND id >= ?", (conversation_id, message_id)
-            )
-            self._touch(conversation_id)
-        return cur.rowcount
+
+def _match_expression(text: str) -> str | None:
+    """An FTS5 query for the words of ``text``: each one quoted (so nothing in it is an operator), the last a prefix."""
+    words = re.findall(r"\w+", text)
+    if not words:
+        return None
+    return " ".join(f'"{w}"' for w in words) + "*"
 
 
 def open_chat_store() -> tuple[ChatStore, str | None]:

@@ -86,6 +86,18 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--max-tokens", type=int, default=256)
     g.add_argument("--temperature", type=float, default=0.0)
     g.add_argument("--seed", type=int, default=0)
+    d = SamplingConfig()
+    g.add_argument("--top-k", type=int, default=d.top_k,
+                   help=f"sample from the k likeliest tokens (0 = all; default {d.top_k})")
+    g.add_argument("--top-p", type=float, default=d.top_p, help=f"nucleus sampling threshold (default {d.top_p})")
+    g.add_argument("--min-p", type=float, default=d.min_p,
+                   help=f"drop tokens below this fraction of the likeliest one's probability (default {d.min_p})")
+    g.add_argument("--repeat-penalty", type=float, default=d.repeat_penalty,
+                   help="penalise tokens seen in the last --repeat-last-n tokens, also when greedy (1 = off; 1..2)")
+    g.add_argument("--repeat-last-n", type=int, default=d.repeat_last_n,
+                   help=f"how many recent tokens the penalty looks at (0 = off; default {d.repeat_last_n})")
+    g.add_argument("--stop", action="append", default=[], metavar="TEXT",
+                   help="end the reply before this text (repeatable)")
     g.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
 
     b = sub.add_parser("bench", help="plain vs lookahead on a prompts file")
@@ -172,8 +184,11 @@ def cmd_generate(args: argparse.Namespace) -> int:
     else:
         prompt_text = args.prompt
     lookahead = lookahead_from_args(args)
-    sampling = SamplingConfig(temperature=args.temperature, seed=args.seed).validate()
-    stop = StopConfig(max_tokens=args.max_tokens).validate()
+    sampling = SamplingConfig(
+        temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p, seed=args.seed,
+        repeat_penalty=args.repeat_penalty, repeat_last_n=args.repeat_last_n,
+    ).validate()
+    stop = StopConfig(max_tokens=args.max_tokens, stop_strings=tuple(args.stop)).validate()
     with open_engine(args) as eng:
         lookahead = lookahead_from_args(args, eng)
         controls = GenerationControls(lookahead=lookahead)

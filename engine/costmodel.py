@@ -252,6 +252,7 @@ FILLER_TEXT = "The quick brown fox jumps over the lazy dog. " * 60
 # 1-token step once the cache passes 256 cells. Its batches' first CHAIN_ROWS rows are checked one by one.
 PROBE_DEPTH = 300
 CHAIN_ROWS = 8
+PROBE_CHUNK = 50
 
 # Share of a measurement's progress spent on the exact-batch probe (it runs first).
 _PROBE_SHARE = 0.1
@@ -368,19 +369,31 @@ def probe_exact_batch(
 
     if filler is None:
         filler = engine.tokenize(FILLER_TEXT, add_special=False)
-    prefix = filler[:PROBE_DEPTH]
     batch, ctx = engine.batch, engine.ctx
+    # A small context cannot hold the probe's depth: go as deep as it leaves room for the smallest batches
+    # (a context that small never reaches the cache lengths where kernels change).
+    prefix = filler[: max(0, min(PROBE_DEPTH, engine.n_ctx - CHAIN_ROWS - sizes[0] - 1))]
 
+    best = 0
+    total = sum(sizes)
+    done = 0
     engine.reset()
-    engine.prefill(prefix)
+    for i in range(0, len(prefix), PROBE_CHUNK):  # in pieces, so that a cancel is never far off
+        if progress is not None:
+            progress(0.0)
+        engine.prefill(prefix[i : i + PROBE_CHUNK])
     start = engine.kv.n
     chain: list[np.ndarray] = []  # plain decoding of the tokens after the prefix, one at a time
     for k in range(CHAIN_ROWS):
+        if progress is not None:
+            progress(0.0)
         batch.set_single_seq(filler[start + k : start + k + 1], start + k, ALL_SEQS, last_logits=True)
         ctx.decode(batch)
         chain.append(ctx.logits_rows(1)[0].copy())
 
     def decode(n: int, drafts: bool) -> np.ndarray:
+        if progress is not None:
+            progress(done / total)  # also where a measurement's cancel takes effect: between two decodes
         ctx.seq_rm(-1, start, -1)
         batch.set_single_seq(filler[start : start + n], start, ALL_SEQS, last_logits=False)
         if drafts:
@@ -390,13 +403,8 @@ def probe_exact_batch(
         ctx.decode(batch)
         return ctx.logits_rows(n)
 
-    best = 0
-    total = sum(sizes)
-    done = 0
     for n in sizes:
-        if progress is not None:
-            progress(done / total)
-        if n > batch.capacity or start + n > len(filler):
+        if n > batch.capacity or start + n > min(len(filler), engine.n_ctx):
             break
         if not np.array_equal(decode(n, drafts=True)[0], chain[0]):
             break

@@ -49,10 +49,12 @@ class StepOutcome:
 
 
 class TokenDrawer:
-    """Draws emitted tokens: argmax when greedy, else the seeded sampler chain.
+    """Draws emitted tokens: argmax of the raw row when nothing changes the logits, else the sampler chain.
 
     Each emitted position is drawn exactly once, in order, in every decoder, so
-    a fixed seed gives the same stream whatever the decoding mode.
+    a fixed seed gives the same stream whatever the decoding mode, and the
+    repetition penalty sees the same history: a draft token reaches the
+    sampler only as the draw at its position.
     """
 
     def __init__(self, ctx: Context, sampler: Sampler | None) -> None:

@@ -127,8 +127,10 @@ class Generation:
         self._prefill_s = time.perf_counter() - t0
 
         self._sampler: Sampler | None = None
-        if not sampling.greedy:
-            self._sampler = Sampler(sampling.temperature, sampling.top_k, sampling.top_p, sampling.min_p, sampling.seed)
+        if not sampling.plain_argmax:
+            self._sampler = Sampler(sampling, engine.ctx.n_vocab)
+            if sampling.penalized:  # the window starts with the prompt's tail, as in llama.cpp's own tools
+                self._sampler.accept(prompt[-sampling.repeat_last_n :])
         try:
             drawer = TokenDrawer(engine.ctx, self._sampler)
             self._plain = PlainDecoder(engine.ctx, engine.batch, drawer, engine.commit_seqs, record_gaps=record_gaps)
@@ -185,16 +187,16 @@ class Generation:
         self._pending = out.committed[out.n_cached :]
         self._confidence = out.confidence
         committed, reason = self._apply_limits(out.committed)
+        pieces, hit_at = self._text.feed(committed)
+        if hit_at is not None:  # the reply ends with the token that completed a stop string, as in plain decoding
+            committed, pieces, reason = committed[: hit_at + 1], pieces[: hit_at + 1], "stop_string"
+        elif reason and pieces:
+            pieces[-1] += self._text.finish()
         self._n_generated += len(committed)
         self._tokens.extend(committed)
         if cfg is not None:
             self._sync_pool(len(committed))
             self._pool_grew = True
-        pieces, hit = self._text.feed(committed)
-        if hit:
-            reason = "stop_string"
-        elif reason and pieces:
-            pieces[-1] += self._text.finish()
         # The step's first n_accepted tokens are the draft's, verified; the rest are the model's own.
         n_drafted = min(out.n_accepted, len(committed))
         sources = (out.accepted_origin or "unknown",) * n_drafted + ("own",) * (len(committed) - n_drafted)
@@ -310,17 +312,16 @@ class _TextOut:
         self._stops = stops
         self._is_eog = is_eog
 
-    def feed(self, tokens: Sequence[int]) -> tuple[list[str], bool]:
+    def feed(self, tokens: Sequence[int]) -> tuple[list[str], int | None]:
         """The text each token adds (\"\" while a character's bytes or a possible stop string are held back),
-        and whether a stop string was hit (the tokens after it add nothing)."""
+        and the index of the token that completed a stop string (None: no stop string)."""
         pieces = []
-        hit = False
-        for tok in tokens:
-            piece = ""
-            if not hit and not self._is_eog(tok):
-                piece, hit = self._stops.push(self._stream.feed(tok))
+        for k, tok in enumerate(tokens):
+            piece, hit = ("", False) if self._is_eog(tok) else self._stops.push(self._stream.feed(tok))
             pieces.append(piece)
-        return pieces, hit
+            if hit:
+                return pieces, k
+        return pieces, None
 
     def finish(self) -> str:
         piece, _ = self._stops.push(self._stream.flush())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.metadata
+import math
 import mmap
 import os
 import stat
@@ -90,6 +91,7 @@ class GgufSummary:
     n_tensors: int
     has_chat_template: bool
     kv_bytes_per_token: int = 0  # f16 K+V cache of one token over all layers (0: unknown or no attention cache)
+    n_params: int = 0  # elements of all tensors, as llama.cpp counts a model's parameters
 
     def kv_cache_bytes(self, n_ctx: int) -> int:
         """Estimated size of a KV cache of ``n_ctx`` tokens (f16, the llama.cpp default)."""
@@ -368,6 +370,7 @@ def check_gguf(path: str | os.PathLike[str]) -> GgufSummary:
         n_tensors=len(header.tensors),
         has_chat_template="tokenizer.chat_template" in meta,
         kv_bytes_per_token=_kv_bytes_per_token(meta, arch),
+        n_params=sum(math.prod(t.dims) for t in header.tensors),
     )
 
 

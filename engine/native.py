@@ -20,6 +20,7 @@ import llama_cpp as ll
 import numpy as np
 
 from .plan import N_SEQ
+from .settings import SamplingConfig
 
 
 class NativeError(RuntimeError):
@@ -458,22 +459,39 @@ class Context:
 
 
 class Sampler:
-    """A llama.cpp sampler chain: greedy, or temperature/top-k/top-p/min-p with a seeded draw."""
+    """A llama.cpp sampler chain: the repetition penalty first, then greedy, or top-k/top-p/min-p/temperature
+    with a seeded draw.
 
-    def __init__(self, temperature: float, top_k: int, top_p: float, min_p: float, seed: int) -> None:
+    ``sample`` draws and accepts in one call, so the penalty's window holds the
+    drawn tokens in the order they were drawn; ``accept`` adds tokens that were
+    not drawn (the prompt).
+    """
+
+    def __init__(self, sampling: SamplingConfig, n_vocab: int) -> None:
         params = ll.llama_sampler_chain_default_params()
         params.no_perf = True
         self._ptr = ll.llama_sampler_chain_init(params)
-        if temperature <= 0:
+        if sampling.penalized:
+            # On the raw logits, before any filter, as llama.cpp's own sampler chains place it.
+            penalties = ll.llama_sampler_init_penalties(
+                n_vocab, sampling.repeat_last_n, sampling.repeat_penalty, 0.0, 0.0
+            )
+            ll.llama_sampler_chain_add(self._ptr, penalties)
+        if sampling.greedy:
             ll.llama_sampler_chain_add(self._ptr, ll.llama_sampler_init_greedy())
         else:
-            if top_k > 0:
-                ll.llama_sampler_chain_add(self._ptr, ll.llama_sampler_init_top_k(top_k))
-            ll.llama_sampler_chain_add(self._ptr, ll.llama_sampler_init_top_p(top_p, 1))
-            if min_p > 0:
-                ll.llama_sampler_chain_add(self._ptr, ll.llama_sampler_init_min_p(min_p, 1))
-            ll.llama_sampler_chain_add(self._ptr, ll.llama_sampler_init_temp(temperature))
-            ll.llama_sampler_chain_add(self._ptr, ll.llama_sampler_init_dist(seed))
+            if sampling.top_k > 0:
+                ll.llama_sampler_chain_add(self._ptr, ll.llama_sampler_init_top_k(sampling.top_k))
+            ll.llama_sampler_chain_add(self._ptr, ll.llama_sampler_init_top_p(sampling.top_p, 1))
+            if sampling.min_p > 0:
+                ll.llama_sampler_chain_add(self._ptr, ll.llama_sampler_init_min_p(sampling.min_p, 1))
+            ll.llama_sampler_chain_add(self._ptr, ll.llama_sampler_init_temp(sampling.temperature))
+            ll.llama_sampler_chain_add(self._ptr, ll.llama_sampler_init_dist(sampling.seed))
+
+    def accept(self, tokens: Sequence[int]) -> None:
+        """Add ``tokens`` to the sampler's history, in order, without drawing."""
+        for tok in tokens:
+            ll.llama_sampler_accept(self._ptr, int(tok))
 
     def sample(self, ctx: Context, batch_index: int) -> int:
         """Draw the token at ``batch_index`` of the last decode (and accept it)."""

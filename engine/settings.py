@@ -13,6 +13,10 @@ from dataclasses import dataclass, field
 MAX_WINDOW = 16
 MAX_NGRAM = 8
 MAX_GUESSES = 16
+# Sampling limits: beyond them a setting only slows the sampler or wrecks the text.
+MAX_TOP_K = 1000
+MAX_REPEAT_PENALTY = 2.0
+MAX_REPEAT_LAST_N = 4096
 
 
 class SettingsError(ValueError):
@@ -50,29 +54,52 @@ class LookaheadConfig:
 
 @dataclass(frozen=True)
 class SamplingConfig:
-    """Sampling settings; temperature 0 means greedy (argmax)."""
+    """Sampling settings; temperature 0 means greedy (argmax).
+
+    top_k 0 and min_p 0 turn those filters off. repeat_penalty scales down the
+    logits of the tokens among the last ``repeat_last_n`` (the prompt's tail
+    included, as llama.cpp's own tools do); 1.0 or a window of 0 turns it off.
+    It applies under greedy decoding too: the draw is then the argmax of the
+    penalised logits.
+    """
 
     temperature: float = 0.0
     top_k: int = 40
     top_p: float = 0.95
     min_p: float = 0.05
     seed: int = 0
+    repeat_penalty: float = 1.0
+    repeat_last_n: int = 64
 
     @property
     def greedy(self) -> bool:
         return self.temperature <= 0.0
 
+    @property
+    def penalized(self) -> bool:
+        """True when the repetition penalty changes the logits."""
+        return self.repeat_penalty != 1.0 and self.repeat_last_n > 0
+
+    @property
+    def plain_argmax(self) -> bool:
+        """True when the draw is the argmax of the raw logits: no sampler chain is needed."""
+        return self.greedy and not self.penalized
+
     def validate(self) -> SamplingConfig:
-        if self.temperature < 0 or self.temperature > 5:
+        if not 0 <= self.temperature <= 5:
             raise SettingsError(f"temperature {self.temperature} is out of range 0..5")
-        if self.top_k < 0:
-            raise SettingsError(f"top-k {self.top_k} must be >= 0")
+        if not 0 <= self.top_k <= MAX_TOP_K:
+            raise SettingsError(f"top-k {self.top_k} is out of range 0..{MAX_TOP_K}")
         if not 0.0 < self.top_p <= 1.0:
             raise SettingsError(f"top-p {self.top_p} is out of range (0, 1]")
         if not 0.0 <= self.min_p < 1.0:
             raise SettingsError(f"min-p {self.min_p} is out of range [0, 1)")
         if not 0 <= self.seed < 2**32:
             raise SettingsError(f"seed {self.seed} is out of range 0..2^32-1")
+        if not 1.0 <= self.repeat_penalty <= MAX_REPEAT_PENALTY:
+            raise SettingsError(f"repeat penalty {self.repeat_penalty} is out of range 1..{MAX_REPEAT_PENALTY}")
+        if not 0 <= self.repeat_last_n <= MAX_REPEAT_LAST_N:
+            raise SettingsError(f"repeat window {self.repeat_last_n} is out of range 0..{MAX_REPEAT_LAST_N}")
         return self
 
 

@@ -152,3 +152,37 @@ def close_mid_reply(window) -> list[StoredMessage]:
         return store.messages(conv.id)
     finally:
         store.close()
+
+
+class FakeEngine(FakeEngineMemory):
+    """An engine that loads at once and writes nothing itself: a fake session (``session_factory``) replies."""
+
+    def __init__(self, path, n_ctx=4096, n_threads=None, progress=None, summary=None) -> None:
+        from types import SimpleNamespace
+
+        from engine.text import ChatTemplate
+
+        for frac in (0.0, 0.5, 1.0):
+            if progress is not None:
+                progress(frac)
+        self.summary = SimpleNamespace(name="Fake", architecture="fake", file_type="F16", path=str(path),
+                                       context_length=2048, size_bytes=1000)
+        self.template = ChatTemplate(None)
+        self.info = SimpleNamespace(n_params=1_000_000)
+        self.n_ctx, self.n_threads = n_ctx, n_threads or 1
+        self.lookahead_block_reason = None
+
+    def close(self) -> None:
+        pass
+
+    def load_cached_curve(self) -> bool:
+        return True  # nothing to measure: the app never shows the measurement for a fake
+
+
+def use_fake_engine(worker_options: dict, session_factory: Callable) -> None:
+    """Windows made after this load ``FakeEngine`` at once and reply through ``session_factory``'s sessions."""
+    from engine.probe import ProbeResult
+
+    worker_options.update(engine_factory=FakeEngine, session_factory=session_factory,
+                          check_loadable=lambda *_a, **_k: ProbeResult(probed=False, seconds=0.0),
+                          default_model=lambda: Path("/models/fake.gguf"))

@@ -137,8 +137,7 @@ def test_the_template_action_waits_for_a_model(qtbot, app_home, dialogs):
     qtbot.addWidget(window)
     try:
         (model_menu,) = [a.menu() for a in window.menuBar().actions() if a.text() == "&Model"]
-        assert [a.text() for a in model_menu.actions()] == ["Chat &template…"]
-        assert model_menu.actions()[0] is window.template_action
+        assert window.template_action in model_menu.actions()
         assert not window.template_action.isEnabled()
         window.template_action.trigger()  # a disabled action does nothing
         assert window.findChild(ModelInfoDialog) is None

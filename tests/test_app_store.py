@@ -4,13 +4,22 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
 
 import pytest
 
 from app import paths
 from app.settings import MAX_RECENT_MODELS, AppSettings
 from app.stats import ReplyStats
-from app.store import SCHEMA_VERSION, ChatStore, SchemaTooNewError, export_markdown
+from app.store import (
+    _MIGRATIONS,
+    MATCH_END,
+    MATCH_START,
+    SCHEMA_VERSION,
+    ChatStore,
+    SchemaTooNewError,
+    export_markdown,
+)
 from engine import StepEvent
 
 
@@ -64,15 +73,150 @@ def test_conversations_and_messages_round_trip_and_deleting_a_chat_deletes_its_m
     store.close()
 
 
-def test_deleting_from_a_message_removes_it_and_everything_after_it_only(home):
+def test_a_message_added_beside_another_is_its_alternative_and_the_chat_goes_on_from_the_one_shown(home):
     store = ChatStore()
     c = store.create_conversation("c")
-    other = store.create_conversation("other")
-    ids = [store.add_message(c.id, role, str(i)).id for i, role in enumerate(["user", "assistant"] * 3)]
-    keep = store.add_message(other.id, "user", "elsewhere")
-    assert store.delete_messages_from(c.id, ids[2]) == 4
-    assert [m.content for m in store.messages(c.id)] == ["0", "1"]
-    assert store.messages(other.id) == [keep]
+    question = store.add_message(c.id, "user", "q")
+    first = store.add_message(c.id, "assistant", "first")
+    second = store.add_message(c.id, "assistant", "second", parent_id=question.id)
+    assert [m.content for m in store.messages(c.id)] == ["q", "second"]
+    assert store.siblings(first.id) == store.siblings(second.id) == [first.id, second.id]
+    assert store.alternatives(c.id) == {first.id: [first.id, second.id], second.id: [first.id, second.id]}
+
+    store.select_branch(first.id)
+    follow_up = store.add_message(c.id, "user", "more")  # after the branch shown
+    assert follow_up.parent_id == first.id
+    assert [m.content for m in store.messages(c.id)] == ["q", "first", "more"]
+    store.select_branch(second.id)
+    assert [m.content for m in store.messages(c.id)] == ["q", "second"]
+    store.select_branch(question.id)  # down to its newest last message
+    assert [m.content for m in store.messages(c.id)] == ["q", "first", "more"]
+    store.close()
+    assert [m.content for m in ChatStore().messages(c.id)] == ["q", "first", "more"]
+
+
+def test_a_fork_is_a_new_chat_with_the_branch_down_to_the_message_and_the_original_is_untouched(home):
+    store = ChatStore()
+    c = store.create_conversation("Plans", "Be brief.")
+    store.set_conversation_settings(c.id, {"temperature": 0.5})
+    ids = [store.add_message(c.id, role, str(i), f'{{"n_tokens": {i}}}').id
+           for i, role in enumerate(["user", "assistant"] * 3)]
+    fork = store.fork_conversation(ids[3])
+    assert (fork.title, fork.system_prompt) == ("Plans (fork)", "Be brief.")
+    assert store.conversation_settings(fork.id) == {"temperature": 0.5}
+    copied = store.messages(fork.id)
+    assert [(m.role, m.content, m.stats_json) for m in copied] == [
+        (m.role, m.content, m.stats_json) for m in store.messages(c.id)[:4]
+    ]
+    assert not {m.id for m in copied} & set(ids)
+    assert [m.content for m in store.messages(c.id)] == ["0", "1", "2", "3", "4", "5"]
+    store.close()
+
+
+def test_deleting_a_long_chat_deletes_all_its_messages_and_their_search_index(home):
+    store = ChatStore()
+    c = store.create_conversation("long")
+    for i in range(1200):  # deeper than SQLite's limit on nested cascades
+        store.add_message(c.id, "user" if i % 2 == 0 else "assistant", f"turn {i} walrus")
+    keep = store.create_conversation("keep")
+    store.add_message(keep.id, "user", "a walrus too")
+    store.delete_conversation(c.id)
+    assert [h.conversation_id for h in store.search("walrus")] == [keep.id]
+    assert store.tree(c.id) == []
+    assert store.integrity_check() == "ok"
+    store.close()
+
+
+def _schema_2_database(path) -> list[tuple]:
+    """A chat database as the app wrote it at schema 2 (before alternatives and search); returns its messages."""
+    db = sqlite3.connect(path, isolation_level=None)
+    db.executescript(_MIGRATIONS[0] + _MIGRATIONS[1] + "PRAGMA user_version=2;")
+    db.execute("PRAGMA journal_mode=WAL")
+    stats = ReplyStats(n_tokens=3, model="SmolLM2").to_json()
+    rows = []
+    for conv_id, title in ((1, "Whales"), (2, "Empty"), (3, "Tea")):
+        db.execute("INSERT INTO conversations(id, title, system_prompt, created, updated) VALUES (?, ?, '', ?, ?)",
+                   (conv_id, title, 1000.0 + conv_id, 2000.0 + conv_id))
+    for k in range(7):  # two chats' messages interleaved by id, as two windows' chats would be
+        conv_id = 1 if k % 3 else 3
+        role = "user" if k % 2 == 0 else "assistant"
+        row = (conv_id, role, f"message {k} about the narwhal" if k == 4 else f"message {k}", 3000.0 + k,
+               stats if role == "assistant" else None, '[[9, "own", 0, 1]]' if role == "assistant" else None)
+        db.execute("INSERT INTO messages(conversation_id, role, content, created, stats_json, marks_json)"
+                   " VALUES (?, ?, ?, ?, ?, ?)", row)
+        rows.append(row)
+    db.close()
+    return rows
+
+
+def test_a_database_written_at_schema_2_keeps_every_chat_and_message_and_gains_alternatives_and_search(home):
+    rows = _schema_2_database(paths.database_path())
+    store = ChatStore()
+    assert store.schema_version() == SCHEMA_VERSION == 3
+    assert [(c.title, c.created, c.updated) for c in store.conversations()] == [
+        ("Tea", 1003.0, 2003.0), ("Empty", 1002.0, 2002.0), ("Whales", 1001.0, 2001.0)]
+    for conv_id in (1, 2, 3):
+        shown = store.messages(conv_id)
+        assert [(m.conversation_id, m.role, m.content, m.created, m.stats_json, m.marks_json) for m in shown] == [
+            r for r in rows if r[0] == conv_id]
+        assert [m.parent_id for m in shown] == [None, *(m.id for m in shown)][:len(shown)]  # each after the last
+        assert store.alternatives(conv_id) == {}
+    assert [(h.conversation_id, h.title) for h in store.search("narwhal")] == [(1, "Whales")]
+
+    # The new features work on the old chats: an alternative reply, a fork, a search of new text.
+    old_reply = store.messages(1)[-1]
+    new_reply = store.add_message(1, "assistant", "a new narwhal reply", parent_id=old_reply.parent_id)
+    assert store.siblings(new_reply.id) == [old_reply.id, new_reply.id]
+    assert len(store.search("narwhal")) == 2
+    assert [m.content for m in store.messages(store.fork_conversation(old_reply.id).id)] == [
+        r[2] for r in rows if r[0] == 1]
+    assert store.integrity_check() == "ok"
+    store.close()
+
+
+def test_search_finds_a_word_among_1000_messages_in_under_50_ms(home):
+    store = ChatStore()
+    words = "the quick brown fox jumps over a lazy dog while lookahead decoding drafts tokens".split()
+    for c in range(20):
+        conv = store.create_conversation(f"chat {c}")
+        for k in range(50):
+            n = c * 50 + k
+            text = " ".join(words[(n + j) % len(words)] for j in range(40))
+            store.add_message(conv.id, "user" if k % 2 == 0 else "assistant", text + (" axolotl" if n == 777 else ""))
+    store.close()
+    store = ChatStore()  # a cold start, as when the app opens
+
+    started = time.perf_counter()
+    hits = store.search("axolotl")
+    elapsed = time.perf_counter() - started
+
+    assert [h.title for h in hits] == ["chat 15"]
+    assert f"{MATCH_START}axolotl{MATCH_END}" in hits[0].snippet
+    assert elapsed < 0.050, f"{elapsed * 1000:.1f} ms"
+    assert len(store.search("lazy dog", limit=1000)) == 1000
+    store.close()
+
+
+@pytest.mark.parametrize("text", ['"', '"unclosed', "fox AND", "OR", "NOT fox", "NEAR(fox", "*", "-fox", "content:fox",
+                                  "^fox", "(((", "'", "fox's", "a\"b", "", "   ", "🦊", "fox* OR \"dog\""])
+def test_what_the_user_types_is_searched_as_words_and_never_raises(home, text):
+    store = ChatStore()
+    conv = store.create_conversation("c")
+    store.add_message(conv.id, "user", "the fox's den")
+    hits = store.search(text)
+    assert all(h.conversation_id == conv.id for h in hits)
+    store.close()
+
+
+def test_search_matches_every_word_the_last_as_a_prefix_and_in_one_chat_keeps_its_order(home):
+    store = ChatStore()
+    a, b = store.create_conversation("a"), store.create_conversation("b")
+    for conv, text in ((a, "Whales sing songs"), (b, "whales sing"), (a, "songs of whales"), (a, "fish sing")):
+        store.add_message(conv.id, "user", text)
+    assert len(store.search('"whales sing"')) == 2  # quotes are only text: both words, anywhere
+    assert len(store.search("whal")) == 3  # while typing
+    assert [h.snippet for h in store.search("whales", conversation_id=a.id)] == [
+        f"{MATCH_START}Whales{MATCH_END} sing songs", f"songs of {MATCH_START}whales{MATCH_END}"]
     store.close()
 
 

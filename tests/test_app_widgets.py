@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import time
-from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 from PySide6.QtCore import QElapsedTimer, Qt, QTimer  # noqa: E402
@@ -19,9 +17,7 @@ from app.widgets.chat_view import ChatView, MessageBubble  # noqa: E402
 from app.widgets.decoding_panel import DecodingPanel  # noqa: E402
 from app.widgets.markdown_view import MarkdownView, keep_line_breaks  # noqa: E402
 from engine import GenerationControls, LookaheadConfig, StepEvent  # noqa: E402
-from engine.probe import ProbeResult  # noqa: E402
-from engine.text import ChatTemplate
-from tests.app_fixtures import OFFSCREEN_NOISE, FakeEngineMemory, quick_settings
+from tests.app_fixtures import OFFSCREEN_NOISE, FakeEngineMemory, quick_settings, use_fake_engine
 
 pytestmark = OFFSCREEN_NOISE
 
@@ -136,25 +132,6 @@ def test_the_coalescer_hands_over_every_item_in_order_at_most_about_30_times_a_s
 # --- a fast fake engine through the real worker and window ---
 
 
-class _FakeEngine(FakeEngineMemory):
-    def __init__(self, path, n_ctx=4096, n_threads=None, progress=None, summary=None) -> None:
-        for frac in (0.0, 0.5, 1.0):
-            if progress is not None:
-                progress(frac)
-        self.summary = SimpleNamespace(name="Fake", architecture="fake", file_type="F16", path=str(path),
-                                       context_length=2048, size_bytes=1000)
-        self.template = ChatTemplate(None)
-        self.info = SimpleNamespace(n_params=1_000_000)
-        self.n_ctx, self.n_threads = n_ctx, n_threads or 1
-        self.lookahead_block_reason = None
-
-    def close(self) -> None:
-        pass
-
-    def load_cached_curve(self) -> bool:
-        return True  # nothing to measure: the app never shows the measurement for a fake
-
-
 class _FakeSession:
     """Two tokens every 0.5 ms: ~4000 tokens/s, far faster than a window should repaint."""
 
@@ -187,9 +164,7 @@ def _event(step: int, mode: str, n: int, reason: str | None) -> StepEvent:
 
 @pytest.fixture
 def fake_engine(worker_options):
-    worker_options.update(engine_factory=_FakeEngine, session_factory=_FakeSession,
-                          check_loadable=lambda *_a, **_k: ProbeResult(probed=False, seconds=0.0),
-                          default_model=lambda: Path("/models/fake.gguf"))
+    use_fake_engine(worker_options, _FakeSession)
 
 
 @pytest.mark.parametrize("show_lookahead", [False, True], ids=["markdown", "show-lookahead"])

@@ -159,11 +159,12 @@ def test_closing_the_window_mid_reply_stops_it_quickly_and_keeps_the_partial_rep
     assert ReplyStats.from_json(messages[1].stats_json).stop_reason == "cancelled"
 
 
-def test_editing_a_user_message_and_resending_replaces_what_followed(qtbot, make_window):
+def test_editing_a_user_message_and_resending_goes_on_from_the_edit_and_keeps_the_old_branch(qtbot, make_window):
     window = make_window(quick_settings(max_tokens=8))
     send(qtbot, window, "What is 2+2?")
     record = send(qtbot, window, "And 3+3?")
-    assert len(window.store.messages(record.conversation_id)) == 4
+    old_branch = window.store.messages(record.conversation_id)
+    assert len(old_branch) == 4
 
     window.chat_view.bubbles()[0].edit_button.click()
     assert window.input.toPlainText() == "What is 2+2?"
@@ -174,9 +175,13 @@ def test_editing_a_user_message_and_resending_replaces_what_followed(qtbot, make
     assert [(m.role, m.content) for m in stored] == [("user", "What is 5+5?"), ("assistant", record.text)]
     assert not window.edit_banner.isVisible()
     assert [b.role for b in window.chat_view.bubbles()] == ["user", "assistant"]
+    assert window.chat_view.bubbles()[0].alternative_text() == "2/2"
+    assert window.store.siblings(stored[0].id) == [old_branch[0].id, stored[0].id]
+    window.chat_view.bubbles()[0].previous_button.click()
+    assert window.store.messages(record.conversation_id) == old_branch  # nothing of it was lost
 
 
-def test_regenerate_replaces_the_last_reply(qtbot, make_window):
+def test_regenerate_writes_a_new_reply_beside_the_last_one(qtbot, make_window):
     window = make_window(quick_settings(max_tokens=8))
     first = send(qtbot, window, "Tell me a joke.")
     before = window.store.messages(first.conversation_id)
@@ -195,4 +200,6 @@ def test_regenerate_replaces_the_last_reply(qtbot, make_window):
     assert stored[1].id == second.message_id
     assert stored[0] == before[0]
     assert stored[1].created > before[1].created  # a new row, not the old reply
+    assert window.store.siblings(stored[1].id) == [before[1].id, stored[1].id]  # the old one stays
+    assert window.chat_view.bubbles()[-1].alternative_text() == "2/2"
     assert second.text == first.text  # greedy decoding: the same reply again

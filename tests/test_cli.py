@@ -99,3 +99,38 @@ def test_a_prompt_longer_than_the_context_is_refused_with_a_reason(tmp_path):
 def test_missing_prompt_is_a_usage_error():
     r = engine_cli("generate")
     assert r.returncode == 2 and r.stderr.startswith("error:")
+
+
+BAD_SAMPLING = {
+    "negative top-k": ["--top-k", "-1"],
+    "top-k not a number": ["--top-k", "many"],
+    "zero top-p": ["--top-p", "0"],
+    "min-p of 1": ["--min-p", "1"],
+    "penalty below 1": ["--repeat-penalty", "0.5"],
+    "penalty above 2": ["--repeat-penalty", "3"],
+    "negative penalty window": ["--repeat-last-n", "-1"],
+    "huge penalty window": ["--repeat-last-n", "100000"],
+}
+
+
+@pytest.mark.parametrize("extra", BAD_SAMPLING.values(), ids=BAD_SAMPLING.keys())
+def test_bad_sampling_values_exit_2_with_one_error_line(extra):
+    r = engine_cli("generate", "--prompt", "hi", *extra)
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith("error:"), r.stderr
+
+
+@pytest.mark.model
+def test_generate_passes_the_sampling_controls_and_stop_strings_to_the_engine():
+    def generate(*extra: str) -> dict:
+        r = engine_cli("generate", "--prompt", "Name three rivers.", "--chat", "--max-tokens", "24", "--json",
+                       "--mode", "plain", "--threads", "2", *extra)
+        assert r.returncode == 0, r.stderr
+        return json.loads(r.stdout)
+
+    greedy = generate()
+    assert generate("--temperature", "1.5", "--seed", "3", "--top-k", "1")["token_ids"] == greedy["token_ids"]
+    assert generate("--repeat-penalty", "1.5")["token_ids"] != greedy["token_ids"]
+    stop = greedy["text"][len(greedy["text"]) // 2 :][:3]
+    cut = generate("--stop", "never seen §§", "--stop", stop)
+    assert cut["text"] == greedy["text"][: greedy["text"].find(stop)] and cut["stop_reason"] == "stop_string"

@@ -39,6 +39,14 @@ def test_perfect_drafts_bound_is_the_best_tokens_per_cost():
     assert perfect_draft_bound(CURVE, max_len=8) == pytest.approx(max(4 / 2.4, 8 / 4.0, 2 / 1.6))
 
 
+def with_base(step_s: float = 0.010) -> LiveCosts:
+    """Live costs that have seen enough 1-token steps of ``step_s`` to have a base."""
+    live = LiveCosts(CURVE)
+    for _ in range(10):
+        live.record(1, 1, step_s)
+    return live
+
+
 def test_live_costs_move_towards_what_batches_really_cost():
     live = LiveCosts(CURVE)
     live.record(2, 2, 0.030)  # no base yet: nothing to compare with
@@ -56,18 +64,14 @@ def test_live_costs_move_towards_what_batches_really_cost():
 
 
 def test_the_slower_step_after_a_batch_is_charged_to_the_batch():
-    live = LiveCosts(CURVE)
-    for _ in range(10):
-        live.record(1, 1, 0.010)
+    live = with_base()
     for _ in range(24):
         live.record(2, 2, 0.020)
         live.record(1, 1, 0.015)  # half a step more than the base: the batch's doing
         live.record(1, 1, 0.010)
     assert 2.2 < live.cost(2) < 2.3  # 2.5 blended with the curve's 1.6; 1.9 if the batch were timed alone
     # the slow steps did not move the base: a batch at twice the base still reads as about 2.0 more
-    live2 = LiveCosts(CURVE)
-    for _ in range(10):
-        live2.record(1, 1, 0.010)
+    live2 = with_base()
     for _ in range(20):
         live2.record(2, 2, 0.020)
         live2.record(1, 1, 0.030)
@@ -77,9 +81,7 @@ def test_the_slower_step_after_a_batch_is_charged_to_the_batch():
 
 
 def test_a_batch_size_not_run_yet_never_looks_cheaper_than_a_smaller_one_that_was():
-    live = LiveCosts(CURVE)
-    for _ in range(10):
-        live.record(1, 1, 0.010)
+    live = with_base()
     for _ in range(24):
         live.record(4, 4, 0.060)  # 6.0x here, far above the curve
     assert live.cost(4) > 4.5
@@ -88,9 +90,7 @@ def test_a_batch_size_not_run_yet_never_looks_cheaper_than_a_smaller_one_that_wa
 
 
 def test_live_costs_follow_a_cheaper_machine_too():
-    live = LiveCosts(CURVE)
-    for _ in range(10):
-        live.record(1, 1, 0.010)
+    live = with_base()
     for _ in range(4):
         live.record(2, 2, 0.012)
     assert 1.2 < live.cost(2) < 1.6  # a few samples move it part of the way

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from PySide6.QtCore import Qt, Signal, Slot
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
@@ -27,6 +27,8 @@ class ChatPane(QWidget):
         editRequested(int): "Edit" on a user message (its store id).
         regenerateRequested(): "Regenerate" on the last reply.
         cancelEditRequested(): "Cancel edit" on the banner.
+        alternativeRequested(int): ‹ or › on a message: show that alternative (its store id).
+        forkRequested(int): "Fork" on a message (its store id).
     """
 
     sendRequested = Signal()
@@ -34,6 +36,8 @@ class ChatPane(QWidget):
     editRequested = Signal(int)
     regenerateRequested = Signal()
     cancelEditRequested = Signal()
+    alternativeRequested = Signal(int)
+    forkRequested = Signal(int)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -41,11 +45,13 @@ class ChatPane(QWidget):
         self.chat_view = ChatView()
         self.chat_view.editRequested.connect(self.editRequested)
         self.chat_view.regenerateRequested.connect(self.regenerateRequested)
+        self.chat_view.alternativeRequested.connect(self.alternativeRequested)
+        self.chat_view.forkRequested.connect(self.forkRequested)
 
         self.edit_banner = QWidget()
         banner = QHBoxLayout(self.edit_banner)
         banner.setContentsMargins(0, 0, 0, 0)
-        banner.addWidget(QLabel("Editing an earlier message: sending replaces it and everything after it."), 1)
+        banner.addWidget(QLabel("Editing an earlier message: sending adds the new one beside it (‹ › flips back)."), 1)
         self.cancel_edit_button = QPushButton("Cancel edit")
         self.cancel_edit_button.clicked.connect(self.cancelEditRequested)
         banner.addWidget(self.cancel_edit_button)
@@ -81,15 +87,20 @@ class ChatPane(QWidget):
         self.send_button.setEnabled(replying or can_send)
         self.chat_view.set_busy(busy)
 
-    def show_messages(self, messages: Sequence[StoredMessage]) -> None:
-        """Show a stored chat from the top (each reply with its stats line)."""
+    def show_messages(
+        self, messages: Sequence[StoredMessage], alternatives: Mapping[int, Sequence[int]] | None = None
+    ) -> None:
+        """Show a stored chat from the top (each reply with its stats line, each message with its alternatives)."""
         self.chat_view.clear()
         last: ReplyStats | None = None  # the latest reply's: what the context held when it was written
         left_out = 0
         for k, m in enumerate(messages):
             stats = ReplyStats.from_json(m.stats_json)
             marks = TokenMarks.from_json(m.content, m.marks_json)
-            self.chat_view.add_message(m.role, m.content, m.id, stats.summary_line() if stats else "", marks)
+            self.chat_view.add_message(
+                m.role, m.content, m.id, stats.summary_line() if stats else "", marks,
+                alternatives=(alternatives or {}).get(m.id, ()),
+            )
             if stats is not None:
                 last, left_out = stats, min(stats.dropped_messages, k)
         self.chat_view.mark_left_out(left_out)

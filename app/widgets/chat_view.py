@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
-from PySide6.QtCore import Qt, Signal, Slot
+from PySide6.QtCore import Qt, QTimer, Signal, Slot
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import (
     QFrame,
@@ -23,18 +23,23 @@ from .markdown_view import MarkdownView
 from .marked_text import MarkedView
 
 _ROLE_TITLES = {"user": "You", "assistant": "Assistant", "system": "System"}
+FLASH_MS = 1500  # how long a message found by a search stays outlined
 
 
 class MessageBubble(QFrame):
-    """One message: who, the Markdown text, actions, and (for replies) the stats line.
+    """One message: who, its alternatives (‹ 2/3 ›), the Markdown text, actions, and (for replies) the stats line.
 
     Signals:
         editRequested(int): "Edit" on a user message (its store id).
         regenerateRequested(): "Regenerate" on the last reply.
+        alternativeRequested(int): ‹ or › : show this alternative of the message instead (its store id).
+        forkRequested(int): "Fork": a new chat with the conversation down to this message (its store id).
     """
 
     editRequested = Signal(int)
     regenerateRequested = Signal()
+    alternativeRequested = Signal(int)
+    forkRequested = Signal(int)
 
     def __init__(
         self, role: str, text: str = "", message_id: int | None = None, parent: QWidget | None = None
@@ -51,16 +56,27 @@ class MessageBubble(QFrame):
         self.title.setFont(font)
 
         self.copy_button = self._tool_button("Copy", "Copy this message as Markdown", self._on_copy)
-        self.edit_button = self._tool_button("Edit", "Edit and resend (replaces what follows)", self._on_edit)
+        self.edit_button = self._tool_button("Edit", "Edit and resend (the original stays)", self._on_edit)
         self.regenerate_button = self._tool_button("Regenerate", "Generate this reply again", self._on_regenerate)
+        self.fork_button = self._tool_button("Fork", "A new chat with the conversation up to here", self._on_fork)
         self.edit_button.setVisible(role == "user")
         self.regenerate_button.setVisible(False)  # only the last reply, set by the chat view
+
+        # ‹ 2/3 ›: this message's alternatives (edits, regenerated replies); the chat goes on from the one shown.
+        self.alternatives: list[int] = []
+        self.previous_button = self._tool_button("‹", "The previous alternative", self._on_previous)
+        self.alternative_label = QLabel()
+        self.next_button = self._tool_button("›", "The next alternative", self._on_next)
+        self._actions_enabled = True
+        self.highlighted = False
 
         header = QHBoxLayout()
         header.setContentsMargins(0, 0, 0, 0)
         header.addWidget(self.title)
+        for w in (self.previous_button, self.alternative_label, self.next_button):
+            header.addWidget(w)
         header.addStretch(1)
-        for b in (self.edit_button, self.regenerate_button, self.copy_button):
+        for b in (self.edit_button, self.regenerate_button, self.fork_button, self.copy_button):
             header.addWidget(b)
 
         self.body = MarkdownView(self)
@@ -87,6 +103,7 @@ class MessageBubble(QFrame):
         self._layout = layout
         layout.addWidget(self.stats_label)
         self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Maximum)
+        self.set_alternatives([])
 
     def _tool_button(self, text: str, tip: str, slot: Callable[[], object]) -> QToolButton:
         button = QToolButton(self)
@@ -153,9 +170,49 @@ class MessageBubble(QFrame):
         self.stats_label.setVisible(bool(line))
 
     def set_actions_enabled(self, enabled: bool) -> None:
-        """Edit and regenerate are off while a reply streams (copy always works)."""
-        self.edit_button.setEnabled(enabled and self.message_id is not None)
+        """Edit, regenerate, fork and the alternatives are off while a reply streams (copy always works)."""
+        self._actions_enabled = enabled
+        saved = enabled and self.message_id is not None
+        self.edit_button.setEnabled(saved)
         self.regenerate_button.setEnabled(enabled)
+        self.fork_button.setEnabled(saved)
+        k = self._alternative_index()
+        self.previous_button.setEnabled(saved and k > 0)
+        self.next_button.setEnabled(saved and 0 <= k < len(self.alternatives) - 1)
+
+    def set_message_id(self, message_id: int, alternatives: Sequence[int] = ()) -> None:
+        """The message was saved (a streamed reply): its id, and its alternatives if it has any."""
+        self.message_id = message_id
+        self.set_alternatives(alternatives)
+
+    def set_alternatives(self, alternatives: Sequence[int]) -> None:
+        """The ids of this message and its alternatives, oldest first (shown as ‹ k/n › if there are two or more)."""
+        self.alternatives = list(alternatives)
+        shown = len(self.alternatives) > 1 and self.message_id in self.alternatives
+        for w in (self.previous_button, self.alternative_label, self.next_button):
+            w.setVisible(shown)
+        if shown:
+            self.alternative_label.setText(f"{self._alternative_index() + 1}/{len(self.alternatives)}")
+        self.fork_button.setVisible(self.message_id is not None)
+        self.set_actions_enabled(self._actions_enabled)
+
+    def alternative_text(self) -> str:
+        """"2/3" when the message has alternatives, else ""."""
+        return self.alternative_label.text() if self.alternative_label.isVisibleTo(self) else ""
+
+    def _alternative_index(self) -> int:
+        return self.alternatives.index(self.message_id) if self.message_id in self.alternatives else -1
+
+    def flash(self) -> None:
+        """Outline the message for a moment (the one a search result opened)."""
+        self.highlighted = True
+        self.setStyleSheet(f"QFrame#{self.objectName()} {{ border: 2px solid palette(highlight); }}")
+        QTimer.singleShot(FLASH_MS, self, self._end_flash)
+
+    @Slot()
+    def _end_flash(self) -> None:
+        self.highlighted = False
+        self.setStyleSheet("")
 
     @Slot()
     def _on_copy(self) -> None:
@@ -170,6 +227,23 @@ class MessageBubble(QFrame):
     def _on_regenerate(self) -> None:
         self.regenerateRequested.emit()
 
+    @Slot()
+    def _on_fork(self) -> None:
+        if self.message_id is not None:
+            self.forkRequested.emit(self.message_id)
+
+    @Slot()
+    def _on_previous(self) -> None:
+        k = self._alternative_index()
+        if k > 0:
+            self.alternativeRequested.emit(self.alternatives[k - 1])
+
+    @Slot()
+    def _on_next(self) -> None:
+        k = self._alternative_index()
+        if 0 <= k < len(self.alternatives) - 1:
+            self.alternativeRequested.emit(self.alternatives[k + 1])
+
 
 class ChatView(QScrollArea):
     """The messages of the open conversation, newest at the bottom.
@@ -177,10 +251,14 @@ class ChatView(QScrollArea):
     Signals:
         editRequested(int): forwarded from a user bubble.
         regenerateRequested(): forwarded from the last reply's bubble.
+        alternativeRequested(int): forwarded from a bubble's ‹ ›.
+        forkRequested(int): forwarded from a bubble's "Fork".
     """
 
     editRequested = Signal(int)
     regenerateRequested = Signal()
+    alternativeRequested = Signal(int)
+    forkRequested = Signal(int)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -206,7 +284,13 @@ class ChatView(QScrollArea):
         self._bubbles: list[MessageBubble] = []
         self.left_out_line: QLabel | None = None  # where the model's memory now starts, if messages are left out
         self._show_lookahead = False
+        self._busy = False
         self._follow = True
+        self._anchor: MessageBubble | None = None  # kept at the top of the view while the layout settles
+        self._anchor_timer = QTimer(self)
+        self._anchor_timer.setSingleShot(True)
+        self._anchor_timer.setInterval(FLASH_MS)
+        self._anchor_timer.timeout.connect(self._release_anchor)
         # Follow the stream while the user is at the bottom; stay put if they scrolled up to read.
         self.verticalScrollBar().rangeChanged.connect(self._on_range_changed)
         self.verticalScrollBar().valueChanged.connect(self._on_scrolled)
@@ -222,6 +306,7 @@ class ChatView(QScrollArea):
         self._drop_left_out_line()
         self._empty.setVisible(True)
         self._follow = True
+        self._anchor = None
 
     def set_show_lookahead(self, on: bool) -> None:
         """Tint the replies' text by how lookahead got it (those that have marks), or show Markdown."""
@@ -236,13 +321,18 @@ class ChatView(QScrollArea):
         message_id: int | None = None,
         stats_line: str = "",
         marks: TokenMarks | None = None,
+        alternatives: Sequence[int] = (),
     ) -> MessageBubble:
         bubble = MessageBubble(role, text, message_id)
         bubble.marks = marks
         bubble.set_show_lookahead(self._show_lookahead)
         bubble.set_stats_line(stats_line)
+        bubble.set_alternatives(alternatives)
+        bubble.set_actions_enabled(not self._busy)
         bubble.editRequested.connect(self.editRequested)
         bubble.regenerateRequested.connect(self.regenerateRequested)
+        bubble.alternativeRequested.connect(self.alternativeRequested)
+        bubble.forkRequested.connect(self.forkRequested)
         self._layout.insertWidget(self._layout.count() - 1, bubble)
         self._bubbles.append(bubble)
         self._empty.setVisible(False)
@@ -276,6 +366,7 @@ class ChatView(QScrollArea):
             line.deleteLater()
 
     def set_busy(self, busy: bool) -> None:
+        self._busy = busy
         for bubble in self._bubbles:
             bubble.set_actions_enabled(not busy)
 
@@ -287,12 +378,40 @@ class ChatView(QScrollArea):
 
     def scroll_to_bottom(self) -> None:
         self._follow = True
+        self._anchor = None
         bar = self.verticalScrollBar()
         bar.setValue(bar.maximum())
 
+    def bubble_for(self, message_id: int) -> MessageBubble | None:
+        return next((b for b in self._bubbles if b.message_id == message_id), None)
+
+    def scroll_to_message(self, message_id: int, flash: bool = True) -> MessageBubble | None:
+        """Bring a message to the top of the view (and outline it for a moment); None if it is not shown."""
+        bubble = self.bubble_for(message_id)
+        if bubble is None:
+            return None
+        self._follow = False
+        self._anchor = bubble
+        self._layout.activate()  # the bubbles just added get their places now
+        self._scroll_to_anchor()
+        self._anchor_timer.start()
+        if flash:
+            bubble.flash()
+        return bubble
+
+    @Slot()
+    def _release_anchor(self) -> None:
+        self._anchor = None
+
+    def _scroll_to_anchor(self) -> None:
+        if self._anchor is not None:
+            self.verticalScrollBar().setValue(self._anchor.y() - self._layout.spacing())
+
     @Slot(int, int)
     def _on_range_changed(self, _minimum: int, maximum: int) -> None:
-        if self._follow:
+        if self._anchor is not None:
+            self._scroll_to_anchor()  # Markdown lays out late: the message would drift away
+        elif self._follow:
             self.verticalScrollBar().setValue(maximum)
 
     @Slot(int)

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import math
 import os
+import re
+from collections.abc import Mapping
+from typing import Any
 
 from PySide6.QtCore import Signal, Slot
 from PySide6.QtWidgets import (
@@ -20,7 +24,7 @@ from PySide6.QtWidgets import (
 )
 
 from engine import LookaheadConfig, SamplingConfig, StopConfig
-from engine.settings import DEFAULT_LOOKAHEAD
+from engine.settings import DEFAULT_LOOKAHEAD, MAX_REPEAT_LAST_N, MAX_REPEAT_PENALTY, MAX_TOP_K
 
 from ..settings import AppSettings
 from .stats_view import LiveStatsView
@@ -29,6 +33,17 @@ from .stats_view import LiveStatsView
 WINDOW_RANGE = (0, 16)
 NGRAM_RANGE = (2, 8)
 GUESSES_RANGE = (0, 16)
+
+# What a chat keeps of the panel (ChatStore.conversation_settings), by the names of SamplingConfig/StopConfig.
+CHAT_SETTING_TYPES: dict[str, type] = {
+    "temperature": float, "top_k": int, "top_p": float, "min_p": float, "repeat_penalty": float,
+    "repeat_last_n": int, "seed": int, "max_tokens": int, "stop_strings": list,
+}
+
+STOP_STRINGS_TIP = (
+    "The reply ends before any of these texts. One per line; write \\n for a line break, "
+    "\\t for a tab and \\\\ for a backslash."
+)
 
 
 class DecodingPanel(QWidget):
@@ -82,17 +97,41 @@ class DecodingPanel(QWidget):
         self.temperature_spin.setRange(0.0, 2.0)
         self.temperature_spin.setSingleStep(0.1)
         self.temperature_spin.setSpecialValueText("0 (greedy)")
+        self.top_k_spin = self._spin(0, MAX_TOP_K, "Sample from the k likeliest tokens only (sampling only)")
+        self.top_k_spin.setSpecialValueText("off")
         self.top_p_spin = QDoubleSpinBox()
         self.top_p_spin.setRange(0.05, 1.0)
         self.top_p_spin.setSingleStep(0.05)
+        self.top_p_spin.setToolTip("Sample from the likeliest tokens that together hold this probability")
+        self.min_p_spin = self._fraction(0.0, 0.99, 0.01, "Drop tokens less likely than this fraction of the "
+                                         "likeliest one (sampling only)")
+        self.min_p_spin.setSpecialValueText("off")
+        self.repeat_penalty_spin = self._fraction(1.0, MAX_REPEAT_PENALTY, 0.05, "Make tokens of the last N "
+                                                  "tokens less likely; applies when greedy too")
+        self.repeat_penalty_spin.setSpecialValueText("off")
+        self.repeat_last_n_spin = self._spin(0, MAX_REPEAT_LAST_N, "How many recent tokens (the prompt's "
+                                             "included) the repeat penalty looks at")
+        self.repeat_last_n_spin.setSingleStep(16)
+        self.repeat_last_n_spin.setSuffix(" tokens")
+        self.repeat_last_n_spin.setSpecialValueText("off")
         self.seed_spin = self._spin(0, 2**31 - 1, "Random seed (sampling only)")
         self.max_tokens_spin = self._spin(1, 32768, "Longest reply, in tokens")
-        sampling_box = QGroupBox("Sampling")
+        self.stop_edit = QPlainTextEdit()
+        self.stop_edit.setPlaceholderText("One per line, e.g. ###")
+        self.stop_edit.setToolTip(STOP_STRINGS_TIP)
+        self.stop_edit.setTabChangesFocus(True)
+        self.stop_edit.setMaximumHeight(self.fontMetrics().lineSpacing() * 3 + 14)
+        sampling_box = QGroupBox("Sampling (saved with the chat)")
         form = QFormLayout(sampling_box)
         form.addRow("Temperature", self.temperature_spin)
+        form.addRow("Top-k", self.top_k_spin)
         form.addRow("Top-p", self.top_p_spin)
+        form.addRow("Min-p", self.min_p_spin)
+        form.addRow("Repeat penalty", self.repeat_penalty_spin)
+        form.addRow("Penalty window", self.repeat_last_n_spin)
         form.addRow("Seed", self.seed_spin)
         form.addRow("Max tokens", self.max_tokens_spin)
+        form.addRow("Stop strings", self.stop_edit)
 
         # --- model ---
         self.n_ctx_spin = self._spin(256, 131072, "Context size in tokens (applies on the next model load)")
@@ -129,10 +168,12 @@ class DecodingPanel(QWidget):
             box.toggled.connect(self._on_lookahead_controls_changed)
         for spin in (self.window_spin, self.ngram_spin, self.guesses_spin):
             spin.valueChanged.connect(self._on_lookahead_controls_changed)
-        for fraction in (self.temperature_spin, self.top_p_spin):
+        for fraction in (self.temperature_spin, self.top_p_spin, self.min_p_spin, self.repeat_penalty_spin):
             fraction.valueChanged.connect(self._on_setting_changed)
-        for spin in (self.seed_spin, self.max_tokens_spin, self.n_ctx_spin, self.threads_spin):
+        for spin in (self.top_k_spin, self.repeat_last_n_spin, self.seed_spin, self.max_tokens_spin,
+                     self.n_ctx_spin, self.threads_spin):
             spin.valueChanged.connect(self._on_setting_changed)
+        self.stop_edit.textChanged.connect(self._on_setting_changed)
         self.reload_button.clicked.connect(self.reloadRequested)
         self.system_prompt_edit.textChanged.connect(self._on_system_prompt_changed)
         self.default_prompt_button.clicked.connect(self._on_make_default_prompt)
@@ -145,14 +186,21 @@ class DecodingPanel(QWidget):
         spin.setToolTip(tip)
         return spin
 
+    @staticmethod
+    def _fraction(low: float, high: float, step: float, tip: str) -> QDoubleSpinBox:
+        spin = QDoubleSpinBox()
+        spin.setRange(low, high)
+        spin.setSingleStep(step)
+        spin.setToolTip(tip)
+        return spin
+
     # --- reading and writing the controls ---
 
     def load_settings(self, s: AppSettings) -> None:
         """Show ``s`` without emitting change signals."""
         widgets = (
             self.lookahead_check, self.auto_check, self.window_spin, self.ngram_spin, self.guesses_spin,
-            self.temperature_spin, self.top_p_spin, self.seed_spin, self.max_tokens_spin, self.n_ctx_spin,
-            self.threads_spin,
+            self.n_ctx_spin, self.threads_spin,
         )
         for w in widgets:
             w.blockSignals(True)
@@ -162,25 +210,59 @@ class DecodingPanel(QWidget):
             self.window_spin.setValue(s.window)
             self.ngram_spin.setValue(s.ngram)
             self.guesses_spin.setValue(s.guesses)
-            self.temperature_spin.setValue(s.temperature)
-            self.top_p_spin.setValue(s.top_p)
-            self.seed_spin.setValue(s.seed)
-            self.max_tokens_spin.setValue(s.max_tokens)
             self.n_ctx_spin.setValue(s.n_ctx)
             self.threads_spin.setValue(s.threads)
         finally:
             for w in widgets:
                 w.blockSignals(False)
+        self.load_chat_settings({name: getattr(s, name) for name in CHAT_SETTING_TYPES})
         self._update_enabled()
+
+    def load_chat_settings(self, values: Mapping[str, Any]) -> None:
+        """Show the sampling values a chat was saved with, without emitting change signals.
+
+        Missing names and values of the wrong type keep what the panel shows (older
+        chats saved none); values out of range are clamped by the spin boxes.
+        """
+        valid = {
+            name: value for name, value in values.items()
+            if name in CHAT_SETTING_TYPES and _is_a(value, CHAT_SETTING_TYPES[name])
+        }
+        spins: dict[str, QSpinBox | QDoubleSpinBox] = {
+            "temperature": self.temperature_spin, "top_k": self.top_k_spin, "top_p": self.top_p_spin,
+            "min_p": self.min_p_spin, "repeat_penalty": self.repeat_penalty_spin,
+            "repeat_last_n": self.repeat_last_n_spin, "seed": self.seed_spin, "max_tokens": self.max_tokens_spin,
+        }
+        widgets = (*spins.values(), self.stop_edit)
+        for w in widgets:
+            w.blockSignals(True)
+        try:
+            for name, spin in spins.items():
+                if name in valid:
+                    spin.setValue(valid[name])
+            if "stop_strings" in valid:
+                stops = [x for x in valid["stop_strings"] if isinstance(x, str)]
+                self.stop_edit.setPlainText(format_stop_strings(stops))
+        finally:
+            for w in widgets:
+                w.blockSignals(False)
+
+    def chat_settings(self) -> dict[str, Any]:
+        """The sampling values to save with a chat (what ``load_chat_settings`` reads back)."""
+        sampling, stop = self.sampling_config(), self.stop_config()
+        return {
+            "temperature": sampling.temperature, "top_k": sampling.top_k, "top_p": sampling.top_p,
+            "min_p": sampling.min_p, "repeat_penalty": sampling.repeat_penalty,
+            "repeat_last_n": sampling.repeat_last_n, "seed": sampling.seed, "max_tokens": stop.max_tokens,
+            "stop_strings": list(stop.stop_strings),
+        }
 
     def store_settings(self, s: AppSettings) -> None:
         s.lookahead_on = self.lookahead_check.isChecked()
         s.auto = self.auto_check.isChecked()
         s.window, s.ngram, s.guesses = self.window_spin.value(), self.ngram_spin.value(), self.guesses_spin.value()
-        s.temperature = self.temperature_spin.value()
-        s.top_p = self.top_p_spin.value()
-        s.seed = self.seed_spin.value()
-        s.max_tokens = self.max_tokens_spin.value()
+        for name, value in self.chat_settings().items():
+            setattr(s, name, value)
         s.n_ctx = self.n_ctx_spin.value()
         s.threads = self.threads_spin.value()
 
@@ -203,12 +285,19 @@ class DecodingPanel(QWidget):
     def sampling_config(self) -> SamplingConfig:
         return SamplingConfig(
             temperature=round(self.temperature_spin.value(), 2),
+            top_k=self.top_k_spin.value(),
             top_p=round(self.top_p_spin.value(), 2),
+            min_p=round(self.min_p_spin.value(), 2),
             seed=self.seed_spin.value(),
+            repeat_penalty=round(self.repeat_penalty_spin.value(), 2),
+            repeat_last_n=self.repeat_last_n_spin.value(),
         )
 
     def stop_config(self) -> StopConfig:
-        return StopConfig(max_tokens=self.max_tokens_spin.value())
+        return StopConfig(
+            max_tokens=self.max_tokens_spin.value(),
+            stop_strings=tuple(parse_stop_strings(self.stop_edit.toPlainText())),
+        )
 
     def set_lookahead_blocked(self, reason: str | None) -> None:
         """Disable lookahead for a model that cannot do it, saying why."""
@@ -254,3 +343,27 @@ class DecodingPanel(QWidget):
     @Slot()
     def _on_make_default_prompt(self) -> None:
         self.makeDefaultPromptRequested.emit(self.system_prompt())
+
+
+def _is_a(value: object, kind: type) -> bool:
+    """``value`` fits a setting of type ``kind`` (an int does for a float; a bool or NaN never does for a number)."""
+    if isinstance(value, bool):
+        return False
+    if kind is float:
+        return isinstance(value, (int, float)) and math.isfinite(value)
+    return isinstance(value, kind)
+
+
+_ESCAPES = {"n": "\n", "t": "\t", "\\": "\\"}
+_ESCAPE = re.compile(r"\\([nt\\])")
+
+
+def parse_stop_strings(text: str) -> list[str]:
+    """The stop strings typed one per line, with ``\\n``, ``\\t`` and ``\\\\`` read as escapes."""
+    lines = (_ESCAPE.sub(lambda m: _ESCAPES[m.group(1)], line) for line in text.splitlines())
+    return [line for line in lines if line]
+
+
+def format_stop_strings(stops: list[str]) -> str:
+    """The inverse of ``parse_stop_strings``: one string per line, escaped."""
+    return "\n".join(s.replace("\\", "\\\\").replace("\n", "\\n").replace("\t", "\\t") for s in stops)

@@ -129,23 +129,47 @@ class CodeHighlighter(QSyntaxHighlighter):
                 self.setFormat(start, length, self._format(ttype))
 
 
-class MarkdownView(QTextBrowser):
-    """A read-only Markdown view as tall as its text (the chat's scroll area does the scrolling)."""
+class FittedBrowser(QTextBrowser):
+    """A read-only text view as tall as its text, on the bubble's background (the chat's scroll area scrolls)."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.setOpenExternalLinks(True)
         self.setFrameShape(QTextBrowser.Shape.NoFrame)
         self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
         self.viewport().setAutoFillBackground(False)
+        self.document().documentLayout().documentSizeChanged.connect(self._on_document_size_changed)
+
+    @Slot()
+    def _on_document_size_changed(self) -> None:
+        self._fit_height()
+
+    def _fit_height(self) -> None:
+        margins = self.contentsMargins()
+        height = math.ceil(self.document().size().height()) + margins.top() + margins.bottom()
+        if height != self.height():
+            self.setFixedHeight(max(height, self.fontMetrics().height()))
+
+    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 (Qt name)
+        super().resizeEvent(event)
+        self._fit_height()
+
+    def sizeHint(self) -> QSize:  # noqa: N802
+        return QSize(super().sizeHint().width(), self.height())
+
+
+class MarkdownView(FittedBrowser):
+    """Markdown, with fenced code coloured."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setOpenExternalLinks(True)
         self.setTextInteractionFlags(
             Qt.TextInteractionFlag.TextBrowserInteraction | Qt.TextInteractionFlag.TextSelectableByKeyboard
         )
         self._markdown = ""
         self._highlighter = CodeHighlighter(self.document(), palette_is_dark(self.palette()))
-        self.document().documentLayout().documentSizeChanged.connect(self._on_document_size_changed)
 
     def markdown(self) -> str:
         """The source text last set (not Qt's re-export of it)."""
@@ -169,19 +193,3 @@ class MarkdownView(QTextBrowser):
                 cursor.mergeBlockFormat(shade)
             block = block.next()
 
-    @Slot()
-    def _on_document_size_changed(self) -> None:
-        self._fit_height()
-
-    def _fit_height(self) -> None:
-        margins = self.contentsMargins()
-        height = math.ceil(self.document().size().height()) + margins.top() + margins.bottom()
-        if height != self.height():
-            self.setFixedHeight(max(height, self.fontMetrics().height()))
-
-    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 (Qt name)
-        super().resizeEvent(event)
-        self._fit_height()
-
-    def sizeHint(self) -> QSize:  # noqa: N802
-        return QSize(super().sizeHint().width(), self.height())

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import math
-
-from PySide6.QtCore import QEvent, QPoint, QSize, Qt, Slot
-from PySide6.QtGui import QColor, QHelpEvent, QPalette, QResizeEvent, QTextCharFormat, QTextCursor
-from PySide6.QtWidgets import QLabel, QSizePolicy, QTextBrowser, QToolTip, QWidget
+from PySide6.QtCore import QEvent, QPoint, Qt
+from PySide6.QtGui import QColor, QHelpEvent, QPalette, QTextCharFormat, QTextCursor
+from PySide6.QtWidgets import QLabel, QSizePolicy, QToolTip, QWidget
 
 from ..marks import OWN, SHORT_NAMES, SOURCE_NAMES, Run, TokenMarks
-from .markdown_view import palette_is_dark
+from .markdown_view import FittedBrowser, palette_is_dark
 
 # One hue per draft source; the model's own tokens are not tinted.
 _HUES = {"prompt": 210, "reply": 120, "history": 275, "other_chats": 30, "kept": 175, "window": 330}
@@ -25,24 +23,16 @@ def source_colour(source: str, dark: bool) -> QColor | None:
     return QColor.fromHsl(hue, 110, 70) if dark else QColor.fromHsl(hue, 170, 212)
 
 
-class MarkedView(QTextBrowser):
-    """Read-only text of ``TokenMarks``, as tall as its text; runs appended as a reply streams.
+class MarkedView(FittedBrowser):
+    """The text of ``TokenMarks`` as written, runs appended as a reply streams.
 
     Hovering a run tells its step, source and the step's batch size.
     """
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.setFrameShape(QTextBrowser.Shape.NoFrame)
-        self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
-        self.viewport().setAutoFillBackground(False)
-        self.setLineWrapMode(QTextBrowser.LineWrapMode.WidgetWidth)
         self._runs_shown = 0  # runs of the marks drawn (the last one possibly in part)
         self._last_shown = 0  # characters of that last run drawn
-        self._formats: dict[tuple[str, int, int], QTextCharFormat] = {}
-        self.document().documentLayout().documentSizeChanged.connect(self._fit_height)
 
     def show_marks(self, marks: TokenMarks) -> None:
         """Draw ``marks``: only what was added since the last call when they grew at the end."""
@@ -86,20 +76,6 @@ class MarkedView(QTextBrowser):
                 QToolTip.hideText()
             return True
         return super().viewportEvent(event)
-
-    @Slot()
-    def _fit_height(self) -> None:
-        margins = self.contentsMargins()
-        height = math.ceil(self.document().size().height()) + margins.top() + margins.bottom()
-        if height != self.height():
-            self.setFixedHeight(max(height, self.fontMetrics().height()))
-
-    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 (Qt name)
-        super().resizeEvent(event)
-        self._fit_height()
-
-    def sizeHint(self) -> QSize:  # noqa: N802
-        return QSize(super().sizeHint().width(), self.height())
 
 
 class MarksLegend(QLabel):

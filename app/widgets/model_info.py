@@ -14,6 +14,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from engine.library import format_params, format_size
+
 from ..requests import LoadedModel
 
 OWN_TEMPLATE_NOTE = "The model's own chat template, from its file."
@@ -21,25 +23,6 @@ FALLBACK_NOTE = (
     "This model file has no chat template, so a generic ChatML format is used. "
     "Replies may be worse than with the format the model was trained on."
 )
-
-
-def format_params(n: int) -> str:
-    """A parameter count as people write it: 135M, 8.0B."""
-    if n >= 1e9:
-        return f"{n / 1e9:.1f}B"
-    if n >= 1e6:
-        return f"{n / 1e6:.0f}M"
-    return f"{n / 1e3:.0f}K"
-
-
-def format_size(n_bytes: int) -> str:
-    """A file size in binary units: 98.2 MiB, 4.6 GiB."""
-    size = float(n_bytes)
-    for unit in ("bytes", "KiB", "MiB", "GiB"):
-        if size < 1024:
-            return f"{size:.0f} {unit}" if unit == "bytes" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{size:.1f} TiB"
 
 
 def format_tokens(n: int | None) -> str:

@@ -1,0 +1,648 @@
+"""The model library: GGUF files already on disk in the folders where other apps keep them.
+
+Each known folder is a ``LibraryRoot`` of one of three layouts: a plain tree of .gguf files
+(LM Studio, GPT4All, Jan, folders the user adds), the Hugging Face hub cache (snapshots whose
+files are symlinks into ``blobs/``), or Ollama's store (JSON manifests naming extension-less
+blobs). ``scan`` walks them with ``os.scandir``, reads each file's header with ``check_gguf``
+(never the weights), and keeps the facts in a JSON cache keyed by (path, size, mtime), so a
+second scan only stats the files. Directories are remembered by (st_dev, st_ino): a symlink
+loop ends where it starts, and a file reached twice is listed once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from .costmodel import cache_root
+from .models import GgufSummary, ModelFileError, check_gguf, default_model_path
+
+CACHE_VERSION = 1  # bump when the facts kept per file change
+MAX_DEPTH = 16  # folders deeper than this under a root are not walked
+MAX_MANIFEST_BYTES = 1 << 20  # an Ollama manifest is a few hundred bytes
+
+# Where each app's folders come from (looked up, not guessed):
+SOURCE_LM_STUDIO = "LM Studio"
+SOURCE_HF = "Hugging Face"
+SOURCE_GPT4ALL = "GPT4All"
+SOURCE_JAN = "Jan"
+SOURCE_OLLAMA = "Ollama"
+SOURCE_USER = "Added folder"
+SOURCE_BUNDLED = "Bundled"
+
+KIND_TREE = "tree"  # walk for *.gguf
+KIND_HF = "hf"  # the Hugging Face hub cache: models--org--repo/snapshots/<rev>/...
+KIND_OLLAMA = "ollama"  # manifests/<host>/<namespace>/<model>/<tag> naming blobs/sha256-<hex>
+KIND_FILE = "file"  # one file (the bundled model)
+
+# llama.cpp's llm_arch_is_recurrent / llm_arch_is_hybrid (src/llama-arch.cpp), by the names
+# llama-arch.cpp gives these architectures in GGUF files. Their memory keeps one state per
+# sequence and cannot drop rejected guesses, which is why engine/runtime.py refuses lookahead
+# for them once loaded; the header's architecture says the same before loading.
+RECURRENT_ARCHITECTURES = frozenset({"mamba", "mamba2", "rwkv6", "rwkv6qwen2", "rwkv7", "arwkv7"})
+HYBRID_ARCHITECTURES = frozenset({
+    "jamba", "falcon-h1", "plamo2", "granitehybrid", "lfm2", "lfm2moe", "nemotron_h", "nemotron_h_moe",
+    "qwen3next", "kimi-linear", "bailingmoe3", "kimi-k3", "glm5-next", "qwen35", "qwen35moe", "qwen4exp",
+    "deepseek4", "minimax-01",
+})
+# GGUF files that are not language models: a vision model's projector (llama.cpp's mtmd "clip").
+NOT_A_LANGUAGE_MODEL = {"clip": "a vision projector (mmproj) for another model, not a language model"}
+
+OLLAMA_MODEL_MEDIA_TYPE = "application/vnd.ollama.image.model"
+OLLAMA_DEFAULT_REGISTRY = "registry.ollama.ai"
+OLLAMA_DEFAULT_NAMESPACE = "library"
+
+
+def lookahead_block_reason(architecture: str) -> str | None:
+    """Why a model of this architecture cannot run lookahead (None: it can), from its name alone."""
+    if architecture in RECURRENT_ARCHITECTURES or architecture in HYBRID_ARCHITECTURES:
+        kind = "recurrent" if architecture in RECURRENT_ARCHITECTURES else "hybrid"
+        return f"its {kind} memory cannot drop rejected guesses from the cache; plain decoding still works"
+    return None
+
+
+# --- where the apps keep their models ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LibraryRoot:
+    """One folder to scan, the app it belongs to, and its layout (``KIND_*``)."""
+
+    path: str
+    source: str
+    kind: str = KIND_TREE
+
+
+def _platform(platform: str | None) -> str:
+    name = platform or sys.platform
+    if name.startswith("win"):
+        return "windows"
+    return "macos" if name == "darwin" else "linux"
+
+
+def _home(env: Mapping[str, str], os_name: str) -> Path:
+    home = env.get("USERPROFILE") if os_name == "windows" else env.get("HOME")
+    return Path(home) if home else Path.home()
+
+
+def _env_dir(env: Mapping[str, str], name: str, default: Path) -> Path:
+    """An XDG-style variable: used when set to an absolute path, otherwise the default."""
+    value = env.get(name, "")
+    return Path(value) if value and os.path.isabs(value) else default
+
+
+def known_roots(env: Mapping[str, str] | None = None, platform: str | None = None) -> list[LibraryRoot]:
+    """The folders where LM Studio, the Hugging Face hub, GPT4All, Jan and Ollama keep models on this OS.
+
+    Read from ``env`` (default: the process environment) the way each app reads it: HOME
+    (USERPROFILE on Windows), XDG_DATA_HOME / XDG_CONFIG_HOME / XDG_CACHE_HOME on Linux,
+    HF_HUB_CACHE / HF_HOME, LOCALAPPDATA / APPDATA on Windows, OLLAMA_MODELS.
+    """
+    env = os.environ if env is None else env
+    os_name = _platform(platform)
+    home = _home(env, os_name)
+    roots: list[LibraryRoot] = []
+
+    def add(path: Path, source: str, kind: str = KIND_TREE) -> None:
+        root = LibraryRoot(str(path), source, kind)
+        if root not in roots:
+            roots.append(root)
+
+    # LM Studio: ~/.lmstudio/models/<publisher>/<model>/<file>.gguf on every OS (Windows: %USERPROFILE%),
+    # https://lmstudio.ai/docs/app/basics/import-model ("LM Studio's expected models directory structure");
+    # releases before 0.3 kept them in ~/.cache/lm-studio/models (the tree in
+    # https://github.com/lmstudio-ai/lmstudio-bug-tracker/issues/230, and C:\Users\<name>\.cache\lm-studio\models
+    # on Windows in https://github.com/apache/cloudstack/issues/9075).
+    add(home / ".lmstudio" / "models", SOURCE_LM_STUDIO)
+    add(home / ".cache" / "lm-studio" / "models", SOURCE_LM_STUDIO)
+
+    # Hugging Face hub cache: $HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub ($XDG_CACHE_HOME
+    # when set), https://huggingface.co/docs/huggingface_hub/package_reference/environment_variables;
+    # layout (models--org--repo/snapshots/<rev>/ symlinks into blobs/) in
+    # https://huggingface.co/docs/huggingface_hub/guides/manage-cache. HUGGINGFACE_HUB_CACHE is the older name
+    # (https://huggingface.co/docs/huggingface_hub/v0.13.2/guides/manage-cache).
+    hub = env.get("HF_HUB_CACHE") or env.get("HUGGINGFACE_HUB_CACHE")
+    if hub:
+        add(Path(hub), SOURCE_HF, KIND_HF)
+    else:
+        hf_home = env.get("HF_HOME")
+        cache = _env_dir(env, "XDG_CACHE_HOME", home / ".cache")
+        add((Path(hf_home) if hf_home else cache / "huggingface") / "hub", SOURCE_HF, KIND_HF)
+
+    # GPT4All downloads into QStandardPaths::AppLocalDataLocation (gpt4all-chat/src/mysettings.cpp,
+    # defaultLocalModelsPath) of organization "nomic.ai", application "GPT4All" (gpt4all-chat/src/main.cpp);
+    # that location per OS is Qt's table in https://doc.qt.io/qt-6/qstandardpaths.html (the macOS one is
+    # also what Homebrew's cask removes: https://github.com/Homebrew/homebrew-cask/blob/HEAD/Casks/g/gpt4all.rb).
+    # Jan keeps models in <data folder>/llamacpp/models/<id>/ (janhq/jan extensions/llamacpp-extension/src/index.ts);
+    # the default data folder is dirs::data_dir()/Jan/data (janhq/jan src-tauri/src/core/app/commands.rs,
+    # default_data_folder_path); Jan's docs give ~/.config/Jan/data on Linux for the releases before it
+    # (https://www.jan.ai/docs/data-folder), and releases before 0.6 used ~/jan/models (janhq/jan
+    # docs/docs/guides/quickstart.md).
+    if os_name == "linux":
+        data = _env_dir(env, "XDG_DATA_HOME", home / ".local" / "share")
+        config = _env_dir(env, "XDG_CONFIG_HOME", home / ".config")
+        add(data / "nomic.ai" / "GPT4All", SOURCE_GPT4ALL)
+        jan_data = [data / "Jan" / "data", config / "Jan" / "data"]
+    elif os_name == "macos":
+        support = home / "Library" / "Application Support"
+        add(support / "nomic.ai" / "GPT4All", SOURCE_GPT4ALL)
+        jan_data = [support / "Jan" / "data"]
+    else:
+        local = Path(env["LOCALAPPDATA"]) if env.get("LOCALAPPDATA") else home / "AppData" / "Local"
+        roaming = Path(env["APPDATA"]) if env.get("APPDATA") else home / "AppData" / "Roaming"
+        add(local / "nomic.ai" / "GPT4All", SOURCE_GPT4ALL)
+        jan_data = [roaming / "Jan" / "data"]
+    for folder in jan_data:
+        add(folder / "llamacpp" / "models", SOURCE_JAN)
+        add(folder / "models", SOURCE_JAN)
+    add(home / "jan" / "models", SOURCE_JAN)
+
+    # Ollama: $OLLAMA_MODELS, else ~/.ollama/models (envconfig/config.go, Models()); its FAQ gives
+    # ~/.ollama/models on macOS, C:\Users\%username%\.ollama\models on Windows and, for the Linux service the
+    # install script creates, /usr/share/ollama/.ollama/models (https://github.com/ollama/ollama/blob/main/docs/faq.mdx,
+    # "Where are models stored?"). Blobs are blobs/sha256-<hex> (":" on older non-Windows releases), named by
+    # manifests/<host>/<namespace>/<model>/<tag> (server/modelpath.go, GetBlobsPath and GetManifestPath).
+    if env.get("OLLAMA_MODELS"):
+        add(Path(env["OLLAMA_MODELS"]), SOURCE_OLLAMA, KIND_OLLAMA)
+    add(home / ".ollama" / "models", SOURCE_OLLAMA, KIND_OLLAMA)
+    if os_name == "linux":
+        add(Path("/usr/share/ollama/.ollama/models"), SOURCE_OLLAMA, KIND_OLLAMA)
+    return roots
+
+
+def library_roots(
+    user_folders: Iterable[str] = (), env: Mapping[str, str] | None = None, platform: str | None = None,
+    bundled: bool = True,
+) -> list[LibraryRoot]:
+    """Every root to scan: the bundled model (if installed), the apps' folders, then the user's own folders."""
+    roots: list[LibraryRoot] = []
+    if bundled:
+        try:
+            roots.append(LibraryRoot(str(default_model_path()), SOURCE_BUNDLED, KIND_FILE))
+        except ModelFileError:
+            pass
+    roots += known_roots(env, platform)
+    roots += [LibraryRoot(str(Path(folder).expanduser()), SOURCE_USER) for folder in user_folders if folder]
+    return roots
+
+
+# --- results -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LibraryModel:
+    """One GGUF file found: its facts from the header, or why it cannot be used (``error``)."""
+
+    path: str
+    name: str
+    source: str
+    size_bytes: int
+    summary: GgufSummary | None = None
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.summary is not None
+
+    @property
+    def architecture(self) -> str:
+        return self.summary.architecture if self.summary else ""
+
+    @property
+    def n_params(self) -> int:
+        return self.summary.n_params if self.summary else 0
+
+    @property
+    def file_type(self) -> str:
+        return self.summary.file_type if self.summary else ""
+
+    @property
+    def context_length(self) -> int | None:
+        return self.summary.context_length if self.summary else None
+
+    @property
+    def has_chat_template(self) -> bool:
+        return bool(self.summary and self.summary.has_chat_template)
+
+    @property
+    def lookahead_block_reason(self) -> str | None:
+        """Why lookahead cannot run with this model (None when it can); a broken file cannot run at all."""
+        if not self.ok:
+            return "the file cannot be loaded"
+        return lookahead_block_reason(self.architecture)
+
+    @property
+    def can_lookahead(self) -> bool:
+        return self.lookahead_block_reason is None
+
+    def to_json(self) -> dict[str, object]:
+        """The row ``lookahead-chat --list-models --json`` prints."""
+        return {
+            "path": self.path,
+            "name": self.name,
+            "architecture": self.architecture or None,
+            "parameters": self.n_params or None,
+            "quantization": self.file_type or None,
+            "size_bytes": self.size_bytes,
+            "context_length": self.context_length,
+            "chat_template": self.has_chat_template if self.ok else None,
+            "lookahead": self.can_lookahead,
+            "source": self.source,
+            "error": self.error,
+        }
+
+
+@dataclass(frozen=True)
+class SkippedFile:
+    """A file or folder the scan could not read, and why."""
+
+    path: str
+    reason: str
+    source: str
+
+
+@dataclass
+class ScanResult:
+    """What a scan found: usable and broken models, what it skipped, and whether it was cancelled."""
+
+    models: list[LibraryModel] = field(default_factory=list)
+    skipped: list[SkippedFile] = field(default_factory=list)
+    cancelled: bool = False
+    files_seen: int = 0
+    seconds: float = 0.0
+
+
+class ScanCancelled(Exception):
+    """The cancel event was set; the scan stops between two files."""
+
+
+# --- the header cache --------------------------------------------------------------------------
+
+
+def cache_path() -> Path:
+    return cache_root() / "library" / "headers.json"
+
+
+class HeaderCache:
+    """Header facts (or the error) per file, valid while the file's size and mtime stay the same."""
+
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = path or cache_path()
+        self.entries: dict[str, dict[str, object]] = {}
+        self.changed = False
+        try:
+            raw = json.loads(self.path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return
+        if isinstance(raw, dict) and raw.get("version") == CACHE_VERSION and isinstance(raw.get("entries"), dict):
+            self.entries = {k: v for k, v in raw["entries"].items() if isinstance(v, dict)}
+
+    def get(self, path: str, st: os.stat_result) -> GgufSummary | str | None:
+        """The cached summary or error text for this file as it is now; None if unknown or changed."""
+        entry = self.entries.get(path)
+        if entry is None or entry.get("size") != st.st_size or entry.get("mtime_ns") != st.st_mtime_ns:
+            return None
+        error = entry.get("error")
+        if isinstance(error, str):
+            return error
+        facts = entry.get("summary")
+        if not isinstance(facts, dict):
+            return None
+        try:
+            return GgufSummary(**facts)
+        except TypeError:  # written by another version of GgufSummary
+            return None
+
+    def put(self, path: str, st: os.stat_result, result: GgufSummary | str) -> None:
+        entry: dict[str, object] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
+        if isinstance(result, str):
+            entry["error"] = result
+        else:
+            entry["summary"] = asdict(result)
+        self.entries[path] = entry
+        self.changed = True
+
+    def save(self) -> None:
+        """Write atomically (a crash mid-write leaves the old cache); failures only cost a slower next scan."""
+        if not self.changed:
+            return
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps({"version": CACHE_VERSION, "entries": self.entries}), encoding="utf-8")
+            os.replace(tmp, self.path)
+            self.changed = False
+        except OSError:
+            pass
+
+
+# --- scanning ----------------------------------------------------------------------------------
+
+Progress = Callable[[int, str], None]  # (files looked at so far, the file now)
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    """A file that should be a GGUF model: where it was found, and the name to show for it."""
+
+    path: str
+    name: str | None
+    source: str
+
+
+class _Walk:
+    """Directory walking shared by every layout: visited folders, skipped notes, cancellation."""
+
+    def __init__(self, result: ScanResult, cancel: threading.Event | None) -> None:
+        self.result = result
+        self.cancel = cancel
+        self.visited: set[tuple[int, int]] = set()
+
+    def check_cancel(self) -> None:
+        if self.cancel is not None and self.cancel.is_set():
+            raise ScanCancelled
+
+    def skip(self, path: str, reason: str, source: str) -> None:
+        self.result.skipped.append(SkippedFile(path, reason, source))
+
+    def entries(self, folder: str, source: str) -> Iterator[os.DirEntry[str]]:
+        """The entries of ``folder``, sorted by name; nothing (and a note) if it cannot be read."""
+        try:
+            with os.scandir(folder) as it:
+                found = sorted(it, key=lambda e: e.name)
+        except PermissionError:
+            self.skip(folder, "the folder cannot be opened (permission denied)", source)
+            return
+        except OSError as exc:
+            self.skip(folder, f"the folder cannot be read ({exc.strerror or exc})", source)
+            return
+        yield from found
+
+    def enter(self, path: str, source: str, ancestors: tuple[tuple[int, int], ...]) -> tuple[int, int] | None:
+        """The folder's identity if it is to be walked now; None if seen already (a loop is noted)."""
+        try:
+            st = os.stat(path)
+        except OSError as exc:
+            self.skip(path, f"the folder cannot be read ({exc.strerror or exc})", source)
+            return None
+        key = (st.st_dev, st.st_ino)
+        if key in ancestors:
+            self.skip(path, "a symlink loop: it links back to a folder that contains it", source)
+            return None
+        if key in self.visited:
+            return None  # the same folder by a second path: its files are listed once
+        self.visited.add(key)
+        return key
+
+    def tree(
+        self, folder: str, source: str, suffix: str = ".gguf", ancestors: tuple[tuple[int, int], ...] = (),
+    ) -> Iterator[str]:
+        """Files under ``folder`` whose names end with ``suffix`` (any case), depth first, in name order."""
+        key = self.enter(folder, source, ancestors)
+        if key is None:
+            return
+        if len(ancestors) >= MAX_DEPTH:
+            self.skip(folder, f"more than {MAX_DEPTH} folders deep: not scanned further", source)
+            return
+        inside = ancestors + (key,)
+        for entry in self.entries(folder, source):
+            self.check_cancel()
+            try:
+                is_dir = entry.is_dir()  # follows symlinks; a dangling link is neither file nor folder
+                is_file = not is_dir and entry.is_file()
+            except OSError:
+                continue
+            if is_dir:
+                yield from self.tree(entry.path, source, suffix, inside)
+            elif is_file and entry.name.lower().endswith(suffix):
+                yield entry.path
+
+
+def _tree_candidates(walk: _Walk, root: LibraryRoot) -> Iterator[_Candidate]:
+    for path in walk.tree(root.path, root.source):
+        yield _Candidate(path, None, root.source)
+
+
+def _hf_candidates(walk: _Walk, root: LibraryRoot) -> Iterator[_Candidate]:
+    """GGUF files in the hub cache's model snapshots, named "org/repo/file" (the way the hub names them)."""
+    for repo in walk.entries(root.path, root.source):
+        walk.check_cancel()
+        if not repo.name.startswith("models--"):
+            continue
+        repo_id = repo.name.removeprefix("models--").replace("--", "/")
+        snapshots = os.path.join(repo.path, "snapshots")
+        if not os.path.isdir(snapshots):
+            continue
+        try:  # the revision "main" points to first: a blob that several revisions link to is listed as main's
+            main = Path(repo.path, "refs", "main").read_text(encoding="ascii").strip()
+        except (OSError, ValueError):
+            main = ""
+        revisions = sorted(e.name for e in walk.entries(snapshots, root.source))
+        for revision in sorted(revisions, key=lambda r: r != main):
+            folder = os.path.join(snapshots, revision)
+            for path in walk.tree(folder, root.source):
+                rel = Path(os.path.relpath(path, folder)).parts
+                yield _Candidate(path, f"{repo_id}/{'/'.join(rel)}", root.source)
+
+
+def _ollama_name(parts: tuple[str, ...]) -> str:
+    """A manifest's path (host, namespace, model, tag) as ``ollama list`` shows it."""
+    host, namespace, model, tag = parts
+    if host == OLLAMA_DEFAULT_REGISTRY:
+        return f"{model}:{tag}" if namespace == OLLAMA_DEFAULT_NAMESPACE else f"{namespace}/{model}:{tag}"
+    return f"{host}/{namespace}/{model}:{tag}"
+
+
+def _ollama_candidates(walk: _Walk, root: LibraryRoot) -> Iterator[_Candidate]:
+    """The model blob each Ollama manifest names, under the model's Ollama name."""
+    manifests = os.path.join(root.path, "manifests")
+    if not os.path.isdir(manifests):
+        return
+    for manifest in walk.tree(manifests, root.source, suffix=""):
+        parts = Path(os.path.relpath(manifest, manifests)).parts
+        if len(parts) != 4:
+            continue
+        try:
+            if os.path.getsize(manifest) > MAX_MANIFEST_BYTES:
+                raise ValueError("too large")
+            with open(manifest, encoding="utf-8") as fh:
+                layers = json.load(fh).get("layers", [])
+            digests = [la["digest"] for la in layers if la.get("mediaType") == OLLAMA_MODEL_MEDIA_TYPE]
+        except PermissionError:
+            walk.skip(manifest, "the manifest cannot be opened (permission denied)", root.source)
+            continue
+        except (OSError, ValueError, AttributeError, KeyError, TypeError) as exc:
+            walk.skip(manifest, f"not an Ollama manifest ({exc})", root.source)
+            continue
+        for digest in digests:
+            if not isinstance(digest, str) or not digest.startswith("sha256:"):
+                walk.skip(manifest, f"its model layer has an unknown digest {digest!r}", root.source)
+                continue
+            blobs = os.path.join(root.path, "blobs")
+            path = os.path.join(blobs, digest.replace(":", "-"))
+            if not os.path.exists(path) and os.path.exists(os.path.join(blobs, digest)):
+                path = os.path.join(blobs, digest)
+            if not os.path.exists(path):
+                walk.skip(manifest, f"its model blob is missing ({path})", root.source)
+                continue
+            yield _Candidate(path, _ollama_name(parts), root.source)
+
+
+def _candidates(walk: _Walk, root: LibraryRoot) -> Iterator[_Candidate]:
+    if root.kind == KIND_FILE:
+        yield _Candidate(root.path, None, root.source)
+    elif not os.path.isdir(root.path):
+        if root.source == SOURCE_USER:  # an app's folder may well be absent; one the user added should not be
+            walk.skip(root.path, "the folder does not exist (or is not a folder)", root.source)
+        return
+    elif root.kind == KIND_HF:
+        yield from _hf_candidates(walk, root)
+    elif root.kind == KIND_OLLAMA:
+        yield from _ollama_candidates(walk, root)
+    else:
+        yield from _tree_candidates(walk, root)
+
+
+class _Unreadable(Exception):
+    """The file cannot be opened now: a note for this scan, not an answer to keep in the cache."""
+
+
+def _read_facts(path: str) -> GgufSummary | str:
+    """The file's header facts, or the reason it is not a usable model; raises _Unreadable."""
+    try:
+        with open(path, "rb"):
+            pass
+    except PermissionError:
+        raise _Unreadable("the file cannot be opened (permission denied)") from None
+    except OSError as exc:
+        raise _Unreadable(f"the file cannot be read ({exc.strerror or exc})") from None
+    try:
+        summary = check_gguf(path)
+    except ModelFileError as exc:
+        return str(exc)
+    refused = NOT_A_LANGUAGE_MODEL.get(summary.architecture)
+    return f"{refused}: {path}" if refused else summary
+
+
+def scan(
+    roots: Iterable[LibraryRoot],
+    cancel: threading.Event | None = None,
+    progress: Progress | None = None,
+    cache: HeaderCache | None = None,
+) -> ScanResult:
+    """Find the GGUF models under ``roots``, with their header facts; cancellable between any two files.
+
+    Unreadable files and folders, symlink loops and bad Ollama manifests become ``skipped`` notes;
+    files that are readable but not usable GGUF models are listed with their ``error``. A file reached
+    by two paths (a second revision's link to the same blob, overlapping folders) is listed once.
+    """
+    t0 = time.perf_counter()
+    result = ScanResult()
+    cache = cache if cache is not None else HeaderCache()
+    walk = _Walk(result, cancel)
+    seen_files: set[tuple[int, int]] = set()
+    try:
+        for root in roots:
+            walk.check_cancel()
+            for cand in _candidates(walk, root):
+                walk.check_cancel()
+                result.files_seen += 1
+                if progress is not None:
+                    progress(result.files_seen, cand.path)
+                model = _examine(cand, cache, walk, seen_files)
+                if model is not None:
+                    result.models.append(model)
+    except ScanCancelled:
+        result.cancelled = True
+    cache.save()
+    result.seconds = time.perf_counter() - t0
+    return result
+
+
+def _examine(
+    cand: _Candidate, cache: HeaderCache, walk: _Walk, seen_files: set[tuple[int, int]],
+) -> LibraryModel | None:
+    try:
+        st = os.stat(cand.path)
+    except OSError as exc:
+        walk.skip(cand.path, f"the file cannot be read ({exc.strerror or exc})", cand.source)
+        return None
+    key = (st.st_dev, st.st_ino)
+    if key in seen_files or not stat.S_ISREG(st.st_mode):
+        return None
+    seen_files.add(key)
+    if not os.access(cand.path, os.R_OK):  # checked every time: chmod changes no size or mtime
+        walk.skip(cand.path, "the file cannot be opened (permission denied)", cand.source)
+        return None
+    facts = cache.get(cand.path, st)
+    if facts is None:
+        try:
+            facts = _read_facts(cand.path)
+        except _Unreadable as exc:
+            walk.skip(cand.path, str(exc), cand.source)
+            return None
+        cache.put(cand.path, st, facts)
+    if isinstance(facts, str):
+        name = cand.name or Path(cand.path).name
+        return LibraryModel(cand.path, name, cand.source, st.st_size, None, facts)
+    return LibraryModel(cand.path, cand.name or facts.name, cand.source, st.st_size, facts)
+
+
+# --- text for people ---------------------------------------------------------------------------
+
+
+def format_params(n: int) -> str:
+    """A parameter count as people write it: 135M, 8.0B ("" when unknown)."""
+    if n <= 0:
+        return ""
+    if n >= 1e9:
+        return f"{n / 1e9:.1f}B"
+    if n >= 1e6:
+        return f"{n / 1e6:.0f}M"
+    return f"{n / 1e3:.0f}K"
+
+
+def format_size(n_bytes: int) -> str:
+    """A file size in binary units: 98.2 MiB, 4.6 GiB."""
+    size = float(n_bytes)
+    for unit in ("bytes", "KiB", "MiB", "GiB"):
+        if size < 1024:
+            return f"{size:.0f} {unit}" if unit == "bytes" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} TiB"
+
+
+TABLE_COLUMNS = (
+    "path", "name", "architecture", "parameters", "quantization", "size", "context", "template", "lookahead",
+    "found in",
+)
+
+
+def table_row(model: LibraryModel) -> tuple[str, ...]:
+    """One model as the cells of ``lookahead-chat --list-models``'s table."""
+    if not model.ok:
+        return (model.path, model.name, "", "", "", format_size(model.size_bytes), "", "", "no", model.source)
+    return (
+        model.path, model.name, model.architecture, format_params(model.n_params), model.file_type,
+        format_size(model.size_bytes), f"{model.context_length:,}" if model.context_length else "",
+        "yes" if model.has_chat_template else "no", "yes" if model.can_lookahead else "no", model.source,
+    )
+
+
+def format_table(models: list[LibraryModel]) -> str:
+    """An aligned text table with a header line; broken files say why on the line below theirs."""
+    rows = [tuple(c.upper() for c in TABLE_COLUMNS)] + [table_row(m) for m in models]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(TABLE_COLUMNS))]
+    lines = []
+    for row, model in zip(rows, [None, *models], strict=True):
+        lines.append("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+        if model is not None and model.error:
+            lines.append(f"    ! {model.error}")
+    return "\n".join(lines)
