@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -14,10 +12,8 @@ from app.store import ChatStore
 from app.widgets.decoding_panel import DecodingPanel, format_stop_strings, parse_stop_strings
 from engine import GenerationControls, LookaheadConfig, Message, RunStats, SamplingConfig, StepEvent, StopConfig
 from engine.bench import load_workloads
-from engine.probe import ProbeResult
 from engine.settings import DEFAULT_LOOKAHEAD, SettingsError
-from engine.text import ChatTemplate
-from tests.app_fixtures import FakeEngineMemory, quick_settings
+from tests.app_fixtures import quick_settings, use_fake_engine
 
 WORKLOADS = load_workloads()
 FIXED = LookaheadConfig(window=2, ngram=3, guesses=2)
@@ -229,22 +225,6 @@ def test_the_panel_remembers_the_new_controls_in_the_app_settings(qtbot):
     assert again.sampling_config() == PANEL_SAMPLING and again.stop_config() == PANEL_STOP
 
 
-class _FakeEngine(FakeEngineMemory):
-    def __init__(self, path, n_ctx=4096, n_threads=None, progress=None, summary=None) -> None:
-        self.summary = SimpleNamespace(name="Fake", architecture="fake", file_type="F16", path=str(path),
-                                       context_length=2048, size_bytes=1000)
-        self.template = ChatTemplate(None)
-        self.info = SimpleNamespace(n_params=1_000_000)
-        self.n_ctx, self.n_threads = n_ctx, n_threads or 1
-        self.lookahead_block_reason = None
-
-    def close(self) -> None:
-        pass
-
-    def load_cached_curve(self) -> bool:
-        return True
-
-
 class _RecordingSession:
     """Answers "ok" in one step and keeps the sampling and stop settings each reply was asked with."""
 
@@ -264,9 +244,7 @@ class _RecordingSession:
 @pytest.fixture
 def recording_engine(worker_options):
     _RecordingSession.asked = []
-    worker_options.update(engine_factory=_FakeEngine, session_factory=_RecordingSession,
-                          check_loadable=lambda *_a, **_k: ProbeResult(probed=False, seconds=0.0),
-                          default_model=lambda: Path("/models/fake.gguf"))
+    use_fake_engine(worker_options, _RecordingSession)
     return _RecordingSession
 
 
