@@ -36,8 +36,7 @@ from engine import (  # noqa: E402
 from engine.bench import load_workloads  # noqa: E402
 from engine.measure import PromptResult, by_category  # noqa: E402
 from engine.probe import ProbeResult  # noqa: E402
-from engine.text import ChatTemplate
-from tests.app_fixtures import MODEL_LOAD_TIMEOUT_MS, REPLY_TIMEOUT_MS, FakeEngineMemory, quick_settings
+from tests.app_fixtures import MODEL_LOAD_TIMEOUT_MS, REPLY_TIMEOUT_MS, FakeEngine, quick_settings
 
 # The offscreen platform also cannot raise a window (the speed report dialog asks to be raised when opened).
 pytestmark = pytest.mark.qt_log_ignore(
@@ -67,31 +66,19 @@ def _event(step: int, mode: str, tokens: list[int], elapsed: float, reason: str 
     )
 
 
-class ScriptedEngine(FakeEngineMemory):
+class ScriptedEngine(FakeEngine):
     """Replies with tokens 0, 1, 2, …; lookahead can be told to differ at one token."""
 
     step_sleep_s = 0.0  # real time per step, for tests that stop a run in flight
     diverge_at: int | None = None  # lookahead emits 100 + i at this index
 
     def __init__(self, path=None, n_ctx=4096, n_threads=None, progress=None, summary=None) -> None:
-        if progress is not None:
-            progress(1.0)
-        self.summary = SimpleNamespace(name="Scripted", architecture="fake", file_type="F16", path=str(path),
-                                       context_length=2048, size_bytes=1000)
-        self.template = ChatTemplate(None)
-        self.info = SimpleNamespace(n_params=1_000_000)
-        self.n_ctx, self.n_threads = n_ctx, n_threads or 1
-        self.lookahead_block_reason = None
+        super().__init__(path, n_ctx, n_threads, progress, summary)
+        self.summary.name = "Scripted"
         self.runs: list[str] = []  # "plain" / "lookahead", in the order they ran
         self.resets = 0
         self.corpus = self.kept = None  # drafts from earlier chats (the bench sets its own)
         self.keep_replies = True
-
-    def close(self) -> None:
-        pass
-
-    def load_cached_curve(self) -> bool:
-        return True  # nothing to measure: the app never shows the measurement for a fake
 
     def reset(self) -> None:
         self.resets += 1
