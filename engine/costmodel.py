@@ -16,7 +16,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -191,6 +191,31 @@ DEFAULT_CURVE = CostCurve(
 )
 
 
+# Reference curves: plan as if on a CPU where batches are dear, or nearly free. ``LOOKAHEAD_COST_CURVE``
+# (a name here or a curve file) makes an engine plan with one instead of measuring this machine, so that
+# what Auto does can be checked as it would run on either kind of machine (the test suite runs under both).
+REFERENCE_CURVES = {
+    # The bundled model on a 2-core AMD EPYC (AVX-512, VNNI), all logits c(2) 2.08, c(4) 3.05, c(8) 5.03
+    # as measured by engine tune; the sizes between and beyond follow that curve's slope.
+    "steep": CostCurve(
+        sizes=(1, 2, 3, 4, 6, 8, 16, 32, 64),
+        last_logit=(1.0, 1.95, 2.45, 2.85, 3.8, 4.7, 8.4, 16.0, 31.0),
+        all_logits=(1.0, 2.08, 2.6, 3.05, 4.05, 5.03, 9.0, 17.0, 33.0),
+        base_ms=9.6,
+        threads=2,
+    ),
+    # A machine whose small batches cost little more than a step: Auto drafts whenever it has a draft.
+    "flat": CostCurve(
+        sizes=(1, 2, 3, 4, 6, 8, 16, 32, 64),
+        last_logit=(1.0, 1.03, 1.06, 1.1, 1.2, 1.3, 1.7, 2.7, 4.9),
+        all_logits=(1.0, 1.05, 1.1, 1.15, 1.25, 1.35, 1.75, 2.8, 5.0),
+        base_ms=9.6,
+        threads=2,
+    ),
+}
+COST_CURVE_ENV = "LOOKAHEAD_COST_CURVE"
+
+
 def _cpu_name() -> str:
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as fh:
@@ -265,6 +290,7 @@ def measure(
     progress: Callable[[float], None] | None = None,
     cancel: threading.Event | None = None,
     max_exact_batch: int | None = None,
+    pinned: CostCurve | None = None,
 ) -> CostCurve:
     """Time decode steps of every size, with one and with all logits, relative to a 1-token step.
 
@@ -277,7 +303,8 @@ def measure(
     tokens as a chat reply sees. Leaves the engine's cache empty.
 
     The exact-batch probe runs first (skipped when ``max_exact_batch`` is
-    given). ``progress`` hears 0..1; setting ``cancel`` stops the measurement
+    given). With ``pinned``, nothing is timed: that curve is returned with the
+    probe's cap. ``progress`` hears 0..1; setting ``cancel`` stops the measurement
     between two decodes with ``MeasurementCancelled``.
     """
     from .plan import ALL_SEQS  # local: keeps this module importable without llama.cpp
@@ -292,8 +319,12 @@ def measure(
     filler = engine.tokenize(FILLER_TEXT, add_special=False)
     report(0.0)
     if max_exact_batch is None:
-        max_exact_batch = probe_exact_batch(engine, filler, lambda f: report(f * _PROBE_SHARE))
+        share = 1.0 if pinned is not None else _PROBE_SHARE
+        max_exact_batch = probe_exact_batch(engine, filler, lambda f: report(f * share))
     engine.reset()
+    if pinned is not None:
+        report(1.0)
+        return replace(pinned, max_exact_batch=max_exact_batch)
     n_kv = min(160, engine.n_ctx // 4)
     engine.prefill(filler[:n_kv])
     sizes = tuple(s for s in sizes if s + n_kv + 1 < engine.n_ctx and s <= engine.ctx.n_batch)

@@ -26,6 +26,7 @@ from .costmodel import (
     MeasurementCancelled,
     curve_for,
     load_cached,
+    measure,
     probe_exact_batch,
 )
 from .decoders import KvState
@@ -44,6 +45,7 @@ from .settings import (
     StopConfig,
 )
 from .text import ChatTemplate, Message
+from .whatif import curve_from_env
 
 # Largest batch one lookahead step can need: re-evaluated drafts, the input
 # token, G candidates of N-1 tokens and a window of W x (N-1).
@@ -93,6 +95,9 @@ class Engine:
             raise SettingsError(f"context size {n_ctx} is too small (at least 64)")
         # Before loading anything: llama.cpp may abort, or the kernel kill us, on a cache too big for memory.
         check_context_fits(self.summary, n_ctx)
+        # LOOKAHEAD_COST_CURVE pins the curve Auto plans with: no measurement or live step time replaces it.
+        self._pinned_curve = curve_from_env()
+        self._reference_curve = self._pinned_curve or DEFAULT_CURVE
         self.model = Model(model_path, progress=progress)
         try:
             self.info = self.model.info()
@@ -116,10 +121,11 @@ class Engine:
         self.template = ChatTemplate(self.model.chat_template(), bos_token=bos, eos_token=eos)
         # Auto plans with the reference curve until this machine's is loaded or measured. Its batch
         # cap is a guess until probed: the first lookahead generation runs the quick probe (see generate).
-        self.cost_curve: CostCurve = DEFAULT_CURVE
-        # "default" | "quick-probed" | "probed" | "cached" | "measured" | "what-if"
+        self.cost_curve: CostCurve = self._reference_curve
+        # "default" | "quick-probed" | "probed" | "cached" | "measured" | "what-if" | "pinned"
         self.cost_curve_source = "default"
-        self.live_costs = LiveCosts(self.cost_curve)
+        self.live_costs = LiveCosts(self.cost_curve, learn=self._pinned_curve is None)
+        self._before_what_if = (self.cost_curve, self.cost_curve_source)  # what plan_with(None) goes back to
         self.acceptance = AcceptanceStats()
         # Drafts from beyond one reply: earlier chats with this model, and the n-grams kept from earlier
         # replies. None until a caller opens them (the app: use_memory); benchmarks set their own.
@@ -132,13 +138,13 @@ class Engine:
 
     @property
     def cost_curve_measured(self) -> bool:
-        """True once Auto plans with this machine's own curve (cached or measured now)."""
-        return self.cost_curve_source in ("cached", "measured")
+        """True once Auto plans with this machine's own curve (cached or measured now), or the pinned one."""
+        return self.cost_curve_source in ("cached", "measured", "pinned")
 
     def _use_curve(self, curve: CostCurve, source: str) -> None:
         self.cost_curve = curve
         self.cost_curve_source = source
-        self.live_costs = LiveCosts(curve, learn=source != "what-if")
+        self.live_costs = LiveCosts(curve, learn=source != "what-if" and self._pinned_curve is None)
 
     def plan_with(self, curve: CostCurve | None) -> None:
         """Let Auto plan with ``curve``, another machine's (engine/whatif.py), as if it ran there.
@@ -149,10 +155,11 @@ class Engine:
         """
         if curve is None:
             if self.cost_curve_source == "what-if":
-                self._use_curve(DEFAULT_CURVE, "default")
-                self.load_cached_curve()
+                self._use_curve(*self._before_what_if)
             return
         cap = self.probe_exact_cap()
+        if self.cost_curve_source != "what-if":
+            self._before_what_if = (self.cost_curve, self.cost_curve_source)
         self._use_curve(replace(curve, max_exact_batch=min(cap, curve.max_exact_batch)), "what-if")
 
     def probe_exact_cap(self) -> int:
@@ -163,12 +170,12 @@ class Engine:
         """
         if self.cost_curve_source == "default" and not self.load_cached_curve():
             cap = probe_exact_batch(self, sizes=QUICK_PROBE_SIZES)  # leaves the cache empty
-            self._use_curve(replace(DEFAULT_CURVE, max_exact_batch=cap), "quick-probed")
+            self._use_curve(replace(self._reference_curve, max_exact_batch=cap), "quick-probed")
         return self.cost_curve.max_exact_batch
 
     def load_cached_curve(self) -> bool:
         """Use the curve measured before for this model, threads and CPU, if there is one (instant)."""
-        if not self.cost_curve_measured:
+        if self._pinned_curve is None and not self.cost_curve_measured:
             cached = load_cached(self.summary.path, self.n_threads)
             if cached is not None:
                 self._use_curve(cached, "cached")
@@ -186,18 +193,28 @@ class Engine:
         Measuring takes a few seconds and empties the cache. ``progress`` hears
         0..1; setting ``cancel`` stops it with ``MeasurementCancelled`` (Auto then
         keeps planning with the reference curve, capped by the exact-batch probe
-        when that had finished).
+        when that had finished). With a pinned curve (``LOOKAHEAD_COST_CURVE``)
+        only the exact-batch probe runs: which batches are exact is this model's
+        and CPU's, whatever the costs are taken to be.
         """
         probed = self.cost_curve.max_exact_batch if self.cost_curve_source == "probed" else None
+        pinned = self._pinned_curve
         try:
-            curve, measured = curve_for(
-                self, refresh=refresh, budget_s=budget_s, progress=progress, cancel=cancel, max_exact_batch=probed
-            )
+            if pinned is not None:
+                if self.cost_curve_source == "pinned" and not refresh:
+                    return self.cost_curve
+                curve = measure(self, progress=progress, cancel=cancel, max_exact_batch=probed, pinned=pinned)
+                measured = False
+            else:
+                curve, measured = curve_for(
+                    self, refresh=refresh, budget_s=budget_s, progress=progress, cancel=cancel, max_exact_batch=probed
+                )
         except MeasurementCancelled as exc:  # the measurement left the cache empty
             if exc.max_exact_batch is not None and not self.cost_curve_measured:
-                self._use_curve(replace(DEFAULT_CURVE, max_exact_batch=exc.max_exact_batch), "probed")
+                self._use_curve(replace(self._reference_curve, max_exact_batch=exc.max_exact_batch), "probed")
             raise
-        self._use_curve(curve, "measured" if measured else "cached")  # a measurement leaves the cache empty
+        source = "pinned" if pinned is not None else "measured" if measured else "cached"
+        self._use_curve(curve, source)  # a measurement leaves the cache empty
         return self.cost_curve
 
     def _lookahead_block_reason(self) -> str | None:

@@ -30,11 +30,12 @@ Q4_K_M model on a 12-thread CPU (pp4, pp8, pp16, pp32 against tg128) within 5%
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .costmodel import CostCurve
+from .costmodel import COST_CURVE_ENV, REFERENCE_CURVES, CostCurve
 
 CURVES_DIR = Path(__file__).with_name("data") / "curves"
 # Batch sizes a derived curve is tabulated at: the sizes engine tune measures.
@@ -106,6 +107,23 @@ def load_curve(path: str | Path) -> CostCurve:
     if not curve.sizes or curve.sizes[0] != 1 or len(curve.sizes) != len(curve.all_logits) != len(curve.last_logit):
         raise CurveFileError(f"{p} is not a cost curve: its sizes and costs do not line up")
     return curve
+
+
+def curve_from_env() -> CostCurve | None:
+    """The curve ``LOOKAHEAD_COST_CURVE`` names (a reference curve's name or a curve file), if it is set.
+
+    An engine then plans with it instead of measuring this machine (see ``Engine.tune``).
+    """
+    spec = os.environ.get(COST_CURVE_ENV, "").strip()
+    if not spec:
+        return None
+    if spec in REFERENCE_CURVES:
+        return REFERENCE_CURVES[spec]
+    try:
+        return load_curve(spec)
+    except CurveFileError as exc:
+        names = ", ".join(REFERENCE_CURVES)
+        raise CurveFileError(f"{COST_CURVE_ENV}={spec!r}: {exc} (or one of: {names})") from None
 
 
 def save_curve(curve: CostCurve, path: str | Path, **about: Any) -> None:

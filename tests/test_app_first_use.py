@@ -15,6 +15,7 @@ from tests.damage import make_damage, u64_fields, write_damaged_copy
 pytestmark = pytest.mark.model
 
 
+@pytest.mark.auto
 def test_a_first_reply_on_a_fresh_pc_shows_the_message_at_once_and_the_measurement_pauses_for_it(
     qtbot, make_window
 ):

@@ -85,8 +85,9 @@ def test_the_marked_view_draws_runs_as_they_grow_with_a_tooltip_per_run(qtbot):
     assert "".join(f[0] for f in fragments) == "Hello big world!"
 
 
-def test_a_reply_that_repeats_the_prompt_is_marked_kept_and_copied_plain(qtbot, make_window):
+def test_a_reply_that_repeats_the_prompt_is_marked_kept_and_copied_plain(qtbot, make_window, monkeypatch):
     """With the bundled model: drafts from the prompt land, are marked, survive a restart, and Copy is plain text."""
+    monkeypatch.setenv("LOOKAHEAD_COST_CURVE", "flat")  # Auto drafts whenever it has a draft, on any CPU
     settings = quick_settings(max_tokens=48, auto=True, show_lookahead=True)
     first = make_window(settings)
     first.input.setPlainText(

@@ -13,8 +13,8 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def engine_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+def engine_cli(*args: str, timeout: float = 300, **extra_env: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), **extra_env)
     return subprocess.run([sys.executable, "-m", "engine", *args], capture_output=True, text=True, timeout=timeout,
                           env=env, cwd=ROOT)
 
@@ -40,8 +40,9 @@ def test_generate_json_has_the_documented_fields():
 def test_generate_json_says_which_tokens_came_from_drafts():
     prompt = ("Turn this paragraph into a bulleted list:\n\nTo make tea, boil water, put a tea bag in a cup, pour the "
               "hot water over the tea bag, wait three minutes, remove the tea bag, and add milk or sugar if you like.")
+    # Auto on a pinned curve where a batch costs twice a step: copying the paragraph pays even there.
     r = engine_cli("generate", "--prompt", prompt, "--chat", "--max-tokens", "48", "--json",
-                   "--mode", "auto", "--threads", "2")
+                   "--mode", "auto", "--threads", "2", LOOKAHEAD_COST_CURVE="steep")
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     sources = out["token_sources"]

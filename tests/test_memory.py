@@ -9,9 +9,11 @@ import pytest
 
 from engine import Engine, GenerationControls, Message, RunStats, StopConfig
 from engine.bench import load_workloads
+from engine.costmodel import DEFAULT_CURVE
 from engine.drafts import CorpusIndex
 from engine.settings import DEFAULT_LOOKAHEAD, LookaheadConfig
 from engine.whatif import load_curve
+from tests.planning import auto_on_curve
 
 pytestmark = pytest.mark.model
 
@@ -38,7 +40,8 @@ def test_a_reply_drafts_from_an_earlier_chat_with_the_same_model(memory_engine):
     # That chat is over; a new one asks the same. Its reply is nowhere in the new prompt, only in the earlier chat.
     engine.remember_chat(engine.tokenize("Write a haiku about autumn leaves, then explain it briefly.",
                                          add_special=False) + first.token_ids)
-    again = _reply(engine, prompt, DEFAULT_LOOKAHEAD)
+    with auto_on_curve(engine, DEFAULT_CURVE):  # what Auto drafts, not what this CPU makes worth it
+        again = _reply(engine, prompt, DEFAULT_LOOKAHEAD)
     assert again.token_ids == first.token_ids
     assert again.accepted_by_source.get("other_chats", 0) > 20, again.accepted_by_source
     engine.corpus = CorpusIndex()  # what a different model's engine starts with: nothing from this chat
@@ -46,6 +49,7 @@ def test_a_reply_drafts_from_an_earlier_chat_with_the_same_model(memory_engine):
     assert "other_chats" not in alone.accepted_by_source and alone.token_ids == first.token_ids
 
 
+@pytest.mark.auto
 def test_the_kept_pool_survives_a_restart_and_is_dropped_when_the_model_file_changes(model_path, tmp_path):
     copy = tmp_path / "model.gguf"
     shutil.copyfile(model_path, copy)
@@ -72,6 +76,7 @@ def test_the_kept_pool_survives_a_restart_and_is_dropped_when_the_model_file_cha
         assert len(eng.kept) == 0
 
 
+@pytest.mark.auto
 def test_lookahead_equals_plain_on_every_workload_with_every_draft_source_and_a_what_if_curve(memory_engine):
     engine = memory_engine
     engine.kept = None

@@ -10,7 +10,7 @@ import pytest
 from engine import StopConfig
 from engine.soak import MAX_RSS_GROWTH_PCT, cache_error, run_soak
 
-pytestmark = pytest.mark.model
+pytestmark = [pytest.mark.model, pytest.mark.auto]
 
 
 def test_a_short_soak_keeps_the_cache_exact_and_memory_flat(engine):

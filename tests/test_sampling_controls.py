@@ -14,6 +14,7 @@ from engine import GenerationControls, LookaheadConfig, Message, RunStats, Sampl
 from engine.bench import load_workloads
 from engine.settings import DEFAULT_LOOKAHEAD, SettingsError
 from tests.app_fixtures import quick_settings, use_fake_engine
+from tests.planning import FLAT, auto_on_curve
 
 WORKLOADS = load_workloads()
 FIXED = LookaheadConfig(window=2, ngram=3, guesses=2)
@@ -62,8 +63,9 @@ def test_lookahead_samples_the_same_text_as_plain_decoding_with_each_control(eng
     for w in WORKLOADS:
         prompt = chat_prompt(engine, w)
         plain = run(engine, prompt, None, sampling)
-        for name, shape in (("auto", DEFAULT_LOOKAHEAD), ("fixed", FIXED)):
-            la = run(engine, prompt, shape, sampling)
+        with auto_on_curve(engine, FLAT):  # Auto drafts whenever it has a draft, on any CPU
+            auto = run(engine, prompt, DEFAULT_LOOKAHEAD, sampling)
+        for name, la in (("auto", auto), ("fixed", run(engine, prompt, FIXED, sampling))):
             accepted[name] += la.n_accepted
             if la.token_ids != plain.token_ids or la.text != plain.text:
                 differ.append(f"{w.id} ({name})")
@@ -128,6 +130,7 @@ def test_top_k_of_one_samples_the_greedy_text(engine):
     assert run(engine, prompt, None, SamplingConfig(temperature=1.5, seed=5)).token_ids != greedy.token_ids
 
 
+@pytest.mark.auto
 @pytest.mark.model
 def test_stop_strings_cut_the_text_at_the_same_place_in_both_modes(engine):
     sampling = CONTROLS["top_k"]

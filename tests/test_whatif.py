@@ -91,3 +91,34 @@ def test_auto_plans_the_same_steps_on_the_same_curve_and_uses_the_window_where_b
     assert engine.cost_curve_source != "what-if"
     plain = RunStats.of(engine.generate(prompt, GenerationControls(), stop=StopConfig(max_tokens=64)))
     assert plain.token_ids == first.token_ids
+
+
+@pytest.mark.model
+def test_a_pinned_reference_curve_replaces_the_measurement_and_no_step_time_corrects_it(
+    model_path, monkeypatch, tmp_path
+):
+    from engine import Engine
+    from engine.costmodel import REFERENCE_CURVES
+
+    steep = REFERENCE_CURVES["steep"]
+    monkeypatch.setenv("LOOKAHEAD_COST_CURVE", "steep")
+    with Engine(model_path, n_ctx=1024, n_threads=2) as eng:
+        assert eng.cost_curve.all_logits == steep.all_logits and not eng.live_costs.learn
+        curve = eng.tune()  # only the exact-batch probe runs: which batches are exact is this CPU's
+        assert eng.cost_curve_source == "pinned" and eng.cost_curve_measured
+        assert curve.all_logits == steep.all_logits and curve.max_exact_batch >= 16
+        prompt = eng.render_chat([Message("user", "Repeat after me: one two three four five six.")])
+        list(eng.generate(prompt, GenerationControls(lookahead=DEFAULT_LOOKAHEAD), stop=StopConfig(max_tokens=24)))
+        assert eng.live_costs.observed() == {}
+        eng.plan_with(load_curve("laptop-8core-llama3.1-8b-q4_k_m"))
+        eng.plan_with(None)  # back to the pinned curve, not to a measured or the default one
+        assert eng.cost_curve_source == "pinned" and eng.cost_curve == curve
+    # A curve file works as well as a name; anything else is refused with the variable named.
+    path = tmp_path / "mine.json"
+    save_curve(REFERENCE_CURVES["flat"], path)
+    monkeypatch.setenv("LOOKAHEAD_COST_CURVE", str(path))
+    with Engine(model_path, n_ctx=1024, n_threads=2) as eng:
+        assert eng.cost_curve.all_logits == REFERENCE_CURVES["flat"].all_logits
+    monkeypatch.setenv("LOOKAHEAD_COST_CURVE", "no-such-curve")
+    with pytest.raises(CurveFileError, match="LOOKAHEAD_COST_CURVE='no-such-curve'.*steep, flat"):
+        Engine(model_path, n_ctx=1024, n_threads=2)

@@ -1,0 +1,32 @@
+"""Auto on a pinned cost curve: what it chooses, and whether it drafts, are then the same on every CPU.
+
+Tests of Auto's choices plan on a named curve with no live correction; tests of
+exactness run Auto on the flat curve, where it drafts whenever it has a draft,
+so that the text they compare went through verified drafts on any machine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from engine import Engine
+from engine.auto import AcceptanceStats
+from engine.costmodel import REFERENCE_CURVES, CostCurve
+
+FLAT = REFERENCE_CURVES["flat"]
+STEEP = REFERENCE_CURVES["steep"]
+
+
+@contextmanager
+def auto_on_curve(engine: Engine, curve: CostCurve) -> Iterator[Engine]:
+    """Auto plans on ``curve`` (steps still capped at this model's exact batches), learning acceptance afresh;
+    the engine's own curve and statistics come back afterwards."""
+    saved = engine.acceptance
+    engine.acceptance = AcceptanceStats()
+    engine.plan_with(curve)
+    try:
+        yield engine
+    finally:
+        engine.plan_with(None)
+        engine.acceptance = saved
