@@ -26,13 +26,15 @@ import platformdirs
 if TYPE_CHECKING:
     from .runtime import Engine
 
-SIZES = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24, 32, 48, 64)
+# Every size up to 16 is measured and probed: matmul kernels change with the row count (4-row and 16-row
+# gemms, a gemv per leftover row, a tiled path from 8), so neither cost nor exactness can be interpolated there.
+SIZES = (*range(1, 17), 24, 32, 48, 64)
 _TABLE = 300
-CACHE_VERSION = 6
-EXACT_PROBE_SIZES = (2, 4, 8, 16, 24, 32, 48, 63, 64, 96, 128)
-# Before the first lookahead step of a model whose curve is unknown: cheap (a 300-token prompt, then 180
+CACHE_VERSION = 7
+EXACT_PROBE_SIZES = (*range(2, 17), 24, 32, 48, 63, 64, 96, 128)
+# Before the first lookahead step of a model whose curve is unknown: cheap (a 300-token prompt, then 191
 # batch tokens), covers every Auto draft and the common fixed shapes; the full probe runs with the measurement.
-QUICK_PROBE_SIZES = (2, 4, 8, 16, 24, 32)
+QUICK_PROBE_SIZES = (*range(2, 17), 24, 32)
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,8 @@
 # The caller sets NICE first: a command prefix for the long steps ("nice -n 10", or "" for none).
 # It gets REPO (and is cd'ed there), PYTHON, BUNDLE_VENV, BUNDLE_PIP_CACHE, LOGS, DIST, VPY,
 # REBUILD_LLAMA and SELF_TEST (from its options: --rebuild-llama, --self-test, -h/--help),
-# and the functions step, pip_install, ensure_bundle_venv and run_pyinstaller.
+# and the functions step, pip_install, ensure_bundle_venv, llama_source, llama_is_current, llama_built
+# and run_pyinstaller.
 # Written for macOS's bash 3.2 too: no mapfile, no empty arrays under set -u.
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -39,6 +40,14 @@ ensure_bundle_venv() {
     fi
     "$VPY" -m pip install --quiet --cache-dir "$BUNDLE_PIP_CACHE" --upgrade pip
 }
+
+# llama.cpp as every build path compiles it: the sdist with our patch applied (packaging/llama_source.py
+# prints the folder; it stops the build, saying why, if the patch no longer applies). The bundle venv
+# remembers which source its llama-cpp-python was built from, so a changed patch rebuilds it.
+LLAMA_KEY_FILE="$BUNDLE_VENV/llama-cpp-source-key"
+llama_source() { "$VPY" packaging/llama_source.py "$REPO/build/llama-source"; }
+llama_is_current() { [[ "$(cat "$LLAMA_KEY_FILE" 2>/dev/null)" == "$("$VPY" packaging/llama_source.py --key)" ]]; }
+llama_built() { "$VPY" packaging/llama_source.py --key >"$LLAMA_KEY_FILE"; }
 
 # run_pyinstaller OLD_OUTPUT...: removes the last build's outputs, then runs PyInstaller on
 # packaging/lookahead-chat.spec into DIST; on failure, prints the log's tail and exits 1.

@@ -32,17 +32,18 @@ ensure_bundle_venv
 portable_llama() {
     "$VPY" -c "import sys; sys.path.insert(0, 'packaging'); import bundle_inputs as b; sys.exit(0 if b.cpu_backend_binaries() else 1)" 2>/dev/null
 }
-if [[ $REBUILD_LLAMA -eq 1 ]] || ! portable_llama; then
-    step "building portable llama-cpp-python (log: $LOGS/llama-cpp-python.log)"
+if [[ $REBUILD_LLAMA -eq 1 ]] || ! portable_llama || ! llama_is_current; then
+    src=$(llama_source)
+    step "building portable llama-cpp-python from $src (log: $LOGS/llama-cpp-python.log)"
     if ! CMAKE_ARGS="$PORTABLE_CMAKE_ARGS" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
-        nice -n 10 "$VPY" -m pip install --verbose --no-cache-dir --force-reinstall --no-deps \
-        --no-binary llama-cpp-python -c packaging/bundle-constraints.txt llama-cpp-python \
+        nice -n 10 "$VPY" -m pip install --verbose --no-cache-dir --force-reinstall --no-deps "$src" \
         >"$LOGS/llama-cpp-python.log" 2>&1; then
         tail -n 40 "$LOGS/llama-cpp-python.log" >&2
         echo "llama-cpp-python build FAILED; full log: $LOGS/llama-cpp-python.log" >&2
         exit 1
     fi
     portable_llama || { echo "llama-cpp-python built, but without CPU backend variants (not portable)" >&2; exit 1; }
+    llama_built
 else
     step "reusing the portable llama-cpp-python in $BUNDLE_VENV"
 fi

@@ -27,15 +27,16 @@ PORTABLE_CMAKE_ARGS="-DGGML_NATIVE=OFF"
 
 ensure_bundle_venv
 
-if [[ $REBUILD_LLAMA -eq 1 ]] || ! "$VPY" -c "import llama_cpp" 2>/dev/null; then
-    step "building llama-cpp-python without CPU tuning (log: $LOGS/llama-cpp-python.log)"
+if [[ $REBUILD_LLAMA -eq 1 ]] || ! "$VPY" -c "import llama_cpp" 2>/dev/null || ! llama_is_current; then
+    src=$(llama_source)
+    step "building llama-cpp-python from $src without CPU tuning (log: $LOGS/llama-cpp-python.log)"
     if ! CMAKE_ARGS="$PORTABLE_CMAKE_ARGS" "$VPY" -m pip install --verbose --no-cache-dir --force-reinstall \
-        --no-deps --no-binary llama-cpp-python -c packaging/bundle-constraints.txt llama-cpp-python \
-        >"$LOGS/llama-cpp-python.log" 2>&1; then
+        --no-deps "$src" >"$LOGS/llama-cpp-python.log" 2>&1; then
         tail -n 40 "$LOGS/llama-cpp-python.log" >&2
         echo "llama-cpp-python build FAILED; full log: $LOGS/llama-cpp-python.log" >&2
         exit 1
     fi
+    llama_built
 fi
 
 step "app dependencies, bundled model, PyInstaller"

@@ -57,15 +57,24 @@ Invoke-Checked $Py @("-m", "pip", "install", "--quiet", "--cache-dir", $PipCache
 $CheckPortable = "import sys; sys.path.insert(0, 'packaging'); import bundle_inputs as b; sys.exit(0 if b.cpu_backend_binaries() else 1)"
 & $Py -c $CheckPortable 2>$null
 $Portable = ($LASTEXITCODE -eq 0)
-if ($RebuildLlama -or -not $Portable) {
-    Step "building portable llama-cpp-python (log: $Logs\llama-cpp-python.log)"
+# The bundle venv remembers which llama.cpp source (version and patch) it was built from: a changed patch rebuilds.
+$LlamaKeyFile = Join-Path $Venv "llama-cpp-source-key"
+$LlamaKey = & $Py packaging\llama_source.py --key
+$Current = (Test-Path $LlamaKeyFile) -and ((Get-Content $LlamaKeyFile -Raw).Trim() -eq $LlamaKey)
+if ($RebuildLlama -or -not $Portable -or -not $Current) {
+    # llama-cpp-python's sdist with our patch applied (packaging/llama_source.py: stops, saying why, if it no
+    # longer applies).
+    $Src = & $Py packaging\llama_source.py (Join-Path $Repo "build\llama-source")
+    if ($LASTEXITCODE -ne 0) { throw "could not prepare llama.cpp's patched source" }
+    Step "building portable llama-cpp-python from $Src (log: $Logs\llama-cpp-python.log)"
     $env:CMAKE_ARGS = "-DGGML_NATIVE=OFF -DGGML_BACKEND_DL=ON -DGGML_CPU_ALL_VARIANTS=ON"
     # --no-cache-dir: the portable wheel must not land in a pip cache a normal install could reuse.
     Invoke-Checked $Py @("-m", "pip", "install", "--verbose", "--no-cache-dir", "--force-reinstall", "--no-deps",
-        "--no-binary", "llama-cpp-python", "-c", $Constraints, "llama-cpp-python") -Log "$Logs\llama-cpp-python.log"
+        $Src) -Log "$Logs\llama-cpp-python.log"
     Remove-Item Env:CMAKE_ARGS
     & $Py -c $CheckPortable
     if ($LASTEXITCODE -ne 0) { throw "llama-cpp-python built, but without CPU backend variants (not portable)" }
+    Set-Content -Path $LlamaKeyFile -Value $LlamaKey
 } else {
     Step "reusing the portable llama-cpp-python in $Venv"
 }

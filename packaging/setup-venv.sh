@@ -6,11 +6,12 @@
 #   packaging/setup-venv.sh --test   the app and the test tools
 #
 # llama-cpp-python is compiled from source for this machine's CPU (about 10
-# minutes on 2 cores), with ggml's AMX matmul code left out: on Xeons with AMX
-# it dies with SIGILL on the first multi-token batch (llama.cpp PR #26954).
+# minutes on 2 cores), with our llama.cpp patch applied (packaging/llama_source.py)
+# and ggml's AMX matmul code left out: on Xeons with AMX it dies with SIGILL on
+# the first multi-token batch (llama.cpp PR #26954).
 # pip keys its wheel cache on the sdist, not on CMAKE_ARGS, so the wheel is
 # built with --no-cache-dir into a folder of ours keyed by version, flags and
-# CPU (LLAMA_WHEEL_DIR, default ~/.cache/lookahead-chat/wheels/KEY): a second
+# patch and CPU (LLAMA_WHEEL_DIR, default ~/.cache/lookahead-chat/wheels/KEY): a second
 # virtualenv on the same machine installs it without building. An existing
 # .venv built with the same key is left alone; one whose llama.cpp reports AMX
 # is rebuilt. A failed build stops this script with its log: nothing is hidden.
@@ -25,7 +26,8 @@ if [[ "${1:-}" == "--test" ]]; then
     WITH_TESTS=1
 fi
 
-LLAMA_VERSION="0.3.36"
+LLAMA_VERSION=$("$PYTHON" packaging/llama_source.py --version)
+LLAMA_SOURCE_KEY=$("$PYTHON" packaging/llama_source.py --key)   # the version and the patch's hash
 NO_AMX="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
 LLAMA_CMAKE_ARGS="-DCMAKE_C_FLAGS='$NO_AMX' -DCMAKE_CXX_FLAGS='$NO_AMX' -DLLAMA_CURL=OFF"
 
@@ -45,7 +47,7 @@ $VPY -m pip install --quiet --upgrade pip
 
 # A native build runs only on CPUs like the one it was built on: the key names the CPU too.
 cpu_id=$( (grep -m1 '^model name' /proc/cpuinfo; grep -m1 '^flags' /proc/cpuinfo) 2>/dev/null || uname -m)
-build_key=$(printf '%s\n' "$LLAMA_VERSION" "$LLAMA_CMAKE_ARGS" "$($VPY -c 'import sys; print(sys.version)')" "$cpu_id" \
+build_key=$(printf '%s\n' "$LLAMA_SOURCE_KEY" "$LLAMA_CMAKE_ARGS" "$($VPY -c 'import sys; print(sys.version)')" "$cpu_id" \
     | sha256sum | cut -c1-16)
 cache_root="${XDG_CACHE_HOME:-$HOME/.cache}/lookahead-chat"
 WHEEL_DIR="${LLAMA_WHEEL_DIR:-$cache_root/wheels/$build_key}"
@@ -80,10 +82,12 @@ else
     if ((${#wheels[@]} == 0)); then
         mkdir -p "$WHEEL_DIR"
         log="$WHEEL_DIR/build.log"
-        echo "building llama-cpp-python $LLAMA_VERSION for this CPU, AMX left out (about 10 min; log: $log)"
+        # The sdist with our patch applied; stops here, saying why, if the patch no longer applies.
+        src=$($VPY packaging/llama_source.py "$cache_root/src")
+        echo "building llama-cpp-python $LLAMA_SOURCE_KEY for this CPU, AMX left out (about 10 min; log: $log)"
         if ! CMAKE_ARGS="$LLAMA_CMAKE_ARGS" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
-            $VPY -m pip wheel --verbose --no-cache-dir --no-deps --no-binary llama-cpp-python \
-            --wheel-dir "$WHEEL_DIR" "llama-cpp-python==$LLAMA_VERSION" >"$log" 2>&1; then
+            $VPY -m pip wheel --verbose --no-cache-dir --no-deps \
+            --wheel-dir "$WHEEL_DIR" "$src" >"$log" 2>&1; then
             tail -n 40 "$log" >&2
             echo "llama-cpp-python build FAILED; full log: $log" >&2
             exit 1

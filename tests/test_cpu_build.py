@@ -1,7 +1,9 @@
-"""The llama.cpp build in use: no AMX matrix code (it crashes on Xeons with AMX), a clear error if there is."""
+"""The llama.cpp build in use: our patch applied, no AMX matrix code (it crashes on Xeons with AMX), a clear
+error if there is."""
 
 from __future__ import annotations
 
+import platform
 import shutil
 import subprocess
 import sys
@@ -62,3 +64,47 @@ def test_qts_xcb_platform_plugin_finds_every_library_it_needs():
     out = subprocess.run(["ldd", str(plugin)], capture_output=True, text=True, check=True).stdout
     missing = [line.split()[0] for line in out.splitlines() if "not found" in line]
     assert missing == [], f"install these for a window on X11 (packaging/system-deps.sh): {missing}"
+
+
+# --- the llama.cpp patch every build path applies ---
+
+PACKAGING = SETUP.parent
+
+
+def _llama_source_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("llama_source", PACKAGING / "llama_source.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_build_path_compiles_the_patched_llama_source():
+    for script in ("setup-venv.sh", "build-common.sh", "build-windows.ps1"):
+        assert "llama_source.py" in (PACKAGING / script).read_text(encoding="utf-8"), script
+    for script in ("build-linux.sh", "build-macos.sh"):  # through build-common.sh's llama_source
+        text = (PACKAGING / script).read_text(encoding="utf-8")
+        assert "src=$(llama_source)" in text and "llama_is_current" in text, script
+    for script in ("setup-venv.sh", "build-linux.sh", "build-macos.sh", "build-windows.ps1"):
+        assert "--no-binary llama-cpp-python" not in (PACKAGING / script).read_text(encoding="utf-8"), script
+
+
+@pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"), reason="the kernel is x86 code")
+def test_the_installed_llama_cpp_carries_the_small_batch_kernel():
+    """The README's set-up builds the patched source: its CPU backend has the one-pass Q4_1 kernel."""
+    libs = list((Path(llama_cpp.__file__).parent / "lib").glob("libggml-cpu*"))
+    assert libs, "no ggml CPU backend library next to llama_cpp"
+    assert any(b"ggml_gemm_q4_1_q8_1_tile" in lib.read_bytes() for lib in libs), "unpatched llama.cpp installed"
+
+
+def test_a_patch_that_no_longer_applies_stops_the_build_and_says_why(tmp_path, capsys):
+    source = _llama_source_module()
+    vendored = tmp_path / "src" / source.VENDORED / "ggml" / "src" / "ggml-cpu"
+    vendored.mkdir(parents=True)
+    (vendored / "ggml-cpu.c").write_text("int main(void) { return 0; }\n", encoding="utf-8")
+    with pytest.raises(SystemExit) as stop:
+        source.apply_patch(tmp_path / "src")
+    assert "no longer applies" in str(stop.value) and source.PATCH.name in str(stop.value)
+    assert (vendored / "ggml-cpu.c").read_text(encoding="utf-8") == "int main(void) { return 0; }\n"  # untouched
+    assert source.key().startswith(source.VERSION + "+")

@@ -1,0 +1,99 @@
+"""The llama.cpp every build path compiles: llama-cpp-python's sdist with our patch applied.
+
+    python packaging/llama_source.py WORKDIR     prints the patched source folder (pip can build it)
+    python packaging/llama_source.py --key       prints what identifies the build (version and patch hash)
+    python packaging/llama_source.py --version   prints the llama-cpp-python version it builds
+
+setup-venv.sh and the bundle scripts (Linux, macOS, Windows) build llama-cpp-python from the folder this
+prints, so the app, the tests and the bundles all run the same kernels. The patch
+(``packaging/llama-cpp-small-batch.patch``, its reasoning at its top) is applied with ``git apply``, which
+refuses a patch whose context no longer matches: a llama-cpp-python update that moves the patched code stops
+the build here, with the reason, instead of building something else.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+VERSION = "0.3.36"
+PATCH = Path(__file__).with_name("llama-cpp-small-batch.patch")
+VENDORED = "vendor/llama.cpp"  # where the sdist keeps llama.cpp; the patch's paths are relative to it
+
+
+def key() -> str:
+    """The llama-cpp-python version and the patch's hash: a build made from other inputs is another build."""
+    return f"{VERSION}+{hashlib.sha256(PATCH.read_bytes()).hexdigest()[:12]}"
+
+
+def fail(message: str) -> None:
+    sys.exit(f"llama_source.py: {message}")
+
+
+def download_sdist(into: Path) -> Path:
+    """The sdist from the package index (pip's own cache serves it again without a download)."""
+    cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:",
+           f"llama-cpp-python=={VERSION}", "-d", str(into)]
+    run = subprocess.run(cmd, capture_output=True, text=True)
+    found = sorted(into.glob(f"llama_cpp_python-{VERSION}.tar.gz"))
+    if run.returncode != 0 or not found:
+        fail(f"could not download llama-cpp-python {VERSION}'s source:\n{run.stderr.strip()}")
+    return found[0]
+
+
+def unpack(sdist: Path, into: Path) -> Path:
+    with tarfile.open(sdist) as tar:
+        if sys.version_info >= (3, 12):
+            tar.extractall(into, filter="data")
+        else:  # the sdist comes from the package index over TLS and its members are checked below
+            for member in tar.getmembers():
+                if member.name.startswith(("/", "..")) or ".." in Path(member.name).parts:
+                    fail(f"unsafe path in {sdist.name}: {member.name}")
+            tar.extractall(into)
+    return into / f"llama_cpp_python-{VERSION}"
+
+
+def apply_patch(source: Path) -> None:
+    git = shutil.which("git")
+    if git is None:
+        fail("git is needed to apply the llama.cpp patch (git apply); install git and run again")
+    vendored = source / VENDORED
+    check = subprocess.run([git, "apply", "--check", "--verbose", str(PATCH)], cwd=vendored,
+                           capture_output=True, text=True)
+    if check.returncode != 0:
+        fail(f"{PATCH.name} no longer applies to llama-cpp-python {VERSION}'s llama.cpp; "
+             f"port it or drop it:\n{check.stderr.strip()}")
+    subprocess.run([git, "apply", str(PATCH)], cwd=vendored, check=True)
+
+
+def main(argv: list[str]) -> int:
+    if argv in (["--key"], ["--version"]):
+        print(key() if argv[0] == "--key" else VERSION)
+        return 0
+    if len(argv) != 1 or argv[0].startswith("-"):
+        print("usage: llama_source.py WORKDIR | --key | --version", file=sys.stderr)
+        return 2
+    workdir = Path(argv[0]).resolve()
+    workdir.mkdir(parents=True, exist_ok=True)
+    target = workdir / f"llama_cpp_python-{key()}"
+    if (target / ".patched").is_file():
+        print(target)
+        return 0
+    with tempfile.TemporaryDirectory(dir=workdir) as tmp:
+        source = unpack(download_sdist(Path(tmp)), Path(tmp))
+        apply_patch(source)
+        (source / ".patched").write_text(key() + "\n", encoding="utf-8")
+        if target.exists():
+            shutil.rmtree(target)
+        source.rename(target)
+    print(target)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
