@@ -204,16 +204,16 @@ class Engine:
                 if self.cost_curve_source == "pinned" and not refresh:
                     return self.cost_curve
                 curve = measure(self, progress=progress, cancel=cancel, max_exact_batch=probed, pinned=pinned)
-                measured = False
+                source = "pinned"
             else:
                 curve, measured = curve_for(
                     self, refresh=refresh, budget_s=budget_s, progress=progress, cancel=cancel, max_exact_batch=probed
                 )
+                source = "measured" if measured else "cached"
         except MeasurementCancelled as exc:  # the measurement left the cache empty
             if exc.max_exact_batch is not None and not self.cost_curve_measured:
                 self._use_curve(replace(self._reference_curve, max_exact_batch=exc.max_exact_batch), "probed")
             raise
-        source = "pinned" if pinned is not None else "measured" if measured else "cached"
         self._use_curve(curve, source)  # a measurement leaves the cache empty
         return self.cost_curve
 
