@@ -20,12 +20,14 @@ from PySide6.QtCore import QObject, Signal, Slot
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QFileDialog, QMessageBox, QWidget
 
+from engine.runtime import PREFILL_CHUNK
+
 from . import backup
 from .chat_controller import ChatController, TurnSettings, file_stem
 from .coalescer import UpdateCoalescer
 from .requests import GenerationRequest, ReplyOutcome, StepUpdate
 from .store import Conversation, SearchHit
-from .widgets.chat_pane import ChatPane
+from .widgets.chat_pane import WAITING_LINE, ChatPane
 from .widgets.chat_view import MessageBubble
 from .widgets.conversation_list import ConversationList
 from .widgets.decoding_panel import DecodingPanel
@@ -86,6 +88,7 @@ class ChatRunner(QObject):
         self._reply_bubble: MessageBubble | None = None  # where the streaming reply is drawn, if in view
         self._settings_of: int | None = None  # the chat whose saved sampling values the panel was given
         self.closed = False
+        self._threads_reduced = False  # the last step ran with fewer threads (said once in the status bar)
         self._steps = UpdateCoalescer(parent=self)  # one repaint per batch of steps, ~30 a second
         self._steps.flushed.connect(self._on_steps_flushed)
         conversations.conversationSelected.connect(self._on_conversation_selected)
@@ -102,6 +105,7 @@ class ChatRunner(QObject):
         w = engine.worker
         w.replyStarted.connect(self._on_reply_started)
         w.stepUpdate.connect(self._on_step_update)
+        w.promptProgress.connect(self._on_prompt_progress)
         w.replyFinished.connect(self._on_reply_finished)
         w.replyFailed.connect(self._on_reply_failed)
         self.search_dialog: SearchDialog | None = None  # made when first opened
@@ -349,6 +353,13 @@ class ChatRunner(QObject):
         self._panel.live.reset()
         self._steps.clear()
 
+    @Slot(int, int, int)
+    def _on_prompt_progress(self, request_id: int, done: int, total: int) -> None:
+        """Before the first token: how much of a long prompt has been read."""
+        turn = self.chat.current(request_id)
+        if turn is not None and not turn.text and self._reply_bubble is not None and total > PREFILL_CHUNK:
+            self._reply_bubble.set_stats_line(f"{WAITING_LINE} {done} / {total} tokens")
+
     @Slot(object)
     def _on_step_update(self, update: StepUpdate) -> None:
         if self.chat.note_step(update.request_id, update.event) is None:
@@ -373,7 +384,12 @@ class ChatRunner(QObject):
             bubble.set_text(turn.text, turn.marks)
             if turn.text and bubble.stats_label.text():
                 bubble.set_stats_line("")
-        self._panel.live.show_progress(turn.stats, new_steps, updates[-1].event)
+        last = updates[-1].event
+        self._panel.live.show_progress(turn.stats, new_steps, last)
+        reduced = 0 < last.threads < last.max_threads
+        if reduced and not self._threads_reduced:
+            self.status.emit(f"Another program is busy: using {last.threads} of {last.max_threads} cores")
+        self._threads_reduced = reduced
 
     @Slot(object)
     def _on_reply_finished(self, outcome: ReplyOutcome) -> None:

@@ -35,7 +35,7 @@ from engine import (
     default_model_path,
 )
 from engine.bench import PromptResult
-from engine.costmodel import MeasurementCancelled
+from engine.costmodel import MachineBusy, MeasurementCancelled
 from engine.probe import ProbeResult, ensure_loadable
 from engine.runtime import default_threads
 
@@ -51,6 +51,11 @@ from .compare import (
 from .requests import GenerationRequest, LoadedModel, ReplyOutcome, StepUpdate
 
 log = logging.getLogger(__name__)
+
+BUSY_MEASURE_TEXT = (
+    "Another program is using the CPU, so this PC was not measured for lookahead: "
+    "Auto plans with a cautious default and measures when the PC is quieter"
+)
 
 _USER_ERRORS = (
     ModelFileError,
@@ -84,7 +89,8 @@ class EngineWorker(QObject):
         reportFinished(object): a ``SpeedReportOutcome``: the report is over (done, cancelled or failed).
         measureProgress(float): measuring this machine's cost curve for Auto, 0..1.
         measureFinished(int, str, str): measurement ``id`` is over: ("measured" | "cached" | "cancelled" |
-            "unneeded" | "failed", a sentence for the user).
+            "unneeded" | "failed" | "busy", a sentence for the user).
+        promptProgress(int, int, int): request ``id`` has read this many of its prompt's new tokens, of so many.
     """
 
     modelLoading = Signal(float)
@@ -102,6 +108,7 @@ class EngineWorker(QObject):
     reportFinished = Signal(object)
     measureProgress = Signal(float)
     measureFinished = Signal(int, str, str)
+    promptProgress = Signal(int, int, int)
 
     def __init__(
         self,
@@ -194,6 +201,7 @@ class EngineWorker(QObject):
             self.replyFailed.emit(request.request_id, "No model is loaded. Open a model with File → Open model….")
             return
         controls = GenerationControls(lookahead=request.lookahead)
+        controls.on_prompt = lambda done, total: self.promptProgress.emit(request.request_id, done, total)
         with self._lock:
             self._controls = controls
             self._pending_lookahead = None
@@ -267,6 +275,9 @@ class EngineWorker(QObject):
         t0 = time.perf_counter()
         try:
             engine.tune(progress=self.measureProgress.emit, cancel=cancel)
+        except MachineBusy:
+            self.measureFinished.emit(request_id, "busy", BUSY_MEASURE_TEXT)
+            return
         except MeasurementCancelled:
             self.measureFinished.emit(request_id, "cancelled", "")
             return

@@ -23,7 +23,8 @@ from .bench import (
     run_grid,
     run_one,
 )
-from .costmodel import CostCurve
+from .busybench import Cell, run_busy_bench
+from .costmodel import CostCurve, MachineBusy, cpu_name
 from .measure import PromptResult, RunStats, Workload, geomean
 from .models import ModelFileError, default_model_path
 from .native import NativeError
@@ -59,7 +60,9 @@ class _Parser(argparse.ArgumentParser):
 
 def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", help="GGUF model file (default: the bundled SmolLM2-135M-Instruct)")
-    p.add_argument("--threads", type=int, default=None, help="CPU threads (default: all cores, at most 8)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="CPU threads, kept as given (default: one per physical performance core, at most 8, "
+                        "one fewer while another program keeps a core busy)")
     p.add_argument("--ctx", type=int, default=4096, help="context size in tokens (default 4096)")
 
 
@@ -117,6 +120,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "the spread of its 'speedups' is this machine's noise")
     b.add_argument("--no-earlier-chats", action="store_true",
                    help="draft from each prompt alone, not also from the prompts before it and their replies")
+    b.add_argument("--busy", action="store_true",
+                   help="run plain and Auto idle and beside a busy loop on one core (started and stopped here), "
+                        "with the thread governor and with fixed threads, and print the speed ratios")
+    b.add_argument("--rounds", type=int, default=2, help="with --busy: idle/busy rounds (default 2)")
     b.add_argument("--curve", help="plan and price on a what-if cost curve (a file from tune --save, or the name "
                                    "of one in engine/data/curves); speedups are simulated")
 
@@ -172,7 +179,11 @@ def prepare_auto(eng: Engine, lookahead: LookaheadConfig | None) -> None:
     if lookahead is None or not lookahead.auto or eng.load_cached_curve():
         return
     print("note: measuring this machine for lookahead (once per model and thread count)…", file=sys.stderr)
-    eng.tune()
+    try:
+        eng.tune()
+    except MachineBusy:
+        print("note: another program was using the CPU, so nothing was measured: Auto plans with its reference "
+              "curve this time", file=sys.stderr)
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
@@ -264,6 +275,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
             raise CliError(f"--only {args.only} matches no workload")
     if args.grid:
         return _bench_grid(args, workloads)
+    if args.busy:
+        return _bench_busy(args, workloads)
     what_if = None
     if args.curve:
         if args.null:
@@ -306,6 +319,34 @@ def cmd_bench(args: argparse.Namespace) -> int:
         for r in extra.get("fixed_15_5_15", []):
             print(f"{r['id']}: this mode {r['mode_tps']:.1f} t/s, fixed W=15 N=5 G=15 {r['fixed_tps']:.1f} t/s "
                   f"({r['ratio']:.1f}x faster), identical {r['identical']}")
+    return 0
+
+
+def _bench_busy(args: argparse.Namespace, workloads: list[Workload]) -> int:
+    """``bench --busy``: the first prompt of each category (or --only's), idle against one core busy."""
+    if args.rounds < 1:
+        raise CliError(f"--rounds must be >= 1, got {args.rounds}")
+    if not args.only:
+        firsts: dict[str, Workload] = {}
+        for w in workloads:
+            firsts.setdefault(w.cat, w)
+        workloads = list(firsts.values())
+    with open_engine(args) as eng:
+        prepare_auto(eng, LookaheadConfig(auto=True))
+        eng.probe_exact_cap()  # also finds whether the thread count may change (engine.threads_agree)
+
+        def progress(load: str, mode: str, policy: str, cell: Cell) -> None:
+            if not args.json:
+                print(f"{load:<5} {mode:<6} {policy:<9} {cell.tokens_per_s:7.1f} tok/s so far", file=sys.stderr)
+
+        report = run_busy_bench(eng, [w.prompt for w in workloads], max_tokens=args.max_tokens, rounds=args.rounds,
+                                on_cell=progress)
+    if args.json:
+        print(json.dumps(report.to_json()))
+    else:
+        print(f"{len(workloads)} prompts x {args.max_tokens} tokens, {report.rounds} rounds, {report.threads} threads; "
+              f"busy loop on CPU {report.busy_cpu}; {cpu_name()}")
+        print(report.table())
     return 0
 
 

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 # gemms, a gemv per leftover row, a tiled path from 8), so neither cost nor exactness can be interpolated there.
 SIZES = (*range(1, 17), 24, 32, 48, 64)
 _TABLE = 300
-CACHE_VERSION = 7
+CACHE_VERSION = 8
 EXACT_PROBE_SIZES = (*range(2, 17), 24, 32, 48, 63, 64, 96, 128)
 # Before the first lookahead step of a model whose curve is unknown: cheap (a 300-token prompt, then 191
 # batch tokens), covers every Auto draft and the common fixed shapes; the full probe runs with the measurement.
@@ -55,6 +55,9 @@ class CostCurve:
     # tested exact). Bigger batches switch matmul kernels on some models and
     # CPUs, which changes near-tie argmaxes; steps are kept at or below it.
     max_exact_batch: int = 32
+    # Whether decoding with fewer threads gives the same logits (probed with the batch sizes); the thread
+    # governor only changes the thread count for a model where it does.
+    threads_agree: bool = True
     # cost(n) with all logits and with one, for n < _TABLE: filled in by __post_init__.
     _every: list[float] = field(init=False, repr=False, compare=False)
     _one: list[float] = field(init=False, repr=False, compare=False)
@@ -109,6 +112,7 @@ class CostCurve:
             threads=int(obj["threads"]),
             measured_s=float(obj.get("measured_s", 0.0)),
             max_exact_batch=int(obj.get("max_exact_batch", 32)),
+            threads_agree=bool(obj.get("threads_agree", True)),
         )
 
 
@@ -218,7 +222,7 @@ REFERENCE_CURVES = {
 COST_CURVE_ENV = "LOOKAHEAD_COST_CURVE"
 
 
-def _cpu_name() -> str:
+def cpu_name() -> str:
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as fh:
             for line in fh:
@@ -232,7 +236,7 @@ def _cpu_name() -> str:
 def cache_key(model_path: str, threads: int) -> str:
     st = os.stat(model_path)
     ident = (f"v{CACHE_VERSION}|{os.path.abspath(model_path)}|{st.st_size}|{int(st.st_mtime)}|{threads}"
-             f"|{_cpu_name()}|{os.cpu_count()}")
+             f"|{cpu_name()}|{os.cpu_count()}")
     return hashlib.sha256(ident.encode()).hexdigest()[:24]
 
 
@@ -269,9 +273,22 @@ def save_cached(model_path: str, threads: int, curve: CostCurve) -> Path:
 class MeasurementCancelled(Exception):
     """A measurement was stopped before it finished; ``max_exact_batch`` is kept when its probe had run."""
 
-    def __init__(self, max_exact_batch: int | None) -> None:
-        super().__init__("the cost measurement was cancelled")
+    def __init__(self, max_exact_batch: int | None, message: str = "the cost measurement was cancelled") -> None:
+        super().__init__(message)
         self.max_exact_batch = max_exact_batch
+
+
+class MachineBusy(MeasurementCancelled):
+    """Another program took CPU time from the measurement: its times are not this PC's, so it stopped."""
+
+    def __init__(self, max_exact_batch: int | None) -> None:
+        super().__init__(max_exact_batch, "another program was using the CPU while this PC was being measured")
+
+
+# A measurement stops (MachineBusy) once more than this share of its timed decodes, after the first round,
+# waited for a core (contention.DecodeSample.contended): a curve timed under load makes Auto plan for a
+# slower machine than this one is, and would be kept for every later start.
+BUSY_SHARE = 0.25
 
 
 FILLER_TEXT = "The quick brown fox jumps over the lazy dog. " * 60
@@ -307,9 +324,9 @@ def measure(
     The exact-batch probe runs first (skipped when ``max_exact_batch`` is
     given). With ``pinned``, nothing is timed: that curve is returned with the
     probe's cap. ``progress`` hears 0..1; setting ``cancel`` stops the measurement
-    between two decodes with ``MeasurementCancelled``.
+    between two decodes with ``MeasurementCancelled``, and another program taking
+    CPU time from it stops it with ``MachineBusy`` (nothing measured is kept).
     """
-    from .plan import ALL_SEQS  # local: keeps this module importable without llama.cpp
 
     def report(fraction: float) -> None:
         if cancel is not None and cancel.is_set():
@@ -324,9 +341,26 @@ def measure(
         share = 1.0 if pinned is not None else _PROBE_SHARE
         max_exact_batch = probe_exact_batch(engine, filler, lambda f: report(f * share))
     engine.reset()
+    agree = engine.threads_agree is not False
     if pinned is not None:
         report(1.0)
-        return replace(pinned, max_exact_batch=max_exact_batch)
+        return replace(pinned, max_exact_batch=max_exact_batch, threads_agree=agree)
+    with engine.all_threads():
+        return _time_sizes(engine, filler, budget_s, sizes, report, max_exact_batch, agree)
+
+
+def _time_sizes(
+    engine: Engine,
+    filler: list[int],
+    budget_s: float,
+    sizes: tuple[int, ...],
+    report: Callable[[float], None],
+    max_exact_batch: int,
+    threads_agree: bool,
+) -> CostCurve:
+    """measure()'s timing part, with every thread; stops with MachineBusy when the decodes waited for cores."""
+    from .plan import ALL_SEQS  # local: keeps this module importable without llama.cpp
+
     n_kv = min(160, engine.n_ctx // 4)
     engine.prefill(filler[:n_kv])
     sizes = tuple(s for s in sizes if s + n_kv + 1 < engine.n_ctx and s <= engine.ctx.n_batch)
@@ -334,8 +368,10 @@ def measure(
     ratios: dict[tuple[int, bool], list[float]] = {(n, a): [] for n in sizes for a in (False, True)}
     singles: list[float] = []
     t_start = time.perf_counter()
+    timed = contended = 0
 
     def once(n: int, all_logits: bool) -> float:
+        nonlocal timed, contended
         batch.set_single_seq(filler[n_kv : n_kv + n], n_kv, ALL_SEQS, last_logits=True)
         if all_logits:
             batch.logits[:n] = 1
@@ -343,6 +379,9 @@ def measure(
         ctx.decode(batch)
         dt = time.perf_counter() - t0
         ctx.seq_rm(-1, n_kv, -1)
+        last = engine.governor.last
+        timed += 1
+        contended += last is not None and last.contended
         return dt
 
     for _ in range(3):  # warm-up
@@ -362,13 +401,15 @@ def measure(
                 spent += once(1, True) - one
                 ratios[(n, a)].append(spent / one)
         rounds += 1
+        if contended > BUSY_SHARE * timed:
+            engine.reset()
+            raise MachineBusy(max_exact_batch)
         if rounds >= 3 and time.perf_counter() - t_start > budget_s:
             break
         if rounds >= 40:
             break
     engine.reset()
-    if progress is not None:
-        progress(1.0)
+    report(1.0)
     med = {k: float(np.median(v)) if v else 1.0 for k, v in ratios.items()}
     last = np.maximum.accumulate([1.0 if n == 1 else med[(n, False)] for n in sizes])
     every = np.maximum.accumulate([1.0 if n == 1 else med[(n, True)] for n in sizes])
@@ -381,6 +422,7 @@ def measure(
         threads=engine.n_threads,
         measured_s=round(time.perf_counter() - t_start, 2),
         max_exact_batch=max_exact_batch,
+        threads_agree=threads_agree,
     )
 
 
@@ -396,17 +438,26 @@ def probe_exact_batch(
     length), a batch's first token must get a lone decode's logits with the
     rest of the batch in another sequence, as drafts are; and a batch of
     committed tokens must give each of its first ``CHAIN_ROWS`` tokens the
-    logits that decoding them one at a time gives. Leaves the engine's cache empty.
+    logits that decoding them one at a time gives. Also finds whether one thread
+    gives the same logits (``engine.threads_agree``). Leaves the engine's cache empty.
     """
-    from .plan import ALL_SEQS
-
     if filler is None:
         filler = engine.tokenize(FILLER_TEXT, add_special=False)
+    with engine.all_threads():
+        best = _probe_sizes(engine, filler, progress, sizes)
+    engine.reset()
+    return best
+
+
+def _probe_sizes(
+    engine: Engine, filler: list[int], progress: Callable[[float], None] | None, sizes: tuple[int, ...]
+) -> int:
+    from .plan import ALL_SEQS
+
     batch, ctx = engine.batch, engine.ctx
     # A small context cannot hold the probe's depth: go as deep as it leaves room for the smallest batches
     # (a context that small never reaches the cache lengths where kernels change).
     prefix = filler[: max(0, min(PROBE_DEPTH, engine.n_ctx - CHAIN_ROWS - sizes[0] - 1))]
-
     best = 0
     total = sum(sizes)
     done = 0
@@ -423,6 +474,7 @@ def probe_exact_batch(
         batch.set_single_seq(filler[start + k : start + k + 1], start + k, ALL_SEQS, last_logits=True)
         ctx.decode(batch)
         chain.append(ctx.logits_rows(1)[0].copy())
+    engine.threads_agree = _threads_agree(engine, filler, start, chain)
 
     def decode(n: int, drafts: bool) -> np.ndarray:
         if progress is not None:
@@ -446,8 +498,31 @@ def probe_exact_batch(
             break
         best = n
         done += n
-    engine.reset()
     return best
+
+
+def _threads_agree(engine: Engine, filler: list[int], start: int, chain: list[np.ndarray]) -> bool:
+    """Whether one thread gives the logits ``chain`` holds (decoded with all of them), for a lone token past
+    the probe's depth and for a batch of the chain's tokens."""
+    from .plan import ALL_SEQS
+
+    if engine.n_threads < 2:
+        return True
+    batch, ctx = engine.batch, engine.ctx
+    with engine.all_threads():
+        ctx.set_threads(1)
+        try:
+            for n in (1, CHAIN_ROWS):
+                ctx.seq_rm(-1, start, -1)
+                batch.set_single_seq(filler[start : start + n], start, ALL_SEQS, last_logits=False)
+                batch.logits[:n] = 1
+                ctx.decode(batch)
+                rows = ctx.logits_rows(n)
+                if not all(np.array_equal(rows[k], chain[k]) for k in range(n)):
+                    return False
+        finally:
+            ctx.seq_rm(-1, start, -1)
+    return True
 
 
 def curve_for(

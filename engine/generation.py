@@ -79,6 +79,11 @@ class StepEvent:
     # One entry per token of ``token_ids``: the text it added to ``text`` ("" while a character's bytes or a
     # possible stop string are held back; the held text comes with a later token). They join to ``text``.
     token_texts: tuple[str, ...] = ()
+    # The threads this step's decode ran with, of the ``max_threads`` the engine may use (fewer while another
+    # program holds a core, see contention.py); ``contended``: its threads waited for a core.
+    threads: int = 0
+    max_threads: int = 0
+    contended: bool = False
 
     @property
     def prompt_cached_tokens(self) -> int:
@@ -92,6 +97,8 @@ class GenerationControls:
 
     lookahead: LookaheadConfig | None = None  # None = plain decoding
     cancel: threading.Event = field(default_factory=threading.Event)
+    # Hears (prompt tokens read, prompt tokens to read) while the prompt is read, before the first step.
+    on_prompt: Callable[[int, int], None] | None = None
 
 
 class Generation:
@@ -123,7 +130,7 @@ class Generation:
         self._exact_only = exact_only
 
         t0 = time.perf_counter()
-        self._prefill_tokens = engine.cache_prompt(prompt)
+        self._prefill_tokens = engine.cache_prompt(prompt, controls.on_prompt, controls.cancel)
         self._prefill_s = time.perf_counter() - t0
 
         self._sampler: Sampler | None = None
@@ -202,8 +209,11 @@ class Generation:
         sources = (out.accepted_origin or "unknown",) * n_drafted + ("own",) * (len(committed) - n_drafted)
         elapsed = time.perf_counter() - ts
         # Wall time, not just llama_decode's: a lookahead step's planning and
-        # cache clean-up are part of what it costs.
-        engine.live_costs.record(out.batch_size, out.n_logits, elapsed)
+        # cache clean-up are part of what it costs. Not a step that ran with fewer threads or waited for a
+        # core: the live costs correct the curve of this PC at rest, not of the PC while it is busy.
+        governor = engine.governor
+        if governor.steady:
+            engine.live_costs.record(out.batch_size, out.n_logits, elapsed)
         first = self._n_steps == 0
         event = StepEvent(
             step=self._n_steps,
@@ -231,6 +241,9 @@ class Generation:
             notice=self._notice if first else "",
             choice=choice.reason,
             draft_source=out.accepted_origin,
+            threads=governor.last.threads if governor.last is not None else engine.n_threads,
+            max_threads=engine.n_threads,
+            contended=governor.last is not None and governor.last.contended,
         )
         self._n_steps += 1
         self._finished = bool(reason)

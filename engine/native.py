@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -396,6 +397,8 @@ class Context:
         self.n_vocab = model.n_vocab
         self._logits_key: tuple[int | None, int] = (None, 0)
         self._logits_view = np.zeros((0, self.n_vocab), dtype=np.float32)
+        # Hears every decode: (batch, wall seconds, process CPU seconds); the engine's thread governor.
+        self.on_decode: Callable[[Batch, float, float], None] | None = None
 
     @property
     def ptr(self) -> ll.llama_context_p:
@@ -408,12 +411,21 @@ class Context:
             ll.llama_free(self._ptr)
             self._ptr = None
 
+    def set_threads(self, n_threads: int) -> None:
+        """Decode with ``n_threads`` from the next decode on (prompt batches too)."""
+        ll.llama_set_n_threads(self.ptr, n_threads, n_threads)
+        self.n_threads = n_threads
+
     def decode(self, batch: Batch) -> None:
+        wall, cpu = time.perf_counter(), time.process_time()
         rc = ll.llama_decode(self.ptr, batch.struct())
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
         if rc != 0:
             reason = {1: "no room in the KV cache", 2: "aborted"}.get(rc, "error")
             detail = last_log_error()
             raise NativeError(f"llama_decode failed with code {rc} ({reason})" + (f": {detail}" if detail else ""))
+        if self.on_decode is not None:
+            self.on_decode(batch, wall, cpu)
 
     def logits_rows(self, n_rows: int) -> np.ndarray:
         """The logits of the last decode as a [n_rows, n_vocab] view (rows in batch order).

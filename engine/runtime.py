@@ -9,6 +9,7 @@ what the cache already holds.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import threading
@@ -16,8 +17,11 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 
+import numpy as np
+
 from . import kept as kept_ngrams
 from .auto import AcceptanceStats
+from .contention import DecodeSample, ThreadGovernor
 from .costmodel import (
     DEFAULT_CURVE,
     QUICK_PROBE_SIZES,
@@ -29,6 +33,7 @@ from .costmodel import (
     measure,
     probe_exact_batch,
 )
+from .cpus import default_threads
 from .decoders import KvState
 from .drafts import CorpusIndex
 from .generation import Generation, GenerationControls, StepEvent
@@ -51,6 +56,9 @@ from .whatif import curve_from_env
 # token, G candidates of N-1 tokens and a window of W x (N-1).
 STEP_BATCH_MAX = (MAX_NGRAM - 1) + 1 + MAX_GUESSES * (MAX_NGRAM - 1) + MAX_WINDOW * (MAX_NGRAM - 1)
 PREFILL_BATCH = 512
+# A prompt is read in chunks this long: progress shows and Stop works within one chunk (~0.3 s on 2 cores
+# for the bundled model, busy or not), and on these CPUs a 512-token batch reads no faster per token.
+PREFILL_CHUNK = 64
 KEPT_SAVE_INTERVAL_S = 60.0
 DEFAULT_N_CTX = 4096
 
@@ -73,10 +81,6 @@ def open_context(model: Model, n_ctx: int, n_threads: int) -> Context:
     return Context(model, n_ctx=n_ctx, n_batch=max(PREFILL_BATCH, STEP_BATCH_MAX), n_threads=n_threads)
 
 
-def default_threads() -> int:
-    return max(1, min(os.cpu_count() or 1, 8))
-
-
 class Engine:
     """Owns a model and one context made for lookahead (N_SEQ sequences, unified KV)."""
 
@@ -88,9 +92,14 @@ class Engine:
         progress: Callable[[float], bool] | None = None,
         summary: GgufSummary | None = None,
     ) -> None:
-        """``summary``: this file's ``check_gguf``, when the caller has just made it (else it is made here)."""
+        """``summary``: this file's ``check_gguf``, when the caller has just made it (else it is made here).
+
+        ``n_threads``: None picks them from this PC's cores (engine/cpus.py) and gives one up while another
+        program holds a core (engine/contention.py); a number is kept as given.
+        """
         self.summary = summary if summary is not None else check_gguf(model_path)
         self.n_threads = n_threads or default_threads()
+        self.threads_chosen = n_threads is None
         if n_ctx < 64:
             raise SettingsError(f"context size {n_ctx} is too small (at least 64)")
         # Before loading anything: llama.cpp may abort, or the kernel kill us, on a cache too big for memory.
@@ -110,6 +119,11 @@ class Engine:
             raise
         self.n_ctx = self.ctx.n_ctx
         self.kv = KvState()
+        # Whether a decode gives the same logits at fewer threads (None: not probed yet). Until it is known
+        # to, the governor keeps every thread: a result that depended on the count would change the text.
+        self.threads_agree: bool | None = None
+        self.governor = ThreadGovernor(self.n_threads, adapt=False)
+        self.ctx.on_decode = self._after_decode
         self.lookahead_block_reason = self._lookahead_block_reason()
         self.batch = Batch(self.ctx.n_batch)
         # Committed tokens carry every sequence id so lookahead branches see them;
@@ -145,6 +159,35 @@ class Engine:
         self.cost_curve = curve
         self.cost_curve_source = source
         self.live_costs = LiveCosts(curve, learn=source != "what-if" and self._pinned_curve is None)
+        if source == "cached" and self.threads_agree is None:
+            self.threads_agree = curve.threads_agree
+        self.governor.adapt = bool(self.threads_agree) and self.threads_chosen and self.n_threads > 1
+
+    def _after_decode(self, batch: Batch, wall: float, cpu: float) -> None:
+        """Every decode: tell the governor how it ran, and apply the thread count it asks for."""
+        n = batch.n_tokens
+        n_logits = int(np.count_nonzero(batch.logits[:n])) if n > 1 else 1
+        cost = self.cost_curve.cost(n, max(n_logits, 1))
+        threads = self.governor.observe(DecodeSample(wall, cpu, self.ctx.n_threads, cost))
+        if threads != self.ctx.n_threads:
+            self.ctx.set_threads(threads)
+
+    @property
+    def threads_in_use(self) -> int:
+        return self.ctx.n_threads
+
+    @contextlib.contextmanager
+    def all_threads(self) -> Iterator[None]:
+        """Decode with every thread and no governor inside (measuring, probing); starts afresh after."""
+        adapt = self.governor.adapt
+        self.governor.adapt = False
+        self.ctx.set_threads(self.n_threads)
+        try:
+            yield
+        finally:
+            self.governor.reset()
+            self.governor.adapt = adapt
+            self.ctx.set_threads(self.n_threads)
 
     def plan_with(self, curve: CostCurve | None) -> None:
         """Let Auto plan with ``curve``, another machine's (engine/whatif.py), as if it ran there.
@@ -304,22 +347,43 @@ class Engine:
             del self.kv.tokens[n:]
         return n
 
-    def prefill(self, tokens: Sequence[int]) -> None:
-        """Evaluate ``tokens`` after what the cache holds, in every committed sequence (no logits)."""
-        for i in range(0, len(tokens), self.ctx.n_batch):
-            chunk = tokens[i : i + self.ctx.n_batch]
+    def prefill(
+        self,
+        tokens: Sequence[int],
+        progress: Callable[[int, int], None] | None = None,
+        cancel: threading.Event | None = None,
+    ) -> int:
+        """Evaluate ``tokens`` after what the cache holds, in every committed sequence (no logits).
+
+        In chunks of ``PREFILL_CHUNK``: ``progress`` hears (evaluated, total) after each, and
+        setting ``cancel`` stops between two (what was evaluated stays cached). Returns the tokens evaluated.
+        """
+        done = 0
+        for i in range(0, len(tokens), PREFILL_CHUNK):
+            if cancel is not None and cancel.is_set():
+                break
+            chunk = tokens[i : i + PREFILL_CHUNK]
             self.batch.set_single_seq(chunk, self.kv.n, self.commit_seqs, last_logits=False)
             self.ctx.decode(self.batch)
             self.kv.tokens.extend(chunk)
+            done += len(chunk)
+            if progress is not None:
+                progress(done, len(tokens))
+        return done
 
-    def cache_prompt(self, prompt: Sequence[int]) -> int:
+    def cache_prompt(
+        self,
+        prompt: Sequence[int],
+        progress: Callable[[int, int], None] | None = None,
+        cancel: threading.Event | None = None,
+    ) -> int:
         """Make the cache hold ``prompt[:-1]``, reusing its longest cached prefix; returns the tokens evaluated.
 
-        The last prompt token stays out: the first step of a generation evaluates it.
+        The last prompt token stays out: the first step of a generation evaluates it. ``progress`` and
+        ``cancel`` as for ``prefill``.
         """
         reused = self._reuse_prefix(prompt)
-        self.prefill(prompt[reused:-1])
-        return len(prompt) - 1 - reused
+        return self.prefill(prompt[reused:-1], progress, cancel)
 
     def cache_positions(self) -> dict[int, tuple[int, int]]:
         """(min, max) position held by every sequence; for checking the cache discipline."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 from PySide6.QtCore import QTimer, Signal, Slot
@@ -10,6 +11,7 @@ from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QPushButton, QW
 from ..worker import EngineThread
 
 RESUME_AFTER_MS = 2000  # quiet time after a reply before an interrupted measurement starts again
+RETRY_BUSY_MS = 60_000  # after another program took the CPU from a measurement: try again this much later
 
 
 class MeasureStatus(QWidget):
@@ -52,6 +54,7 @@ class MeasureStatus(QWidget):
         self._resume.setSingleShot(True)
         self._resume.setInterval(RESUME_AFTER_MS)
         self._resume.timeout.connect(self.start)
+        self._busy_until = 0.0  # monotonic time before which a measurement stopped by a busy PC is not retried
         engine.worker.measureProgress.connect(self._on_progress)
         engine.worker.measureFinished.connect(self._on_finished)
 
@@ -83,8 +86,9 @@ class MeasureStatus(QWidget):
             self.setVisible(False)
 
     def resume_later(self) -> None:
-        if self.state in ("idle", "paused"):
-            self._resume.start()
+        if self.state in ("idle", "paused") and not self._resume.isActive():
+            wait_ms = int((self._busy_until - time.monotonic()) * 1000)
+            self._resume.start(max(RESUME_AFTER_MS, wait_ms))
 
     @Slot()
     def skip(self) -> None:
@@ -107,6 +111,13 @@ class MeasureStatus(QWidget):
         if state == "cancelled":
             if self.state == "running":  # stopped by no one here (the engine shutting down): retry when idle
                 self.state = "paused"
+            return
+        if state == "busy":  # times taken under load are not this PC's: try again in a while
+            if self.state == "running":
+                self.state = "paused"
+                self._busy_until = time.monotonic() + RETRY_BUSY_MS / 1000
+                self._resume.start(RETRY_BUSY_MS)
+            self.message.emit(text)
             return
         if self.state != "skipped":
             self.state = "done"

@@ -113,6 +113,13 @@ def prompt_text(stats: RunStats) -> str:
     return text
 
 
+def threads_text(event: StepEvent) -> str:
+    """The threads a step ran with, e.g. ``2`` or ``1 of 2 (another program is busy)``."""
+    if event.threads < event.max_threads:
+        return f"{event.threads} of {event.max_threads} (another program is busy)"
+    return f"{event.threads}"
+
+
 class LiveStatsView(QWidget):
     """The chart plus live tokens/s, mean tokens per step, acceptance and time to first token."""
 
@@ -131,6 +138,11 @@ class LiveStatsView(QWidget):
         )
         self.shape = QLabel()
         self.shape.setWordWrap(True)
+        self.threads = QLabel()
+        self.threads.setToolTip(
+            "CPU threads the last step ran with. When another program keeps a core busy, the engine gives that\n"
+            "core up (a thread that shares a core slows every step) and tries it again a few seconds later."
+        )
         form = QFormLayout()
         form.setContentsMargins(0, 0, 0, 0)
         form.setHorizontalSpacing(12)
@@ -142,6 +154,7 @@ class LiveStatsView(QWidget):
         form.addRow("Prompt", self.prompt)
         form.addRow("Tokens / steps", self.tokens)
         form.addRow("Step shape", self.shape)
+        form.addRow("Threads", self.threads)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.chart, 1)
@@ -151,7 +164,7 @@ class LiveStatsView(QWidget):
     def reset(self) -> None:
         self.chart.clear()
         for label in (self.tokens_per_s, self.tokens_per_step, self.acceptance, self.first_token, self.tokens,
-                      self.prompt):
+                      self.prompt, self.threads):
             label.setText("–")
         self.shape.setText("–")
 
@@ -166,6 +179,8 @@ class LiveStatsView(QWidget):
         self.tokens.setText(f"{stats.n_tokens} / {stats.steps}")
         if stats.prompt_tokens:
             self.prompt.setText(prompt_text(stats))
+        if last is not None and last.threads:
+            self.threads.setText(threads_text(last))
         if last is not None and last.mode == "lookahead":
             self.shape.setText(f"lookahead  W{last.window} N{last.ngram} G{last.guesses}  (batch {last.batch_size})")
         elif last is not None and last.mode == "auto":

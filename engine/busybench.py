@@ -1,0 +1,205 @@
+"""Speed with another program busy on one core, against the same PC at rest, in one run.
+
+``engine bench --busy`` runs the same prompts idle and beside a busy loop that
+it starts, pins to the last CPU this process may use and stops again by its
+PID: plain decoding and Auto, each with the thread governor (contention.py) and
+with the thread count fixed as it was before the governor (every thread, no
+adapting). Conditions are interleaved round by round so that drift in the
+machine's speed reaches all of them; each is timed by its total over the
+rounds. The ratios busy / idle are what the user feels when another program
+takes a core.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from .runtime import Engine, GenerationControls
+from .settings import LookaheadConfig, StopConfig
+from .text import Message
+
+MODES = ("plain", "auto")
+POLICIES = ("governor", "fixed")
+
+
+class BusyLoop:
+    """A process that spins on one CPU (the last one this process may use) until the block ends."""
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.cpu: int | None = None
+
+    def __enter__(self) -> BusyLoop:
+        self.proc = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        if hasattr(os, "sched_setaffinity"):
+            self.cpu = max(os.sched_getaffinity(0))
+            os.sched_setaffinity(self.proc.pid, {self.cpu})
+        time.sleep(0.2)  # let it start spinning
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None
+
+
+@dataclass
+class Cell:
+    """The tokens and seconds of one (load, mode, policy) over all rounds."""
+
+    tokens: int = 0
+    seconds: float = 0.0  # from the first step's end to the last step's (the prompt read not included)
+    prompt_tokens: int = 0
+    prompt_seconds: float = 0.0
+    steps: int = 0
+    threads_seen: set[int] = field(default_factory=set)
+    texts: list[str] = field(default_factory=list)
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def prompt_tokens_per_s(self) -> float:
+        return self.prompt_tokens / self.prompt_seconds if self.prompt_seconds > 0 else 0.0
+
+
+@dataclass
+class BusyReport:
+    cells: dict[tuple[str, str, str], Cell]  # (load "idle" | "busy", mode, policy)
+    threads: int
+    rounds: int
+    busy_cpu: int | None
+    governor_on: bool  # False: this model or setting keeps its thread count, "governor" runs equal "fixed"
+
+    def ratio(self, mode: str, policy: str, num: str = "busy", den: str = "idle", den_policy: str = "") -> float:
+        a = self.cells[(num, mode, policy)].tokens_per_s
+        b = self.cells[(den, mode, den_policy or policy)].tokens_per_s
+        return a / b if b > 0 else 0.0
+
+    def identical(self) -> bool:
+        """Whether every run of every cell wrote the text plain decoding wrote for that prompt."""
+        reference = self.cells[("idle", "plain", "fixed")].texts
+        return all(c.texts == reference for c in self.cells.values())
+
+    def to_json(self) -> dict:
+        return {
+            "threads": self.threads,
+            "rounds": self.rounds,
+            "busy_cpu": self.busy_cpu,
+            "governor_on": self.governor_on,
+            "identical": self.identical(),
+            "cells": [
+                {"load": load, "mode": mode, "policy": policy, "tokens": c.tokens, "seconds": round(c.seconds, 3),
+                 "tokens_per_s": round(c.tokens_per_s, 2), "prompt_tokens_per_s": round(c.prompt_tokens_per_s, 1),
+                 "tokens_per_step": round(c.tokens / c.steps, 3) if c.steps else 0.0,
+                 "threads_seen": sorted(c.threads_seen)}
+                for (load, mode, policy), c in self.cells.items()
+            ],
+            "ratios": {
+                f"{mode}_busy_vs_idle_{policy}": round(self.ratio(mode, policy), 3)
+                for mode in MODES
+                for policy in POLICIES
+            }
+            | {f"{mode}_idle_governor_vs_fixed": round(self.ratio(mode, "governor", "idle", "idle", "fixed"), 3)
+               for mode in MODES},
+        }
+
+    def table(self) -> str:
+        head = f"{'load':<5} {'mode':<6} {'threads':<9} {'tok/s':>7} {'prompt tok/s':>12} {'tok/step':>8}"
+        rows = [f"{head} threads used"]
+        for (load, mode, policy), c in self.cells.items():
+            per_step = c.tokens / c.steps if c.steps else 0.0
+            used = ",".join(str(t) for t in sorted(c.threads_seen))
+            rows.append(f"{load:<5} {mode:<6} {policy:<9} {c.tokens_per_s:>7.1f} {c.prompt_tokens_per_s:>12.1f} "
+                        f"{per_step:>8.2f} {used}")
+        rows.append("")
+        for mode in MODES:
+            rows.append(f"{mode}: busy/idle {self.ratio(mode, 'governor'):.2f}x with the governor, "
+                        f"{self.ratio(mode, 'fixed'):.2f}x with {self.threads} fixed threads; "
+                        f"idle governor/fixed {self.ratio(mode, 'governor', 'idle', 'idle', 'fixed'):.3f}x")
+        if not self.governor_on:
+            rows.append("the thread governor is off for this model or thread setting: both policies are fixed")
+        rows.append(f"text identical in every run: {self.identical()}")
+        return "\n".join(rows)
+
+
+def run_busy_bench(
+    engine: Engine,
+    prompts: Sequence[str],
+    max_tokens: int = 128,
+    rounds: int = 2,
+    on_cell: Callable[[str, str, str, Cell], None] | None = None,
+    busy_loop: Callable[[], BusyLoop] = BusyLoop,
+) -> BusyReport:
+    """Every prompt in plain and Auto, with and without the thread governor, idle and beside a busy loop."""
+    chats = [engine.render_chat([Message("user", p)]) for p in prompts]
+    cells = {(load, mode, policy): Cell() for load in ("idle", "busy") for mode in MODES for policy in POLICIES}
+    adapt = engine.governor.adapt
+    engine.keep_replies = False
+    busy_cpu = None
+    try:
+        for r in range(rounds):
+            for load in ("idle", "busy") if r % 2 == 0 else ("busy", "idle"):
+                if load == "busy":
+                    with busy_loop() as loop:
+                        busy_cpu = loop.cpu
+                        _round(engine, chats, max_tokens, load, cells, adapt, on_cell)
+                else:
+                    _round(engine, chats, max_tokens, load, cells, adapt, on_cell)
+    finally:
+        engine.governor.adapt = adapt
+        engine.governor.reset()
+        engine.ctx.set_threads(engine.n_threads)
+    return BusyReport(cells=cells, threads=engine.n_threads, rounds=rounds, busy_cpu=busy_cpu, governor_on=adapt)
+
+
+def _round(
+    engine: Engine,
+    chats: Sequence[list[int]],
+    max_tokens: int,
+    load: str,
+    cells: dict[tuple[str, str, str], Cell],
+    adapt: bool,
+    on_cell: Callable[[str, str, str, Cell], None] | None,
+) -> None:
+    for mode in MODES:
+        for policy in POLICIES:
+            cell = cells[(load, mode, policy)]
+            # Each condition starts from every thread, as a reply does after a quiet while.
+            engine.governor.adapt = adapt and policy == "governor"
+            engine.governor.reset()
+            engine.ctx.set_threads(engine.n_threads)
+            lookahead = LookaheadConfig(auto=True) if mode == "auto" else None
+            for chat in chats:
+                _generate(engine, chat, lookahead, max_tokens, cell)
+            if on_cell is not None:
+                on_cell(load, mode, policy, cell)
+
+
+def _generate(
+    engine: Engine, prompt: list[int], lookahead: LookaheadConfig | None, max_tokens: int, cell: Cell
+) -> None:
+    engine.reset()
+    first_end = last_end = 0.0
+    parts: list[str] = []
+    for ev in engine.generate(prompt, GenerationControls(lookahead=lookahead), stop=StopConfig(max_tokens=max_tokens)):
+        last_end = time.perf_counter()
+        parts.append(ev.text)
+        if ev.threads:
+            cell.threads_seen.add(ev.threads)
+        if ev.step == 0:
+            first_end = last_end
+            cell.prompt_tokens += ev.prefill_tokens
+            cell.prompt_seconds += ev.prefill_s
+        elif ev.n_committed:
+            cell.tokens += ev.n_committed
+            cell.steps += 1
+    cell.seconds += last_end - first_end
+    cell.texts.append("".join(parts))

@@ -1,0 +1,147 @@
+"""The app on a PC where another program is busy: prompt progress, fewer threads said, a measurement put off."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from PySide6.QtCore import QElapsedTimer, QTimer
+
+from app.widgets import measure_status
+from app.widgets.chat_pane import WAITING_LINE
+from app.widgets.chat_view import MessageBubble
+from engine import GenerationControls, StepEvent
+from engine.busybench import BusyLoop
+from engine.costmodel import MachineBusy
+from tests.app_fixtures import (
+    MODEL_LOAD_TIMEOUT_MS,
+    OFFSCREEN_NOISE,
+    REPLY_TIMEOUT_MS,
+    FakeEngine,
+    quick_settings,
+    use_fake_engine,
+)
+
+pytestmark = OFFSCREEN_NOISE
+
+
+class _SlowPromptSession:
+    """Reads a 300-token prompt in five visible chunks, then replies with steps run on 1 of 2 threads."""
+
+    total = 300
+
+    def __init__(self, engine) -> None:
+        self.engine = engine
+
+    def reply(self, messages, controls: GenerationControls, sampling=None, stop=None, drafts_from=()):
+        def events():
+            for done in (64, 128, 192, 256, self.total):
+                time.sleep(0.15)
+                if controls.on_prompt is not None:
+                    controls.on_prompt(done, self.total)
+            for step in range(6):
+                time.sleep(0.05)
+                yield StepEvent(
+                    step=step, mode="none", token_ids=(1,), text="a", n_committed=1, batch_size=1, n_logits=1,
+                    n_drafted=0, n_accepted=0, n_reevaluated=0, window=0, ngram=0, guesses=0, elapsed_s=0.01,
+                    decode_s=0.01, stop_reason="max_tokens" if step == 5 else None, token_texts=("a",),
+                    threads=2 if step < 2 else 1, max_threads=2, contended=step >= 2,
+                )
+
+        return events()
+
+
+def test_a_long_prompt_shows_its_progress_and_fewer_threads_are_said_in_the_panel_and_status_bar(
+    qtbot, make_window, worker_options, monkeypatch
+):
+    use_fake_engine(worker_options, _SlowPromptSession)
+    lines: list[str] = []
+    shown = MessageBubble.set_stats_line
+
+    def recorded(bubble: MessageBubble, text: str) -> None:
+        lines.append(text)
+        shown(bubble, text)
+
+    monkeypatch.setattr(MessageBubble, "set_stats_line", recorded)
+    window = make_window(quick_settings(max_tokens=6))
+    status: list[str] = []
+    window.statusBar().messageChanged.connect(status.append)
+    window.input.setPlainText("a long question")
+    with qtbot.waitSignal(window.replyCompleted, timeout=10_000):
+        window.send_button.click()
+    assert f"{WAITING_LINE} 128 / 300 tokens" in lines
+    assert lines.index(f"{WAITING_LINE} 64 / 300 tokens") < lines.index(f"{WAITING_LINE} 256 / 300 tokens")
+    assert window.chat_view.bubbles()[-1].text() == "a" * 6
+    assert window.panel.live.threads.text() == "1 of 2 (another program is busy)"
+    assert status.count("Another program is busy: using 1 of 2 cores") == 1  # said once, not at every step
+
+
+class _BusyPcEngine(FakeEngine):
+    """A model with no cost curve yet, on a PC where another program takes the CPU from every measurement."""
+
+    tunes = 0
+
+    def load_cached_curve(self) -> bool:
+        return False
+
+    def tune(self, progress=None, cancel=None):
+        type(self).tunes += 1
+        if progress is not None:
+            progress(0.2)
+        raise MachineBusy(max_exact_batch=16)
+
+
+def test_a_measurement_stopped_by_a_busy_pc_says_so_and_is_tried_again_later_not_after_every_reply(
+    qtbot, make_window, worker_options, monkeypatch
+):
+    use_fake_engine(worker_options, _SlowPromptSession)
+    worker_options["engine_factory"] = _BusyPcEngine
+    _BusyPcEngine.tunes = 0
+    monkeypatch.setattr(measure_status, "RETRY_BUSY_MS", 1500)
+    monkeypatch.setattr(measure_status, "RESUME_AFTER_MS", 100)
+    window = make_window(quick_settings(max_tokens=6, auto=True))
+    status = window.measure_status
+    with qtbot.waitSignal(status.message, timeout=MODEL_LOAD_TIMEOUT_MS) as said:
+        pass
+    assert "Another program is using the CPU" in said.args[0]
+    assert status.state == "paused" and not status.isVisible() and _BusyPcEngine.tunes == 1
+
+    # A reply in between: the quiet time after it is not enough to measure again while the PC may still be busy.
+    window.input.setPlainText("hello")
+    with qtbot.waitSignal(window.replyCompleted, timeout=10_000):
+        window.send_button.click()
+    qtbot.wait(400)
+    assert _BusyPcEngine.tunes == 1
+    qtbot.waitUntil(lambda: _BusyPcEngine.tunes == 2, timeout=5_000)
+
+
+@pytest.mark.model
+def test_a_1000_token_prompt_beside_a_busy_program_shows_progress_within_a_second_and_never_freezes(
+    qtbot, make_window
+):
+    # The engine picks its threads (two here, on a 2-core machine), as it does for a user.
+    window = make_window(quick_settings(threads=0, n_ctx=2048, max_tokens=4, lookahead_on=False))
+    words = " ".join(f"w{i}" for i in range(480))
+    window.input.setPlainText(f"Repeat the last word of this list: {words}")
+    progress: list[tuple[float, int, int]] = []
+    clock = QElapsedTimer()
+    window.engine.worker.promptProgress.connect(
+        lambda _id, done, total: progress.append((clock.elapsed() / 1000, done, total))
+    )
+    gaps: list[int] = []
+    ticker = QTimer()
+    ticker.setInterval(10)
+    ticker.timeout.connect(lambda: gaps.append(clock.elapsed()))
+    with BusyLoop():
+        clock.start()
+        ticker.start()
+        with qtbot.waitSignal(window.replyCompleted, timeout=REPLY_TIMEOUT_MS) as blocker:
+            window.send_button.click()
+        ticker.stop()
+    record = blocker.args[0]
+    assert record.outcome.stop_reason == "max_tokens"
+    total = progress[-1][2]
+    assert total >= 1000 and progress[-1][1] == total
+    assert progress[0][0] < 1.0, f"first progress after {progress[0][0]:.2f} s"
+    steps = [b - a for a, b in zip(gaps, gaps[1:], strict=False)]
+    assert max(steps) < 250, f"the event loop stood still for {max(steps)} ms"

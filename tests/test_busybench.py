@@ -1,0 +1,56 @@
+"""``engine bench --busy``: its busy loop, and one tiny run of the benchmark on the bundled model."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from engine.busybench import MODES, POLICIES, BusyLoop, run_busy_bench
+
+
+def _cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="pinning needs sched_setaffinity (Linux)")
+def test_the_busy_loop_spins_on_the_last_cpu_of_ours_and_is_gone_after_the_block():
+    with BusyLoop() as loop:
+        assert loop.proc is not None
+        pid = loop.proc.pid
+        assert loop.cpu == max(os.sched_getaffinity(0))
+        assert os.sched_getaffinity(pid) == {loop.cpu}
+        before = _cpu_seconds(pid)
+        time.sleep(0.3)
+        assert _cpu_seconds(pid) - before > 0.1  # it really spins
+    assert loop.proc is None
+    assert not os.path.exists(f"/proc/{pid}")  # killed and reaped, not left as a zombie
+
+
+@pytest.mark.model
+def test_a_tiny_busy_bench_fills_every_cell_and_checks_the_text(engine):
+    loops: list[BusyLoop] = []
+
+    def counted() -> BusyLoop:
+        loops.append(BusyLoop())
+        return loops[-1]
+
+    cells_done: list[tuple[str, str, str]] = []
+    report = run_busy_bench(engine, ["Name three colours."], max_tokens=8, rounds=2, busy_loop=counted,
+                            on_cell=lambda load, mode, policy, _cell: cells_done.append((load, mode, policy)))
+    assert len(loops) == 2 and all(loop.proc is None for loop in loops)  # one busy loop per round, all stopped
+    assert sorted(report.cells) == sorted((load, m, p) for load in ("idle", "busy") for m in MODES for p in POLICIES)
+    assert len(cells_done) == 2 * len(report.cells)
+    for cell in report.cells.values():
+        assert cell.tokens > 0 and cell.seconds > 0 and len(cell.texts) == 2
+        assert cell.threads_seen and max(cell.threads_seen) <= engine.n_threads
+    assert report.identical()
+    report.cells[("busy", "auto", "fixed")].texts[0] += "!"
+    assert not report.identical()  # the check can fail
+    summary = report.to_json()
+    assert set(summary["ratios"]) >= {"plain_busy_vs_idle_governor", "auto_busy_vs_idle_fixed"}
+    assert "busy/idle" in report.table()
+    assert engine.threads_in_use == engine.n_threads  # every thread again after the bench
