@@ -30,6 +30,9 @@ import numpy as np
 # Measured on 2 cores, bundled model: idle, the median is 1.00 and 1% of decodes fall to 0.85 (a worker that
 # slept between steps wakes late); with one core busy, 2 threads get ~0.75 (0.53..0.78).
 BUSY_UTILIZATION = 0.8
+# Shorter decodes are never judged contended: a worker thread waking up late is most of their time (a tiny
+# model's decodes take well under a millisecond), and a model that fast loses little to a busy core anyway.
+MIN_JUDGED_S = 0.003
 WINDOW = 6  # decodes looked at before dropping a thread
 DROP_AFTER = 4  # contended decodes among the last WINDOW that drop a thread
 PROBE_DECODES = 5  # decodes tried with one thread more (the first is not judged: the pool wakes up)
@@ -54,7 +57,7 @@ class DecodeSample:
 
     @property
     def contended(self) -> bool:
-        return self.utilization < BUSY_UTILIZATION
+        return self.wall >= MIN_JUDGED_S and self.utilization < BUSY_UTILIZATION
 
     @property
     def per_cost(self) -> float:

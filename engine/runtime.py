@@ -57,8 +57,10 @@ from .whatif import curve_from_env
 STEP_BATCH_MAX = (MAX_NGRAM - 1) + 1 + MAX_GUESSES * (MAX_NGRAM - 1) + MAX_WINDOW * (MAX_NGRAM - 1)
 PREFILL_BATCH = 512
 # A prompt is read in chunks this long: progress shows and Stop works within one chunk (~0.3 s on 2 cores
-# for the bundled model, busy or not), and on these CPUs a 512-token batch reads no faster per token.
+# for the bundled model idle, ~0.6 s with a core busy), and on these CPUs a 512-token batch reads no faster
+# per token. The first chunk is shorter, so that progress shows at once.
 PREFILL_CHUNK = 64
+PREFILL_FIRST_CHUNK = 16
 KEPT_SAVE_INTERVAL_S = 60.0
 DEFAULT_N_CTX = 4096
 
@@ -355,14 +357,14 @@ class Engine:
     ) -> int:
         """Evaluate ``tokens`` after what the cache holds, in every committed sequence (no logits).
 
-        In chunks of ``PREFILL_CHUNK``: ``progress`` hears (evaluated, total) after each, and
+        In chunks of ``PREFILL_CHUNK`` (the first shorter): ``progress`` hears (evaluated, total) after each, and
         setting ``cancel`` stops between two (what was evaluated stays cached). Returns the tokens evaluated.
         """
         done = 0
-        for i in range(0, len(tokens), PREFILL_CHUNK):
+        while done < len(tokens):
             if cancel is not None and cancel.is_set():
                 break
-            chunk = tokens[i : i + PREFILL_CHUNK]
+            chunk = tokens[done : done + (PREFILL_CHUNK if done else PREFILL_FIRST_CHUNK)]
             self.batch.set_single_seq(chunk, self.kv.n, self.commit_seqs, last_logits=False)
             self.ctx.decode(self.batch)
             self.kv.tokens.extend(chunk)

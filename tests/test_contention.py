@@ -9,7 +9,7 @@ import pytest
 from engine import GenerationControls, LookaheadConfig, Message, StopConfig
 from engine.contention import MAX_RETRY_S, PROBE_DECODES, RETRY_S, WINDOW, DecodeSample, ThreadGovernor
 from engine.costmodel import MachineBusy, MeasurementCancelled, curve_for, load_cached
-from engine.runtime import PREFILL_CHUNK
+from engine.runtime import PREFILL_CHUNK, PREFILL_FIRST_CHUNK
 from tests.planning import FLAT, auto_on_curve
 
 
@@ -85,6 +85,12 @@ def test_trial_speed_is_compared_per_unit_of_expected_cost():
 def test_a_governor_that_may_not_adapt_keeps_its_threads():
     gov = ThreadGovernor(2, adapt=False, clock=Clock())
     assert set(feed(gov, [sample(2, 0.5) for _ in range(50)])) == {2}
+
+
+def test_decodes_too_short_to_judge_never_count_as_contended():
+    gov = ThreadGovernor(2, clock=Clock())
+    assert set(feed(gov, [sample(2, 0.3, ms=0.5) for _ in range(50)])) == {2}  # a tiny model's late wake-ups
+    assert sample(2, 0.3, ms=10).contended
 
 
 def test_one_thread_has_nothing_to_give_up():
@@ -196,18 +202,21 @@ def test_a_long_prompt_is_read_in_chunks_with_progress_and_stop_works_between_th
     assert seen[-1] == (total, total)
     assert all(t == total for _, t in seen)
     steps = [b - a for (a, _), (b, _) in zip([(0, 0), *seen], seen, strict=False)]
+    assert steps[0] == PREFILL_FIRST_CHUNK < PREFILL_CHUNK  # the first progress comes soon
     assert max(steps) <= PREFILL_CHUNK and len(seen) >= total // PREFILL_CHUNK
     assert events[0].prefill_tokens == total
 
     cancel = threading.Event()
+    read_when_stopped: list[int] = []
 
     def stop_after_three(done: int, _total: int) -> None:
-        if done >= 3 * PREFILL_CHUNK:
+        if done >= 3 * PREFILL_CHUNK and not cancel.is_set():
+            read_when_stopped.append(done)
             cancel.set()
 
     engine.reset()
     controls = GenerationControls(cancel=cancel, on_prompt=stop_after_three)
     events = list(engine.generate(prompt, controls, stop=StopConfig(max_tokens=2)))
     assert [e.stop_reason for e in events] == ["cancelled"]
-    assert engine.kv.n == 3 * PREFILL_CHUNK  # what was read stays cached for the next try
+    assert engine.kv.n == read_when_stopped[0] < total  # what was read stays cached for the next try
     assert engine.kv.tokens == prompt[: engine.kv.n]
