@@ -20,6 +20,7 @@ from PySide6.QtCore import QObject, Signal, Slot
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QFileDialog, QMessageBox, QWidget
 
+from engine.contention import busy_notice
 from engine.runtime import PREFILL_CHUNK
 
 from . import backup
@@ -388,7 +389,7 @@ class ChatRunner(QObject):
         self._panel.live.show_progress(turn.stats, new_steps, last)
         reduced = 0 < last.threads < last.max_threads
         if reduced and not self._threads_reduced:
-            self.status.emit(f"Another program is busy: using {last.threads} of {last.max_threads} cores")
+            self.status.emit(busy_notice(last.threads, last.max_threads))
         self._threads_reduced = reduced
 
     @Slot(object)

@@ -41,6 +41,11 @@ MAX_RETRY_S = 30.0
 FASTER = 0.95  # one thread more is kept when its decodes take at most this share of the time
 
 
+def busy_notice(threads: int, max_threads: int) -> str:
+    """What the user is told while decodes run on ``threads`` of ``max_threads`` because a core is busy."""
+    return f"Another program is busy: using {threads} of {max_threads} cores"
+
+
 @dataclass(frozen=True)
 class DecodeSample:
     """One llama_decode: its wall and process CPU seconds, the threads it ran with and its expected cost."""
@@ -102,9 +107,7 @@ class ThreadGovernor:
 
     def notice(self) -> str:
         """A sentence for the user while threads are reduced ("" otherwise)."""
-        if not self.reduced:
-            return ""
-        return f"Another program is busy: using {self.threads} of {self.max_threads} cores"
+        return busy_notice(self.threads, self.max_threads) if self.reduced else ""
 
     def observe(self, sample: DecodeSample) -> int:
         """Record one decode; returns the thread count for the next one."""
