@@ -84,6 +84,9 @@ class StepEvent:
     threads: int = 0
     max_threads: int = 0
     contended: bool = False
+    # This forward pass priced on the engine's live cost curve, in 1-token steps (a plain step costs 1.0; 0.0:
+    # no forward pass). Tokens over summed costs is what the steps alone predict against plain decoding.
+    cost: float = 0.0
 
     @property
     def prompt_cached_tokens(self) -> int:
@@ -212,6 +215,7 @@ class Generation:
         # cache clean-up are part of what it costs. Not a step that ran with fewer threads or waited for a
         # core: the live costs correct the curve of this PC at rest, not of the PC while it is busy.
         governor = engine.governor
+        cost = engine.live_costs.cost(out.batch_size, out.n_logits)  # the price before this step teaches the curve
         if governor.steady:
             engine.live_costs.record(out.batch_size, out.n_logits, elapsed)
         first = self._n_steps == 0
@@ -244,6 +248,7 @@ class Generation:
             threads=governor.last.threads if governor.last is not None else engine.n_threads,
             max_threads=engine.n_threads,
             contended=governor.last is not None and governor.last.contended,
+            cost=cost,
         )
         self._n_steps += 1
         self._finished = bool(reason)

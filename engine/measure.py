@@ -44,6 +44,7 @@ class RunStats:
     steps: int = 0  # forward passes (the closing event of a stopped run is not one)
     per_step: list[int] = field(default_factory=list)  # tokens committed by each forward pass
     shapes: list[tuple[int, int]] = field(default_factory=list)  # each forward pass's (batch size, logit rows)
+    cost: float = 0.0  # the forward passes priced on the engine's live cost curve, in 1-token steps
     decode_s: float = 0.0  # the steps' wall times: a lookahead step's planning and cache clean-up included
     elapsed_s: float = 0.0  # prompt evaluation + all steps
     first_token_s: float | None = None  # prompt evaluation + the steps up to the first token
@@ -79,6 +80,7 @@ class RunStats:
             self.steps += 1
             self.per_step.append(ev.n_committed)
             self.shapes.append((ev.batch_size, ev.n_logits))
+            self.cost += ev.cost
             if ev.mode not in self.modes:
                 self.modes.append(ev.mode)
         if ev.mode == "lookahead":
@@ -120,6 +122,16 @@ class RunStats:
     @property
     def tokens_per_step(self) -> float:
         return self.n_tokens / self.steps if self.steps else 0.0
+
+    @property
+    def predicted_speedup(self) -> float:
+        """What the steps alone predict against plain decoding: tokens ÷ the steps' cost in 1-token steps.
+
+        A plain run is 1.0; a run whose steps committed 2 tokens each at a cost of 1.6 steps is 1.25. It
+        leaves out the machine's speed (the same for both decoders) and what the curve does not know: how
+        busy the CPU was. 0.0 when the steps carry no cost (events recorded before costs were).
+        """
+        return self.n_tokens / self.cost if self.cost > 0 and self.n_tokens else 0.0
 
     @property
     def acceptance(self) -> float | None:

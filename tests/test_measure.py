@@ -7,6 +7,7 @@ no model is loaded.
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -143,6 +144,15 @@ def test_speedup_is_zero_when_either_run_has_nothing_to_compare():
     plain = RunStats.of(PLAIN_RUN)
     stopped_at_once = RunStats.of([_step(0, "none", [], 0.0, reason="cancelled")])
     assert speedup(plain, stopped_at_once) == 0.0 and speedup(stopped_at_once, plain) == 0.0
+
+
+def test_the_predicted_speedup_is_tokens_over_the_steps_priced_cost():
+    plain = RunStats.of(replace(ev, cost=1.0) for ev in PLAIN_RUN)
+    # Four steps of 13 tokens priced at 1.6 each commit 8 tokens: 8 / 6.4 = 1.25 against plain's 1.0.
+    la = RunStats.of(replace(ev, cost=1.6 if ev.mode != "none" else 0.0) for ev in LOOKAHEAD_RUN)
+    assert plain.predicted_speedup == 1.0
+    assert la.predicted_speedup == pytest.approx(8 / 6.4)
+    assert RunStats.of(PLAIN_RUN).predicted_speedup == 0.0  # events without a price predict nothing
 
 
 def test_geomean_averages_ratios_and_ignores_values_that_are_not_ratios():
