@@ -74,7 +74,7 @@ def bucket(d: Draft, k: int = 0, sure: bool = False) -> Bucket:
 
 def _prior(b: Bucket) -> float:
     source, edge, support, _sure = b
-    if source in ("history", "corpus"):
+    if source in ("history", "document", "corpus"):
         return _HISTORY_PRIORS[support][edge]
     return POOL_PRIOR
 

@@ -4,8 +4,9 @@ Suffix matches, then n-grams (``DraftSources`` ranks them together):
 - the history (prompt, earlier turns and the reply so far): the longest
   earlier occurrence of the current context's last tokens, and what followed
   it there (prompt lookup). The match length says how much to trust it.
-- earlier chats with the same model (``CorpusIndex``): the same lookup over
-  their text.
+- the documents attached to the chat (a ``CorpusIndex`` of their whole text,
+  the parts left out of the prompt too), then earlier chats with the same
+  model (another ``CorpusIndex``): the same lookup over their text.
 - the n-gram pool (Jacobi trajectories and history n-grams keyed by one
   token), and the pool kept from earlier replies (kept.py), for when the
   context has not occurred before.
@@ -37,8 +38,9 @@ class Draft:
 
     ``source`` is the kind of lookup that found it, which Auto keeps its
     acceptance statistics by: "history" (a suffix match in this reply's text
-    and what came before it), "corpus" (a suffix match in earlier chats) or
-    "pool" (an n-gram keyed by the last token alone). ``origin`` is where its
+    and what came before it), "document" (a suffix match in the attached
+    documents), "corpus" (a suffix match in earlier chats) or "pool" (an
+    n-gram keyed by the last token alone). ``origin`` is where its
     tokens came from, for accounting: "prompt", "history", "reply",
     "other_chats", "window", "kept", …
     """
@@ -169,11 +171,15 @@ class CorpusIndex:
     by a separator no draft runs across. Fed between generations (see Engine.remember_chat).
     """
 
-    source = "corpus"
-    origin = "other_chats"
     SEPARATOR = -1
 
-    def __init__(self, max_tokens: int = 100_000, max_positions: int = 16) -> None:
+    def __init__(
+        self, max_tokens: int = 100_000, max_positions: int = 16, source: str = "corpus", origin: str = "other_chats",
+    ) -> None:
+        """``source``: the bucket Auto keeps its acceptance in; ``origin``: what accepted drafts are counted as
+        (earlier chats: "corpus", "other_chats"; attached documents: "document", "document")."""
+        self.source = source
+        self.origin = origin
         self.max_tokens = max_tokens
         self.max_positions = max_positions
         self._tokens: list[int] = []
@@ -228,12 +234,15 @@ class DraftSources:
     pool: NgramPool  # this reply's n-grams and the Jacobi window's trajectories
     corpus: CorpusIndex | None = None  # earlier chats with this model
     kept: NgramPool | None = None  # n-grams kept from earlier replies of this model
+    documents: CorpusIndex | None = None  # the chat's attached documents, whole
 
     def matches(self, token: int, length: int, count: int) -> list[Draft]:
-        """Suffix-match drafts: this reply's history first, then earlier chats."""
+        """Suffix-match drafts: this reply's history first, then the attached documents, then earlier chats."""
         drafts = self.history.propose(token, length, count)
-        if self.corpus is not None and len(drafts) < count + 1:
-            for d in self.corpus.propose(self.history.tokens, length, 1):
+        for corpus in (self.documents, self.corpus):
+            if corpus is None or len(drafts) >= count + 1:
+                continue
+            for d in corpus.propose(self.history.tokens, length, 1):
                 if not any(o.tokens[: len(d.tokens)] == d.tokens for o in drafts):
                     drafts.append(d)
         return drafts

@@ -70,8 +70,8 @@ class StepEvent:
     choice: str = ""  # why the step had this shape (Auto explains itself here)
     # Where this step's accepted draft tokens came from ("" when none landed): "prompt" (the conversation
     # being answered), "history" (turns left out of the context, the text being regenerated), "reply" (this
-    # reply so far), "other_chats" (earlier chats with this model), "window" (Jacobi trajectories), "kept"
-    # (n-grams kept from earlier replies).
+    # reply so far), "document" (the chat's attached documents, whole), "other_chats" (earlier chats with this
+    # model), "window" (Jacobi trajectories), "kept" (n-grams kept from earlier replies).
     draft_source: str = ""
     # One entry per token of ``token_ids``: "own" for the token the model picked itself at the end of the step
     # (every plain step's), else the ``draft_source`` of the verified draft it came from.
@@ -151,7 +151,7 @@ class Generation:
             self._index.extend(history, "history")
             self._index.extend(prompt, "prompt")
             self._lookahead = LookaheadDecoder(engine.ctx, engine.batch, drawer, self._pool, JacobiWindow(prompt))
-            sources = DraftSources(self._index, self._pool, engine.corpus, engine.kept)
+            sources = DraftSources(self._index, self._pool, engine.corpus, engine.kept, engine.documents)
             self._fixed = FixedPolicy(sources)
             self._auto = AutoPolicy(sources, engine.live_costs, engine.acceptance)
             model = engine.model

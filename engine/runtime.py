@@ -147,6 +147,9 @@ class Engine:
         # replies. None until a caller opens them (the app: use_memory); benchmarks set their own.
         self.corpus: CorpusIndex | None = None
         self.kept: NgramPool | None = None
+        # The attached documents of the chat being answered, whole (set_documents); their drafts count as "document".
+        self.documents: CorpusIndex | None = None
+        self._documents_key: tuple[str, ...] = ()
         self._kept_on_disk = False
         self._kept_changed = False
         self._kept_saved_at = 0.0
@@ -283,6 +286,23 @@ class Engine:
         """Add a chat's text (token ids, its messages in order) to the drafts from earlier chats."""
         if self.corpus is not None:
             self.corpus.add(tokens)
+
+    def set_documents(self, texts: Sequence[str]) -> None:
+        """Draft from these documents' whole text (the parts not in the prompt too) until set again.
+
+        Setting the same texts again keeps the index (a chat's next turn); ``[]`` drops it.
+        """
+        key = tuple(texts)
+        if key == self._documents_key:
+            return
+        self._documents_key = key
+        if not texts:
+            self.documents = None
+            return
+        index = CorpusIndex(max_tokens=1_000_000, source="document", origin="document")
+        for text in texts:  # a document's "<|im_end|>" is text, not a control token
+            index.add(self.model.tokenize(text, add_special=False, parse_special=False))
+        self.documents = index
 
     def keep_ngrams(self, pool: NgramPool) -> None:
         """Merge a finished reply's n-grams into the kept pool (when there is one)."""

@@ -94,3 +94,40 @@ def test_lookahead_equals_plain_on_every_workload_with_every_draft_source_and_a_
             engine.remember_chat(engine.tokenize(w.prompt, add_special=False) + plain.token_ids)
     finally:
         engine.plan_with(None)
+
+
+@pytest.fixture
+def document_engine(engine):
+    """The shared engine drafting from no documents and no earlier chats, put back as it was afterwards."""
+    saved = engine.corpus, engine.kept
+    engine.corpus = engine.kept = None
+    yield engine
+    engine.set_documents([])
+    engine.corpus, engine.kept = saved
+
+
+def test_a_reply_drafts_from_an_attached_document_that_is_not_in_its_prompt(document_engine):
+    engine = document_engine
+    prompt = engine.render_chat([Message("user", "Describe how a bicycle's gears work, step by step.")])
+    first = _reply(engine, prompt, None)
+    # A document that holds the reply (as a manual would hold the answer), attached but not in the prompt.
+    document = "Notes from the workshop.\n\n" + engine.detokenize(first.token_ids) + "\n\nEnd of notes."
+    engine.set_documents([document])
+    with auto_on_curve(engine, DEFAULT_CURVE):  # what Auto drafts, not what this CPU makes worth it
+        again = _reply(engine, prompt, DEFAULT_LOOKAHEAD)
+    assert again.token_ids == first.token_ids  # drafts change the speed, never the text
+    assert again.accepted_by_source.get("document", 0) > 20, again.accepted_by_source
+    engine.set_documents([])
+    alone = _reply(engine, prompt, DEFAULT_LOOKAHEAD)
+    assert "document" not in alone.accepted_by_source and alone.token_ids == first.token_ids
+
+
+def test_setting_the_same_documents_again_keeps_their_index_and_an_empty_list_drops_it(document_engine):
+    engine = document_engine
+    engine.set_documents(["one short document", "and another one here"])
+    index = engine.documents
+    assert index is not None and index.origin == "document" and len(index) > 6
+    engine.set_documents(["one short document", "and another one here"])
+    assert engine.documents is index
+    engine.set_documents([])
+    assert engine.documents is None
