@@ -27,6 +27,7 @@ class Workload:
     id: str
     cat: str
     prompt: str
+    attach: tuple[str, ...] = ()  # files attached to the message (paths), for the "docs" category
 
 
 @dataclass
@@ -307,3 +308,72 @@ def _roll_up(cat: str, results: Sequence[PromptResult]) -> CategoryRow:
         identical=sum(r.identical for r in results),
         oracle_bound=geomean(oracle) if oracle else None,
     )
+
+
+# --- repeated runs: what a comparison may claim ---
+
+
+def same_steps(plain: RunStats, other: RunStats) -> bool:
+    """True when ``other`` committed as many tokens per forward pass as ``plain``: it saved no steps.
+
+    Two such runs do the same number of forward passes for their tokens, so
+    any difference in their times is the machine's, not the decoder's.
+    """
+    return plain.steps * other.n_tokens == other.steps * plain.n_tokens
+
+
+def predicted_gain(plain: RunStats, other: RunStats) -> float:
+    """What the steps alone predict ``other`` gains over ``plain``: the ratio of their ``predicted_speedup``.
+
+    Leaves out the machine (how busy it was, how warm): a difference that this
+    does not predict came from there. 0.0 when either run's steps carry no cost.
+    """
+    if plain.predicted_speedup <= 0 or other.predicted_speedup <= 0:
+        return 0.0
+    return other.predicted_speedup / plain.predicted_speedup
+
+
+@dataclass(frozen=True)
+class RatioRange:
+    """A ratio measured ``n`` times: its middle value and the lowest and highest measured."""
+
+    value: float
+    low: float
+    high: float
+    n: int
+
+    @property
+    def spread(self) -> float:
+        """(high - low) relative to the value: 0.02 means the repeats agree within 2%."""
+        if self.high == self.low:
+            return 0.0
+        return (self.high - self.low) / self.value if self.value > 0 else math.inf
+
+    def includes(self, x: float) -> bool:
+        return self.low <= x <= self.high
+
+
+def ratio_range(ratios: Sequence[float]) -> RatioRange:
+    """The median of ``ratios`` (the lower one of an even count: always a measured value) and their extremes."""
+    if not ratios:
+        return RatioRange(0.0, 0.0, 0.0, 0)
+    ordered = sorted(ratios)
+    return RatioRange(ordered[(len(ordered) - 1) // 2], ordered[0], ordered[-1], len(ordered))
+
+
+def median_run(runs: Sequence[RunStats]) -> RunStats:
+    """The run of median decoding speed (the slower of the middle two for an even count).
+
+    A measured run rather than averaged numbers, so the run shown and the times
+    quoted are one and the same. With the lower median for both decoders, the
+    speedup of the two median runs lies within the range of the pairs' speedups.
+    """
+    if not runs:
+        raise ValueError("no runs")
+    ordered = sorted(runs, key=lambda r: r.tokens_per_s)
+    return ordered[(len(ordered) - 1) // 2]
+
+
+def ran_busy(events: Iterable[StepEvent]) -> bool:
+    """True when any step's threads waited for a core or ran fewer than the engine may use (another program's load)."""
+    return any(ev.contended or 0 < ev.threads < ev.max_threads for ev in events)

@@ -1,8 +1,10 @@
 """The comparison tab: plain decoding on the left, lookahead on the right, one input.
 
-The worker measures the two runs one after the other (``app.compare``); this
-view then replays both side by side, each pane on its own clock advancing by
-the step times that were measured, redrawn by one ~30 Hz timer.
+The worker measures the two decoders in turns, repeated (``app.compare``);
+this view then replays each one's median run side by side, each pane on its
+own clock advancing by the step times that were measured, redrawn by one
+~30 Hz timer, and shows the verdict ``app.compare.Verdict`` words: the panes'
+clocks and figures and the verdict's times are the same two runs' numbers.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from .marked_text import MarksLegend, source_colour
 from .stats_view import StepChart
 
 DIVERGENCE_COLOUR = QColor(255, 170, 0, 150)  # amber: readable on light and dark bases
+PROGRESS_STEPS = 1000  # the progress bar's range once the planned runs are known
 
 
 def lookahead_title(config: LookaheadConfig) -> str:
@@ -50,7 +53,9 @@ class ComparePane(QGroupBox):
         font.setPointSizeF(font.pointSizeF() * 1.6)
         font.setBold(True)
         self.clock.setFont(font)
-        self.clock.setToolTip("This decoder's own clock: prompt evaluation plus its measured steps")
+        self.clock.setToolTip(
+            "This decoder's own clock: its measured steps (the prompt's evaluation, the same for both, is left out)"
+        )
         self.state = QLabel()
         self.numbers = QLabel()
         self.numbers.setWordWrap(True)  # two panes side by side must not widen the window
@@ -133,8 +138,8 @@ class ComparePane(QGroupBox):
     def _show_numbers(self) -> None:
         s = self.stats
         text = f"{s.tokens_per_s:.1f} tok/s · {s.steps} steps · {s.n_tokens} tokens · {s.tokens_per_step:.2f} tok/step"
-        if s.prefill_s > 0:  # the clock includes the prompt's evaluation; the speedup does not
-            text += f" · prompt {s.prefill_s:.2f} s"
+        if s.prefill_s > 0:  # neither the clock nor the speedup counts the prompt's evaluation
+            text += f" · prompt {s.prefill_s:.2f} s before the clock"
         self.numbers.setText(text)
 
     def highlight(self, offset: int, length: int, tip: str) -> None:
@@ -194,6 +199,7 @@ class CompareView(QWidget):
         self.status = QLabel("Type a prompt and press Compare.")
         self.progress = QProgressBar()
         self.progress.setMaximumWidth(200)
+        self.progress.setToolTip("The planned runs of both decoders (it may end early once their times agree)")
         self.progress.setVisible(False)
         self.skip_button = QPushButton("Skip replay")
         self.skip_button.setToolTip("Show both finished replies now")
@@ -298,10 +304,10 @@ class CompareView(QWidget):
         for pane in (self.plain_pane, self.lookahead_pane):
             pane.state.setText("waiting")
         self.verdict.setText("")
-        self.progress.setRange(0, 2 * request.stop.max_tokens)
+        self.progress.setRange(0, 0)  # busy until the first run has shown how many runs fit
         self.progress.setValue(0)
         self.progress.setVisible(True)
-        self.status.setText(f"Measuring {first} decoding…")
+        self.status.setText(f"Measuring {first} decoding, run 1…")
         self._update_buttons()
         self.busyChanged.emit(True)
 
@@ -325,7 +331,7 @@ class CompareView(QWidget):
             self._skip = True  # nothing to race: show what was measured at once
             self._on_replay_tick()
             return
-        self.status.setText("Replaying both runs at their measured speed…")
+        self.status.setText("Replaying each decoder's median run at its measured speed…")
         for pane in (self.plain_pane, self.lookahead_pane):
             pane.state.setText("running")
         self.skip_button.setVisible(True)
@@ -380,14 +386,16 @@ class CompareView(QWidget):
 
     @Slot(list)
     def _on_progress_flushed(self, updates: list[CompareProgress]) -> None:
-        request = self._request
-        if request is None or not updates:
+        if self._request is None or not updates:
             return
         last = updates[-1]
-        first_phase = PLAIN if request.plain_first else LOOKAHEAD
-        done_before = 0 if last.phase == first_phase else request.stop.max_tokens
-        self.progress.setValue(min(self.progress.maximum(), done_before + last.n_tokens))
-        self.status.setText(f"Measuring {last.phase} decoding… {last.n_tokens} tokens")
+        fraction = last.fraction
+        if fraction is not None:
+            if self.progress.maximum() != PROGRESS_STEPS:
+                self.progress.setRange(0, PROGRESS_STEPS)
+            self.progress.setValue(max(self.progress.value(), round(fraction * PROGRESS_STEPS)))
+        of = f" of up to {last.planned_runs}" if last.planned_runs else ""
+        self.status.setText(f"Measuring {last.phase} decoding, run {last.run + 1}{of}… {last.n_tokens} tokens")
 
     @Slot()
     def _on_replay_tick(self) -> None:
@@ -426,21 +434,19 @@ class CompareView(QWidget):
 
     def _show_verdict(self, result: CompareResult) -> None:
         if not result.complete:
-            self.status.setText("Stopped before both runs finished: no comparison.")
+            self.status.setText("Stopped before one A-B-B-A block of runs finished: no comparison.")
             self.verdict.setText("<b>Stopped.</b> Press Compare to run the prompt again.")
             for pane in (self.plain_pane, self.lookahead_pane):
                 pane.state.setText("stopped" if pane.shown else "")
             self.compareCompleted.emit(result)
             return
-        assert result.plain is not None and result.lookahead is not None
-        self.status.setText("Done.")
-        plain, la = result.plain.stats, result.lookahead.stats
-        speed = (
-            f"<b>Speedup {result.speedup:.2f}×</b> "
-            f"(lookahead {la.tokens_per_s:.1f} ÷ plain {plain.tokens_per_s:.1f} tokens per second of decoding: "
-            f"{la.n_tokens} tokens in {la.decode_s:.2f} s, {plain.n_tokens} in {plain.decode_s:.2f} s; "
-            f"{la.tokens_per_step:.2f} tokens per step)"
-        )
+        verdict = result.verdict
+        assert verdict is not None
+        pairs = verdict.measured.n
+        self.status.setText(f"Done: {pairs} pair{'s' if pairs != 1 else ''} of runs.")
+        speed = f"<b>{verdict.headline}</b> ({_escape(verdict.explanation)}) · {_escape(verdict.times)}"
+        if verdict.notice:
+            speed = f"<b>{_escape(verdict.notice)}</b><br>{speed}"
         div = result.divergence
         if result.identical:
             same = "Texts identical: <b>yes</b>"

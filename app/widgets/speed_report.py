@@ -36,9 +36,11 @@ from ..compare import (
     SpeedReportOutcome,
     SpeedReportProgress,
     category_cells,
+    predicted_by_category,
     prompt_cells,
     report_csv,
     report_markdown,
+    report_summary,
 )
 
 DEFAULT_MAX_TOKENS = 64
@@ -112,8 +114,14 @@ class SpeedReportDialog(QDialog):
         # --- results ---
         self.prompt_table = self._table(PROMPT_COLUMNS)
         speedup_header = QTableWidgetItem("speedup")
-        speedup_header.setToolTip("lookahead tok/s ÷ plain tok/s (the time ratio when the texts are identical)")
+        speedup_header.setToolTip(
+            "lookahead tok/s ÷ plain tok/s of each decoder's median run, with the range over the repeated pairs; "
+            "claimed only where lookahead saved steps and every pair says the same side of 1.00×"
+        )
         self.prompt_table.setHorizontalHeaderItem(PROMPT_COLUMNS.index("speedup"), speedup_header)
+        predict_header = QTableWidgetItem("steps predict")
+        predict_header.setToolTip("The gain lookahead's steps alone predict (tokens ÷ the steps' cost), machine aside")
+        self.prompt_table.setHorizontalHeaderItem(PROMPT_COLUMNS.index("steps predict"), predict_header)
         self.category_table = self._table(CATEGORY_COLUMNS)
         self.category_table.setMaximumHeight(170)
         right = QWidget()
@@ -123,6 +131,9 @@ class SpeedReportDialog(QDialog):
         right_layout.addWidget(self.prompt_table, 1)
         right_layout.addWidget(QLabel("Per category"))
         right_layout.addWidget(self.category_table)
+        self.summary = QLabel()  # report_summary: the measured and the predicted gain over every row
+        self.summary.setWordWrap(True)
+        right_layout.addWidget(self.summary)
         splitter = QSplitter(Qt.Orientation.Horizontal)
         splitter.addWidget(left)
         splitter.addWidget(right)
@@ -132,7 +143,7 @@ class SpeedReportDialog(QDialog):
         # --- run, cancel, export ---
         self.progress = QProgressBar()
         self.progress.setFormat("%v / %m prompts")
-        self.progress.setValue(0)
+        self._total = len(self.workloads)  # prompts of the running or last report; before one, the selection
         self.status = QLabel()
         self.run_button = QPushButton("Run")
         self.run_button.setDefault(True)
@@ -155,6 +166,8 @@ class SpeedReportDialog(QDialog):
         layout.addWidget(splitter, 1)
         layout.addWidget(self.status)
         layout.addLayout(bottom)
+        self.tree.itemChanged.connect(self._on_selection_changed)
+        self._show_count()
         self._update_buttons()
 
     @staticmethod
@@ -194,6 +207,17 @@ class SpeedReportDialog(QDialog):
     def set_all_checked(self, checked: bool) -> None:
         self.set_selected([w.id for w in self.workloads] if checked else [])
 
+    def _show_count(self) -> None:
+        """The counter: the rows listed, of the prompts planned (never more than that, never another count)."""
+        self.progress.setRange(0, max(self._total, len(self.results)))
+        self.progress.setValue(len(self.results))
+
+    @Slot(QTreeWidgetItem, int)
+    def _on_selection_changed(self, _item: QTreeWidgetItem, _column: int) -> None:
+        if not self.is_running() and not self.results:
+            self._total = len(self.selected_workloads())
+            self._show_count()
+
     def _update_buttons(self) -> None:
         running = self.is_running()
         self.run_button.setEnabled(self._ready and not running)
@@ -211,8 +235,9 @@ class SpeedReportDialog(QDialog):
         self.results = []
         self.prompt_table.setRowCount(0)
         self.category_table.setRowCount(0)
-        self.progress.setRange(0, total)
-        self.progress.setValue(0)
+        self.summary.setText("")
+        self._total = total
+        self._show_count()
         self.status.setText(f"Running {total} prompt(s)…")
         self._update_buttons()
 
@@ -221,16 +246,25 @@ class SpeedReportDialog(QDialog):
         if progress.request_id != self._request_id:
             return
         self.results.append(progress.result)
-        row = self._append_row(self.prompt_table, prompt_cells(progress.result), first_number=2)
-        div = progress.result.first_divergence
+        r = progress.result
+        row = self._append_row(self.prompt_table, prompt_cells(r), first_number=2)
+        speedup_item = row[PROMPT_COLUMNS.index("speedup")]
+        if r.extra.get("same_steps"):
+            speedup_item.setToolTip(
+                f"Lookahead took the same steps as plain: the measured {r.speedup:.2f}× is the machine's, "
+                "not lookahead's"
+            )
+        elif "pairs" in r.extra:
+            speedup_item.setToolTip(f"measured {r.speedup:.2f}× over {r.extra['pairs']} pairs of runs")
+        div = r.first_divergence
         if div:
             row[-1].setToolTip(
                 f"first different token #{div['index']}: plain {div['plain_piece']!r} vs lookahead "
                 f"{div['lookahead_piece']!r} (plain top-2 logit gap {div['plain_top2_gap']})"
             )
         self._fill_categories()
-        self.progress.setValue(progress.done)
-        self.status.setText(f"{progress.done} of {progress.total} prompt(s) done…")
+        self._show_count()
+        self.status.setText(f"{len(self.results)} of {self._total} prompt(s) done…")
         self._update_buttons()
         self.rowAdded.emit(progress.result)
 
@@ -239,12 +273,14 @@ class SpeedReportDialog(QDialog):
         if outcome.request_id != self._request_id:
             return
         self._request_id = None
+        self._show_count()
         if outcome.error:
             self.status.setText(f"Failed after {len(self.results)} prompt(s): {outcome.error}")
         elif outcome.cancelled:
             self.status.setText(f"Cancelled after {len(self.results)} of {outcome.total} prompt(s).")
         else:
             self.status.setText(f"Done: {len(self.results)} prompt(s).")
+        self.summary.setText(report_summary(self.results) if self.results else "")
         self._update_buttons()
         self.reportEnded.emit(outcome)
 
@@ -272,8 +308,10 @@ class SpeedReportDialog(QDialog):
 
     def _fill_categories(self) -> None:
         self.category_table.setRowCount(0)
+        predicted = predicted_by_category(self.results)
         for row in by_category(self.results):
-            self._append_row(self.category_table, category_cells(row), first_number=1)
+            self._append_row(self.category_table, category_cells(row, predicted[row.cat]), first_number=1)
+        self.summary.setText(report_summary(self.results))
 
     def table_text(self, table: QTableWidget) -> list[list[str]]:
         def text(r: int, c: int) -> str:
