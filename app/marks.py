@@ -104,3 +104,118 @@ class TokenMarks:
         except (ValueError, TypeError):
             return None
         return cls(runs) if at == len(text) else None
+
+
+# How far ahead a piece of rendered text is looked for in the source after Markdown syntax (a link's address, a
+# fence's language): far enough for any syntax, near enough that a common word does not match a later one.
+_RESUME_WINDOW = 2048
+_ANCHOR = 12  # characters of rendered text that must match where the source resumes
+
+
+def rendered_positions(source: str, rendered: str) -> list[int]:
+    """For each character of ``rendered`` (Markdown as shown), the index in ``source`` it shows, or -1."""
+    out = [-1] * len(rendered)
+    for at, i, length in aligned_pieces(source, rendered):
+        out[at : at + length] = range(i, i + length)
+    return out
+
+
+def aligned_pieces(source: str, rendered: str) -> list[tuple[int, int, int]]:
+    """The pieces of ``rendered`` (Markdown as shown) that show ``source`` as written: (at, index in source, length).
+
+    Markdown drops its syntax (``**``, fences, list markers, link addresses) and turns
+    line ends into breaks, but keeps the order of the text. So the two texts are walked
+    together: equal stretches (and any whitespace against any) pair up; where they differ
+    the source holds syntax, skipped up to the next place the rendered text resumes.
+    Rendered characters no source character shows (a list's break, an entity's glyph)
+    are in no piece. Equal stretches are compared whole, so a long reply costs little.
+    """
+    pieces: list[tuple[int, int, int]] = []
+
+    def pair(at: int, i: int, length: int) -> None:
+        if pieces and pieces[-1][0] + pieces[-1][2] == at and pieces[-1][1] + pieces[-1][2] == i:
+            pieces[-1] = (pieces[-1][0], pieces[-1][1], pieces[-1][2] + length)
+        else:
+            pieces.append((at, i, length))
+
+    i = j = 0
+    while i < len(source) and j < len(rendered):
+        s, r = source[i], rendered[j]
+        if s == r:
+            length = _common_length(source, i, rendered, j)
+            pair(j, i, length)
+            i += length
+            j += length
+        elif s.isspace() and r.isspace():
+            pair(j, i, 1)
+            i += 1
+            j += 1
+        elif s.isspace():  # an indent or a line end Markdown swallowed
+            i += 1
+        else:
+            k = _resume(source, i, rendered, j)
+            if k < 0:
+                j += 1  # shown from no source character as written (a break between blocks, an entity's glyph)
+            else:
+                i = k
+    return pieces
+
+
+def _common_length(a: str, i: int, b: str, j: int) -> int:
+    """How many characters ``a[i:]`` and ``b[j:]`` share at their start (at least 1: the caller saw one)."""
+    # Gallop out, then halve back: a few slice comparisons rather than a Python loop per character.
+    limit = min(len(a) - i, len(b) - j)
+    low, step = 1, 16
+    while low < limit:
+        probe = min(limit, low + step)
+        if a[i : i + probe] != b[j : j + probe]:
+            high = probe - 1
+            break
+        low, step = probe, step * 2
+    else:
+        return low
+    while low < high:
+        middle = (low + high + 1) // 2
+        if a[i : i + middle] == b[j : j + middle]:
+            low = middle
+        else:
+            high = middle - 1
+    return low
+
+
+def _resume(source: str, i: int, rendered: str, j: int) -> int:
+    """Where in ``source`` (from ``i``) the rendered text at ``j`` goes on, or -1 if it is nowhere near."""
+    line_end = rendered.find("\n", j)
+    anchor = rendered[j : min(j + _ANCHOR, line_end if line_end >= 0 else len(rendered))]
+    for length in dict.fromkeys((len(anchor), 3, 1)):  # a shorter anchor if syntax also sits inside the line
+        if 0 < length <= len(anchor):
+            window = _RESUME_WINDOW if length > 1 else 16  # a single character only close by
+            k = source.find(anchor[:length], i, i + window)
+            if k >= 0:
+                return k
+    return -1
+
+
+def rendered_spans(runs: list[Run], pieces: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
+    """Where each run shows: (rendered start, end, run index), in order, from ``aligned_pieces``."""
+    spans: list[tuple[int, int, int]] = []
+    run_ends, at = [], 0
+    for run in runs:
+        at += len(run.text)
+        run_ends.append(at)
+    k = 0
+    for shown, i, length in pieces:
+        end = i + length
+        while i < end and k < len(run_ends):
+            while k < len(run_ends) and i >= run_ends[k]:
+                k += 1
+            if k == len(run_ends):
+                break
+            stop = min(end, run_ends[k])
+            first, last = shown + i - (end - length), shown + stop - (end - length)
+            if spans and spans[-1][1] == first and spans[-1][2] == k:
+                spans[-1] = (spans[-1][0], last, k)  # one run across pieces that meet
+            else:
+                spans.append((first, last, k))
+            i = stop
+    return spans

@@ -58,7 +58,22 @@ def test_stored_marks_come_back_only_for_the_text_they_describe():
     assert TokenMarks.from_json("Hi there", '[[2, "prompt"]]') is None
 
 
-def test_the_marked_view_draws_runs_as_they_grow_with_a_tooltip_per_run(qtbot):
+def test_markdown_syntax_is_skipped_when_runs_are_found_in_the_rendered_text():
+    from app.marks import rendered_positions
+
+    def shown(source: str, rendered: str) -> str:
+        return "".join(source[i] if i >= 0 else "?" for i in rendered_positions(source, rendered))
+
+    assert shown("**bold** and `code`", "bold and code") == "bold and code"
+    source = "Intro\n\n```python\nprint(1)\n```\n\n- one\n- [two](http://two.example/two)"
+    positions = rendered_positions(source, "Intro\nprint(1)\none\ntwo")
+    assert positions[6] == source.index("print(1)")  # not the "p" of the fence's "python"
+    assert positions[-3:] == [source.index("[two]") + k for k in (1, 2, 3)]  # not the link's address
+    assert shown("a &amp; b", "a & b") == "a & b"
+    assert rendered_positions("abc", "xyz") == [-1, -1, -1]  # nothing in common: nothing is claimed
+
+
+def test_the_marked_view_redraws_runs_as_they_grow_with_a_tooltip_per_run(qtbot):
     from app.widgets.marked_text import MarkedView, source_colour
 
     view = MarkedView()
@@ -67,22 +82,19 @@ def test_the_marked_view_draws_runs_as_they_grow_with_a_tooltip_per_run(qtbot):
     marks = TokenMarks()
     marks.observe(event(0, ("Hello",), (OWN,), batch=1))
     view.show_marks(marks)
-    marks.observe(event(1, (" big", " world"), ("prompt", OWN)))
+    marks.observe(event(1, (" **big**", " world"), ("prompt", OWN)))
     view.show_marks(marks)
     marks.observe(event(1, ("!",), (OWN,)))  # the last run grows
     view.show_marks(marks)
     assert view.toPlainText() == "Hello big world!"
     block = view.document().firstBlock()
-    fragments = []
-    it = block.begin()
-    while not it.atEnd():
-        f = it.fragment()
-        fragments.append((f.text(), f.charFormat().toolTip(), f.charFormat().background().color().name()))
-        it += 1
-    tinted = [f for f in fragments if f[0] == " big"]
-    assert tinted and "prompt" in tinted[0][1] and "batch of 4" in tinted[0][1]
-    assert tinted[0][2] == source_colour("prompt", False).name()
-    assert "".join(f[0] for f in fragments) == "Hello big world!"
+    tinted = [(block.text()[r.start : r.start + r.length], r.format.background().color().name())
+              for r in block.layout().formats() if r.format.hasProperty(QTextFormat.Property.BackgroundBrush)]
+    assert tinted == [(" big", source_colour("prompt", False).name())]  # bold, yet tinted: its stars not shown
+    big = view.toPlainText().index("big")
+    assert view.run_at(big) == 1 and view.run_at(0) == 0
+    tip = view.marks.runs[view.run_at(big)].describe()
+    assert "prompt" in tip and "batch of 4" in tip
 
 
 def test_a_reply_that_repeats_the_prompt_is_marked_kept_and_copied_plain(qtbot, make_window, monkeypatch):
@@ -103,7 +115,7 @@ def test_a_reply_that_repeats_the_prompt_is_marked_kept_and_copied_plain(qtbot, 
     assert "".join(r.text for r in runs) == record.text  # no token lost or doubled
     assert sum(len(r.text) for r in runs if r.source == "prompt") >= 10, [(r.text, r.source) for r in runs]
     assert bubble.marked is not None and not bubble.marked.isHidden() and bubble.body.isHidden()
-    assert bubble.marked.toPlainText() == record.text
+    assert bubble.marked.toPlainText() == rendered(record.text)  # Markdown, with the tints on top
     assert not first.chat_pane.legend.isHidden()
     bubble.copy_button.click()
     assert QGuiApplication.clipboard().text() == record.text
@@ -113,11 +125,22 @@ def test_a_reply_that_repeats_the_prompt_is_marked_kept_and_copied_plain(qtbot, 
     assert second.show_lookahead_action.isChecked()
     again = second.chat_view.bubbles()[-1]
     assert again.marks is not None and again.marks.runs == runs
-    assert again.marked is not None and again.marked.toPlainText() == record.text
+    assert again.marked is not None and again.marked.toPlainText() == rendered(record.text)
     second.show_lookahead_action.setChecked(False)  # back to Markdown
     assert not again.body.isHidden() and again.marked.isHidden()
     assert second.chat_pane.legend.isHidden()
     assert AppSettings.load().show_lookahead is False
+
+
+def rendered(text: str) -> str:
+    """``text`` as the chat shows Markdown."""
+    from app.widgets.markdown_view import MarkdownView
+
+    view = MarkdownView()
+    view.set_markdown(text)
+    shown = view.toPlainText()
+    view.deleteLater()
+    return shown
 
 
 @pytest.mark.usefixtures("app_home")

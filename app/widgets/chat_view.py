@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from PySide6.QtCore import Qt, QTimer, Signal, Slot
-from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import (
     QFrame,
     QGraphicsOpacityEffect,
@@ -13,21 +12,34 @@ from PySide6.QtWidgets import (
     QLabel,
     QScrollArea,
     QSizePolicy,
-    QToolButton,
     QVBoxLayout,
     QWidget,
 )
 
 from ..marks import TokenMarks
-from .markdown_view import MarkdownView
+from .markdown_view import ActionButton, CopyButton, MarkdownView
 from .marked_text import MarkedView
 
 _ROLE_TITLES = {"user": "You", "assistant": "Assistant", "system": "System"}
 FLASH_MS = 1500  # how long a message found by a search stays outlined
 
 
+def tab_stops(owner: QWidget, start: QWidget) -> list[QWidget]:
+    """The widgets of ``owner`` that Tab stops at, in tab order from just after ``start`` to the first not its own."""
+    stops = []
+    widget = start.nextInFocusChain()
+    while widget is not None and widget is not start and owner.isAncestorOf(widget):
+        if widget.focusPolicy() & Qt.FocusPolicy.TabFocus:
+            stops.append(widget)
+        widget = widget.nextInFocusChain()
+    return stops
+
+
 class MessageBubble(QFrame):
     """One message: who, its alternatives (‹ 2/3 ›), the Markdown text, actions, and (for replies) the stats line.
+
+    Tab reaches the actions in the order they are shown (‹ › Edit Regenerate Fork Copy),
+    then the text and its code blocks' copy buttons; Enter or Space presses a button.
 
     Signals:
         editRequested(int): "Edit" on a user message (its store id).
@@ -55,18 +67,20 @@ class MessageBubble(QFrame):
         font.setBold(True)
         self.title.setFont(font)
 
-        self.copy_button = self._tool_button("Copy", "Copy this message as Markdown", self._on_copy)
-        self.edit_button = self._tool_button("Edit", "Edit and resend (the original stays)", self._on_edit)
-        self.regenerate_button = self._tool_button("Regenerate", "Generate this reply again", self._on_regenerate)
-        self.fork_button = self._tool_button("Fork", "A new chat with the conversation up to here", self._on_fork)
-        self.edit_button.setVisible(role == "user")
-        self.regenerate_button.setVisible(False)  # only the last reply, set by the chat view
-
+        # Made in the order they are shown, which is the order Tab takes.
         # ‹ 2/3 ›: this message's alternatives (edits, regenerated replies); the chat goes on from the one shown.
         self.alternatives: list[int] = []
         self.previous_button = self._tool_button("‹", "The previous alternative", self._on_previous)
+        self.previous_button.setAccessibleName("Previous alternative")
         self.alternative_label = QLabel()
         self.next_button = self._tool_button("›", "The next alternative", self._on_next)
+        self.next_button.setAccessibleName("Next alternative")
+        self.edit_button = self._tool_button("Edit", "Edit and resend (the original stays)", self._on_edit)
+        self.regenerate_button = self._tool_button("Regenerate", "Generate this reply again", self._on_regenerate)
+        self.fork_button = self._tool_button("Fork", "A new chat with the conversation up to here", self._on_fork)
+        self.copy_button = CopyButton("Copy", "Copy this message as Markdown", self.text, self)
+        self.edit_button.setVisible(role == "user")
+        self.regenerate_button.setVisible(False)  # only the last reply, set by the chat view
         self._actions_enabled = True
         self.highlighted = False
 
@@ -105,16 +119,18 @@ class MessageBubble(QFrame):
         self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Maximum)
         self.set_alternatives([])
 
-    def _tool_button(self, text: str, tip: str, slot: Callable[[], object]) -> QToolButton:
-        button = QToolButton(self)
-        button.setText(text)
-        button.setToolTip(tip)
-        button.setAutoRaise(True)
+    def _tool_button(self, text: str, tip: str, slot: Callable[[], object]) -> ActionButton:
+        button = ActionButton(text, tip, self)
         button.clicked.connect(slot)
         return button
 
     def text(self) -> str:
+        """The message as written (Markdown): what Copy puts on the clipboard."""
         return self._text
+
+    def last_in_tab_order(self) -> QWidget:
+        """The last of this message's widgets that Tab reaches (the one the next message's follow)."""
+        return ([self.copy_button, *tab_stops(self, self.copy_button)])[-1]
 
     def set_text(self, text: str, marks: TokenMarks | None = None) -> None:
         """The message's text, and how lookahead got it (replies; drawn when Show lookahead is on)."""
@@ -153,6 +169,7 @@ class MessageBubble(QFrame):
         if self.marked is None:
             self.marked = MarkedView(self)
             self._layout.insertWidget(self._layout.indexOf(self.body), self.marked)
+            QWidget.setTabOrder(self.body, self.marked)  # where the text is in the tab order, not at the end
         assert self.marks is not None
         self.marked.show_marks(self.marks)
 
@@ -213,10 +230,6 @@ class MessageBubble(QFrame):
     def _end_flash(self) -> None:
         self.highlighted = False
         self.setStyleSheet("")
-
-    @Slot()
-    def _on_copy(self) -> None:
-        QGuiApplication.clipboard().setText(self.text())
 
     @Slot()
     def _on_edit(self) -> None:
@@ -334,10 +347,19 @@ class ChatView(QScrollArea):
         bubble.alternativeRequested.connect(self.alternativeRequested)
         bubble.forkRequested.connect(self.forkRequested)
         self._layout.insertWidget(self._layout.count() - 1, bubble)
+        self._chain_focus(bubble, self._bubbles[-1].last_in_tab_order() if self._bubbles else self)
         self._bubbles.append(bubble)
         self._empty.setVisible(False)
         self._update_regenerate()
         return bubble
+
+    @staticmethod
+    def _chain_focus(bubble: MessageBubble, after: QWidget) -> None:
+        # A new widget joins the end of its window's tab order, after every panel of the window; Tab should
+        # reach the messages from the chat in the order they are read instead.
+        for widget in tab_stops(bubble, bubble):
+            QWidget.setTabOrder(after, widget)
+            after = widget
 
     def mark_left_out(self, count: int) -> None:
         """The first ``count`` messages no longer fit the context: dim them, and draw a line where it now starts."""

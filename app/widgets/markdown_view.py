@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
+from collections.abc import Callable
 from functools import lru_cache
 
 from pygments.lexers import get_lexer_by_name
 from pygments.styles import get_style_by_name
 from pygments.util import ClassNotFound
-from PySide6.QtCore import QSize, Qt, Slot
+from PySide6.QtCore import QSize, Qt, QTimer, Signal, Slot
 from PySide6.QtGui import (
     QColor,
     QFont,
     QGuiApplication,
+    QKeyEvent,
     QPalette,
     QResizeEvent,
     QSyntaxHighlighter,
@@ -22,10 +25,13 @@ from PySide6.QtGui import (
     QTextCursor,
     QTextDocument,
     QTextFormat,
+    QTextOption,
 )
-from PySide6.QtWidgets import QSizePolicy, QTextBrowser, QWidget
+from PySide6.QtWidgets import QSizePolicy, QTextBrowser, QToolButton, QWidget
 
 _CODE_LANGUAGE = QTextFormat.Property.BlockCodeLanguage
+COPIED_MS = 1500  # how long a copy button says "Copied ✓"
+COPIED_TEXT = "Copied ✓"
 
 
 def palette_is_dark(palette: QPalette | None = None) -> bool:
@@ -79,11 +85,62 @@ def _lex(language: str, code: str) -> tuple[tuple[tuple[int, int, object], ...],
     return tuple(tuple(line) for line in lines)
 
 
+class ActionButton(QToolButton):
+    """A flat tool button that Tab reaches and Enter, Return or Space presses (Qt's own take Space only)."""
+
+    def __init__(self, text: str, tip: str, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setText(text)
+        self.setToolTip(tip)
+        self.setAutoRaise(True)
+        self.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
+
+    def keyPressEvent(self, event: QKeyEvent) -> None:  # noqa: N802 (Qt name)
+        if event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter) and not event.isAutoRepeat():
+            self.animateClick()
+            return
+        super().keyPressEvent(event)
+
+
+class CopyButton(ActionButton):
+    """Puts a text on the clipboard and says "Copied ✓" for a moment.
+
+    Signals:
+        copied(str): the text just put on the clipboard.
+    """
+
+    copied = Signal(str)
+
+    def __init__(self, text: str, tip: str, source: Callable[[], str], parent: QWidget | None = None) -> None:
+        super().__init__(text, tip, parent)
+        self.label = text
+        self.source = source  # called at each click: what to copy then
+        self._restore = QTimer(self)
+        self._restore.setSingleShot(True)
+        self._restore.setInterval(COPIED_MS)
+        self._restore.timeout.connect(self._on_restore)
+        self.clicked.connect(self._on_clicked)
+
+    @Slot()
+    def _on_clicked(self) -> None:
+        text = self.source()
+        QGuiApplication.clipboard().setText(text)
+        self.setText(COPIED_TEXT)
+        self._restore.start()
+        self.copied.emit(text)
+
+    @Slot()
+    def _on_restore(self) -> None:
+        self.setText(self.label)
+
+
 class CodeHighlighter(QSyntaxHighlighter):
-    """Colours the code blocks Qt's Markdown reader marks with a language.
+    """Colours the code blocks Qt's Markdown reader marks with a language, and lays tints over ranges of text.
 
     Qt keeps each line of a fenced block as its own text block; the whole fence
     is lexed at once (and cached) so multi-line strings and comments come out right.
+    Tints (``set_tints``) are drawn over the rendered text, code or not, without
+    changing the document: it stays the Markdown as read, quick to lay out.
     """
 
     def __init__(self, document: QTextDocument, dark: bool) -> None:
@@ -91,6 +148,15 @@ class CodeHighlighter(QSyntaxHighlighter):
         # Foreground colours only: the background stays the palette's.
         self._style = get_style_by_name("monokai" if dark else "default")
         self._formats: dict[object, QTextCharFormat] = {}
+        self._tints: list[tuple[int, int, QTextCharFormat]] = []  # (start, end, format), document positions
+        self._tint_starts: list[int] = []
+
+    def set_tints(self, tints: list[tuple[int, int, QTextCharFormat]], redraw: bool = True) -> None:
+        """Backgrounds over document ranges [start, end), in order (drawn at once unless ``redraw`` is off)."""
+        self._tints = tints
+        self._tint_starts = [start for start, _end, _fmt in tints]
+        if redraw:
+            self.rehighlight()
 
     def _format(self, ttype: object) -> QTextCharFormat:
         fmt = self._formats.get(ttype)
@@ -106,10 +172,31 @@ class CodeHighlighter(QSyntaxHighlighter):
             self._formats[ttype] = fmt
         return fmt
 
-    def highlightBlock(self, text: str) -> None:
+    def highlightBlock(self, text: str) -> None:  # noqa: N802 (Qt name)
         block = self.currentBlock()
-        if not _is_code(block):
-            return
+        code = _is_code(block)
+        if code:
+            self._colour_code(block)
+        if self._tints:
+            self._tint(block.position(), len(text), code)
+
+    def _tint(self, position: int, length: int, code: bool) -> None:
+        k = max(0, bisect_right(self._tint_starts, position) - 1)
+        for start, end, fmt in self._tints[k:]:
+            if start >= position + length:
+                break
+            first, last = max(start, position) - position, min(end, position + length) - position
+            if first >= last:
+                continue
+            if not code:
+                self.setFormat(first, last - first, fmt)
+                continue
+            for i in range(first, last):  # keep the code's colours under the tint
+                merged = QTextCharFormat(self.format(i))
+                merged.merge(fmt)
+                self.setFormat(i, 1, merged)
+
+    def _colour_code(self, block: QTextBlock) -> None:
         language = str(block.blockFormat().property(_CODE_LANGUAGE) or "")
         if not language:
             return
@@ -138,7 +225,10 @@ class FittedBrowser(QTextBrowser):
         self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+        # Nothing may run off the right edge (there is no sideways scrolling): long words and code lines wrap.
+        self.setWordWrapMode(QTextOption.WrapMode.WrapAtWordBoundaryOrAnywhere)
         self.viewport().setAutoFillBackground(False)
+        self.document().setUndoRedoEnabled(False)  # read-only: formatting a long reply need not be undoable
         self.document().documentLayout().documentSizeChanged.connect(self._on_document_size_changed)
 
     @Slot()
@@ -160,16 +250,20 @@ class FittedBrowser(QTextBrowser):
 
 
 class MarkdownView(FittedBrowser):
-    """Markdown, with fenced code coloured."""
+    """Markdown, with fenced code coloured, wrapped, and a "Copy code" button above each block."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
+        self.setObjectName("markdownText")  # the style sheet draws its focus ring
         self.setOpenExternalLinks(True)
         self.setTextInteractionFlags(
             Qt.TextInteractionFlag.TextBrowserInteraction | Qt.TextInteractionFlag.TextSelectableByKeyboard
         )
         self._markdown = ""
         self._highlighter = CodeHighlighter(self.document(), palette_is_dark(self.palette()))
+        self._code: list[tuple[int, str]] = []  # each code block: (its first text block's number, its code)
+        self.code_buttons: list[CopyButton] = []  # one per code block, made as needed and kept for reuse
+        self.document().documentLayout().documentSizeChanged.connect(self._on_layout_changed)
 
     def markdown(self) -> str:
         """The source text last set (not Qt's re-export of it)."""
@@ -178,18 +272,81 @@ class MarkdownView(FittedBrowser):
     def set_markdown(self, text: str) -> None:
         self._markdown = text
         self.setMarkdown(keep_line_breaks(text))
-        self._shade_code_blocks()
+        self._code = self._code_blocks_shown()
+        while len(self.code_buttons) < len(self._code):
+            self._make_code_button()
+        self._format_code_blocks()
+        self._order_code_buttons()
         self._fit_height()
+        self._place_code_buttons()
 
-    def _shade_code_blocks(self) -> None:
-        # A light tint behind code, from the palette so it works in dark mode too.
+    def code_blocks(self) -> list[str]:
+        """The code of each fenced block, as written between its fences."""
+        return [code for _number, code in self._code]
+
+    def _code_blocks_shown(self) -> list[tuple[int, str]]:
+        blocks: list[tuple[int, str]] = []
+        lines: list[str] = []
+        block = self.document().begin()
+        while block.isValid():
+            if _is_code(block):
+                if not _is_code(block.previous()):
+                    blocks.append((block.blockNumber(), ""))
+                    lines = []
+                lines.append(block.text())
+                blocks[-1] = (blocks[-1][0], "\n".join(lines))
+            block = block.next()
+        return blocks
+
+    def _format_code_blocks(self) -> None:
+        # A light tint behind code, from the palette so it works in dark mode too; lines wrap rather than run
+        # off the edge; the first line leaves room above it for the copy button.
         shade = QTextBlockFormat()
         shade.setBackground(self.palette().color(QPalette.ColorRole.AlternateBase))
+        shade.setNonBreakableLines(False)
+        first_line = QTextBlockFormat(shade)
+        if self.code_buttons:
+            first_line.setTopMargin(self.code_buttons[0].sizeHint().height() + 2)
+        firsts = {number for number, _code in self._code}
         block = self.document().begin()
         cursor = QTextCursor(self.document())
         while block.isValid():
             if _is_code(block):
                 cursor.setPosition(block.position())
-                cursor.mergeBlockFormat(shade)
+                cursor.mergeBlockFormat(first_line if block.blockNumber() in firsts else shade)
             block = block.next()
 
+    def _make_code_button(self) -> None:
+        k = len(self.code_buttons)
+        button = CopyButton(
+            "Copy code", "Copy this code block (without its fences)", lambda: self.code_blocks()[k], self.viewport()
+        )
+        button.setObjectName("copyCodeButton")
+        button.setCursor(Qt.CursorShape.ArrowCursor)
+        self.code_buttons.append(button)
+
+    def _order_code_buttons(self) -> None:
+        previous: QWidget = self
+        for k, button in enumerate(self.code_buttons):
+            shown = k < len(self._code)
+            button.setVisible(shown)
+            if shown:
+                QWidget.setTabOrder(previous, button)  # right after the text they belong to, in reading order
+                previous = button
+
+    def _place_code_buttons(self) -> None:
+        layout = self.document().documentLayout()
+        for (number, _code), button in zip(self._code, self.code_buttons, strict=False):
+            # In the room the block's top margin left above its first line, flush with its right edge.
+            rect = layout.blockBoundingRect(self.document().findBlockByNumber(number))
+            size = button.sizeHint()
+            x = min(round(rect.right()), self.viewport().width()) - size.width()
+            button.setGeometry(max(0, x), max(0, round(rect.top()) - size.height() - 1), size.width(), size.height())
+
+    @Slot()
+    def _on_layout_changed(self) -> None:
+        self._place_code_buttons()
+
+    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 (Qt name)
+        super().resizeEvent(event)
+        self._place_code_buttons()
