@@ -27,7 +27,8 @@ from . import backup
 from .chat_controller import ChatController, TurnSettings, file_stem
 from .coalescer import UpdateCoalescer
 from .requests import GenerationRequest, ReplyOutcome, StepUpdate
-from .store import Conversation, SearchHit
+from .stats import ReplyStats
+from .store import Conversation, SearchHit, StoredMessage
 from .widgets.chat_pane import WAITING_LINE, ChatPane
 from .widgets.chat_view import MessageBubble
 from .widgets.conversation_list import ConversationList
@@ -196,7 +197,9 @@ class ChatRunner(QObject):
         elif conv.id != self._settings_of:  # opened, not redrawn: its own values (a new chat keeps the panel's)
             self._panel.load_chat_settings(self.chat.store.conversation_settings(conv.id))
         self._settings_of = conv.id if conv is not None else None
-        self._pane.show_messages(self.chat.messages(), self.chat.alternatives())
+        messages = self.chat.messages()
+        self._pane.show_messages(messages, self.chat.alternatives())
+        self._label_live_stats(messages)
         turn = self.chat.turn
         self._reply_bubble = None
         if turn is not None and turn.started and turn.conversation_id == self.chat.conversation_id:
@@ -205,6 +208,33 @@ class ChatRunner(QObject):
                 self._reply_bubble.set_text(turn.text, turn.marks)
         self._pane.chat_view.scroll_to_bottom()
         self.conversationShown.emit(conv)
+
+    def _label_live_stats(self, messages: list[StoredMessage] | None = None) -> None:
+        """Make the panel's statistics belong to the chat in view, or say whose they are.
+
+        A running reply keeps drawing there wherever the user looks, under a caption naming
+        its chat; otherwise the panel shows the last reply of the branch in view, as saved.
+        """
+        live = self._panel.live
+        turn = self.chat.turn
+        if turn is not None and turn.started:
+            if turn.conversation_id == self.chat.conversation_id:
+                live.set_caption("Writing a reply in this chat")
+            else:
+                live.set_caption(f"Writing a reply in {self._title_of(turn.conversation_id)}, not the chat shown")
+            return
+        if messages is None:
+            messages = self.chat.messages()
+        replies = [m for m in messages if m.role == "assistant"]
+        stats = ReplyStats.from_json(replies[-1].stats_json) if replies else None
+        if stats is None:
+            live.reset("No reply in this chat yet" if not replies else "No statistics kept for this chat's last reply")
+        else:
+            live.show_saved(stats, "Last reply of this chat")
+
+    def _title_of(self, conversation_id: int | None) -> str:
+        conv = self.chat.store.conversation(conversation_id) if conversation_id is not None else None
+        return f"“{conv.title}”" if conv is not None else "a deleted chat"
 
     @Slot(int)
     def show_alternative(self, message_id: int) -> None:
@@ -349,10 +379,10 @@ class ChatRunner(QObject):
         if turn.user_text is not None:
             self._pane.set_editing(None)
         self.turnStarted.emit()
+        self._steps.clear()
+        self._panel.live.reset()  # before the chat is shown: that labels the new reply's numbers
         self.refresh_conversations()
         self.show_conversation(turn.conversation_id)
-        self._panel.live.reset()
-        self._steps.clear()
 
     @Slot(int, int, int)
     def _on_prompt_progress(self, request_id: int, done: int, total: int) -> None:
@@ -387,6 +417,9 @@ class ChatRunner(QObject):
                 bubble.set_stats_line("")
         last = updates[-1].event
         self._panel.live.show_progress(turn.stats, new_steps, last)
+        steps = [u.event for u in updates if u.event.mode != "none"]
+        if steps:
+            self._panel.show_step(steps[-1])
         reduced = 0 < last.threads < last.max_threads
         if reduced and not self._threads_reduced:
             self.status.emit(busy_notice(last.threads, last.max_threads))
@@ -399,7 +432,7 @@ class ChatRunner(QObject):
         self._steps.flush()
         finished = self.chat.finish(outcome, self._model_name())
         assert finished is not None
-        _turn, record = finished
+        turn, record = finished
         bubble, self._reply_bubble = self._reply_bubble, None
         if bubble is not None:
             if record.message_id is None:
@@ -407,6 +440,13 @@ class ChatRunner(QObject):
             else:
                 bubble.set_message_id(record.message_id, self.chat.store.siblings(record.message_id))
                 bubble.set_stats_line(record.stats.summary_line())
+        if record.message_id is None:
+            if bubble is None:  # nothing kept: the panel goes back to the chat in view (shown above otherwise)
+                self._label_live_stats()
+        elif turn.conversation_id == self.chat.conversation_id:
+            self._panel.live.set_caption("Last reply of this chat")
+        else:
+            self._panel.live.set_caption(f"Last reply, in {self._title_of(turn.conversation_id)}: not the chat shown")
         self.busyChanged.emit()
         self.turnEnded.emit()
         if outcome.error and not self.closed:

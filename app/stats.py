@@ -18,10 +18,12 @@ from engine import RunStats, StepEvent
 STORED_FIELDS = (
     "n_tokens", "steps", "decode_s", "first_token_s", "n_drafted", "n_accepted", "modes", "window", "ngram",
     "guesses", "auto", "model", "stop_reason", "per_step", "elapsed_s", "prompt_tokens", "prompt_cached_tokens",
-    "prefill_tokens", "system_tokens", "dropped_messages",
+    "prefill_tokens", "system_tokens", "dropped_messages", "cost",
 )
 # Kept only when set (rows written before they were counted stay as they were).
-OPTIONAL_FIELDS = {"prompt_tokens", "prompt_cached_tokens", "prefill_tokens", "system_tokens", "dropped_messages"}
+OPTIONAL_FIELDS = {
+    "prompt_tokens", "prompt_cached_tokens", "prefill_tokens", "system_tokens", "dropped_messages", "cost",
+}
 
 STOP_WORDS = {"cancelled": "stopped", "max_tokens": "length limit", "context_full": "context full"}
 
@@ -32,12 +34,21 @@ class ReplyStats(RunStats):
 
     auto: bool = False  # the last lookahead shape was chosen by Auto
     model: str = ""
+    # Forward passes that offered a draft (not stored: 0 for a reply loaded from the chat store).
+    drafting_steps: int = 0
 
     def observe(self, ev: StepEvent, auto: bool = False) -> None:
         """Fold one step event in (in order); ``auto``: the reply runs in Auto mode."""
         super().observe(ev)
         if ev.mode == "lookahead":
             self.auto = auto
+        if ev.n_drafted:
+            self.drafting_steps += 1
+
+    def speedup_text(self) -> str:
+        """What the steps predict against plain decoding, e.g. ``≈1.3× vs plain``; "" when no step was priced."""
+        estimate = self.predicted_speedup
+        return f"≈{estimate:.1f}× vs plain" if estimate > 0 else ""
 
     @property
     def mode(self) -> str:
@@ -55,7 +66,8 @@ class ReplyStats(RunStats):
         """One line shown under a reply.
 
         For example ``48 tokens · 95.1 tok/s · TTFT 0.08 s · prompt 40 tokens (0 cached, 900 tok/s) · 1.50 tok/step ·
-        lookahead W4 N4 G3 · model``.
+        ≈1.3× vs plain · lookahead W4 N4 G3 · model``. The estimate against plain decoding is there only for
+        replies whose steps were priced (not those stored before steps carried a cost).
         """
         parts = [f"{self.n_tokens} tokens", f"{self.tokens_per_s:.1f} tok/s"]
         if self.first_token_s is not None:
@@ -66,6 +78,8 @@ class ReplyStats(RunStats):
                 prompt += f", {self.prompt_tokens_per_s:.0f} tok/s"
             parts.append(prompt + ")")
         parts.append(f"{self.tokens_per_step:.2f} tok/step")
+        if self.speedup_text():
+            parts.append(self.speedup_text())
         parts.append(f"{self.mode} {self.shape_text()}".strip())
         if self.acceptance is not None:
             parts.append(f"accepted {self.acceptance:.0%}")

@@ -19,15 +19,16 @@ from PySide6.QtWidgets import (
     QPlainTextEdit,
     QPushButton,
     QSpinBox,
+    QStackedWidget,
     QVBoxLayout,
     QWidget,
 )
 
-from engine import LookaheadConfig, SamplingConfig, StopConfig
+from engine import LookaheadConfig, SamplingConfig, StepEvent, StopConfig
 from engine.settings import DEFAULT_LOOKAHEAD, MAX_REPEAT_LAST_N, MAX_REPEAT_PENALTY, MAX_TOP_K
 
 from ..settings import AppSettings
-from .stats_view import LiveStatsView
+from .stats_view import LiveStatsView, auto_step_text
 
 # Engine limits (engine/settings.py): the spin boxes cannot leave them.
 WINDOW_RANGE = (0, 16)
@@ -39,6 +40,23 @@ CHAT_SETTING_TYPES: dict[str, type] = {
     "temperature": float, "top_k": int, "top_p": float, "min_p": float, "repeat_penalty": float,
     "repeat_last_n": int, "seed": int, "max_tokens": int, "stop_strings": list,
 }
+
+AUTO_TIP = (
+    "The engine picks each step's shape itself: the draft (from this chat, the text being regenerated or\n"
+    "earlier chats) and its length with the most tokens expected per unit of cost on this PC's measured step\n"
+    "costs, or a plain step when no draft is worth it. W, N and G below are then not used (your values are kept\n"
+    "for when Auto is off); the line in their place says what Auto chose for the last step."
+)
+AUTO_CHOICE_TIP = (
+    "What Auto chose for the last step: W window columns, N n-gram size (or draft length + 1), G drafts\n"
+    "checked. Hover after a step for Auto's reason."
+)
+WINDOW_TIP = (
+    "Window W: Jacobi columns guessing ahead each step, their n-grams feeding the pool (0 = none). A wider\n"
+    "window makes every step's batch bigger."
+)
+NGRAM_TIP = "N-gram size N: each guess checks N - 1 draft tokens, so a step can add up to N tokens"
+GUESSES_TIP = "Guesses G: n-grams from the pool checked each step (0 = none; each adds N - 1 tokens to the batch)"
 
 STOP_STRINGS_TIP = (
     "The reply ends before any of these texts. One per line; write \\n for a line break, "
@@ -69,27 +87,42 @@ class DecodingPanel(QWidget):
 
         self.live = LiveStatsView(self)
         live_box = QGroupBox("Live: tokens per forward pass")
+        live_box.setToolTip("The reply being written, or the last one; hover a number for what it means")
         QVBoxLayout(live_box).addWidget(self.live)
 
         # --- lookahead ---
         self.lookahead_check = QCheckBox("Lookahead decoding")
         self.lookahead_check.setToolTip("Guess several tokens ahead and verify them in the same forward pass")
         self.auto_check = QCheckBox("Auto (the engine picks W, N, G each step)")
-        self.window_spin = self._spin(*WINDOW_RANGE, "Window W: Jacobi columns guessing ahead (0 = none)")
-        self.ngram_spin = self._spin(*NGRAM_RANGE, "N-gram size N: tokens per guess + 1")
-        self.guesses_spin = self._spin(*GUESSES_RANGE, "Guesses G: n-grams verified per step (0 = none)")
+        self.auto_check.setToolTip(AUTO_TIP)
+        self.window_spin = self._spin(*WINDOW_RANGE, WINDOW_TIP)
+        self.ngram_spin = self._spin(*NGRAM_RANGE, NGRAM_TIP)
+        self.guesses_spin = self._spin(*GUESSES_RANGE, GUESSES_TIP)
         self.block_label = QLabel()
         self.block_label.setWordWrap(True)
         self.block_label.setVisible(False)
-        shape = QHBoxLayout()
+        manual_shape = QWidget()
+        shape = QHBoxLayout(manual_shape)
+        shape.setContentsMargins(0, 0, 0, 0)
         for name, spin in (("W", self.window_spin), ("N", self.ngram_spin), ("G", self.guesses_spin)):
-            shape.addWidget(QLabel(name))
+            name_label = QLabel(name)
+            name_label.setToolTip(spin.toolTip())
+            shape.addWidget(name_label)
             shape.addWidget(spin, 1)
+        # Under Auto the spin boxes give way to what Auto chose: greyed manual values there read as if in use.
+        self.auto_choice = QLabel()
+        self.auto_choice.setWordWrap(True)
+        self.auto_choice.setToolTip(AUTO_CHOICE_TIP)
+        self._last_auto_step: StepEvent | None = None
+        self.manual_shape = manual_shape
+        self.shape_stack = QStackedWidget()
+        self.shape_stack.addWidget(manual_shape)
+        self.shape_stack.addWidget(self.auto_choice)
         la_box = QGroupBox("Decoding")
         la_layout = QVBoxLayout(la_box)
         la_layout.addWidget(self.lookahead_check)
         la_layout.addWidget(self.auto_check)
-        la_layout.addLayout(shape)
+        la_layout.addWidget(self.shape_stack)
         la_layout.addWidget(self.block_label)
 
         # --- sampling ---
@@ -315,14 +348,34 @@ class DecodingPanel(QWidget):
     def system_prompt(self) -> str:
         return self.system_prompt_edit.toPlainText()
 
+    def show_step(self, event: StepEvent) -> None:
+        """A step of the running reply: an Auto step's shape goes where W, N, G are shown under Auto."""
+        if event.mode == "auto":
+            self._last_auto_step = event
+            self._show_auto_choice()
+
+    def _show_auto_choice(self) -> None:
+        ev = self._last_auto_step
+        if ev is None:
+            self.auto_choice.setText("W, N, G: set by Auto each step (no step yet)")
+            self.auto_choice.setToolTip(AUTO_CHOICE_TIP)
+            return
+        shape = f"W{ev.window} N{ev.ngram} G{ev.guesses}, " if ev.n_drafted or ev.window else ""
+        self.auto_choice.setText(f"W, N, G: set by Auto each step. Last step: {shape}{auto_step_text(ev)}")
+        self.auto_choice.setToolTip(f"{AUTO_CHOICE_TIP}\n\nWhy: {ev.choice}" if ev.choice else AUTO_CHOICE_TIP)
+
     def _update_enabled(self) -> None:
         available = self._block_reason is None
         on = available and self.lookahead_check.isChecked()
         self.lookahead_check.setEnabled(available)
         self.auto_check.setEnabled(on)
-        manual = on and not self.auto_check.isChecked()
+        auto = self.auto_check.isChecked()
         for spin in (self.window_spin, self.ngram_spin, self.guesses_spin):
-            spin.setEnabled(manual)
+            spin.setEnabled(on and not auto)
+        # The manual values stay in their spin boxes (saved settings), out of sight while Auto sets the shape.
+        self.shape_stack.setCurrentWidget(self.auto_choice if auto else self.manual_shape)
+        self.auto_choice.setEnabled(on)
+        self._show_auto_choice()
 
     # --- slots ---
 

@@ -2,14 +2,41 @@
 
 from __future__ import annotations
 
+import math
+
 from PySide6.QtCharts import QAreaSeries, QChart, QChartView, QLineSeries, QValueAxis
-from PySide6.QtCore import QMargins, QPointF, Qt
+from PySide6.QtCore import QMargins, QPointF, Qt, Slot
 from PySide6.QtGui import QColor, QPainter, QPalette, QPen
-from PySide6.QtWidgets import QFormLayout, QLabel, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QFormLayout, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
 from engine import RunStats, StepEvent
 
+from ..stats import ReplyStats
+
 MIN_X_RANGE = 20  # steps shown before the axis starts to grow
+MIN_Y_TOP = 4  # tokens per step shown before the axis starts to grow
+TICKS = 5  # at most this many intervals on an axis
+
+CHART_TIP = (
+    "Each bar is one forward pass of the model: the tokens it added to the reply. A plain step adds 1; a\n"
+    "lookahead step adds 1 plus the draft tokens the model confirmed. The dashed line is the running mean\n"
+    "(Tokens per step below)."
+)
+
+
+def nice_interval(span: float, ticks: int = TICKS) -> int:
+    """A round tick interval (1, 2 or 5 times a power of ten, at least 1): at most ``ticks`` intervals on ``span``.
+
+    For example 164 steps get ticks every 50 (0, 50, 100, 150) rather than 0, 41, 82, 123, 164.
+    """
+    raw = span / ticks
+    if raw <= 1:
+        return 1
+    magnitude = 10 ** math.floor(math.log10(raw))
+    for factor in (1, 2, 5, 10):
+        if factor * magnitude >= raw:
+            return int(factor * magnitude)
+    return int(10 * magnitude)  # not reached: 10 × magnitude > raw
 
 
 class StepChart(QChartView):
@@ -24,6 +51,7 @@ class StepChart(QChartView):
         super().__init__(chart, parent)
         self.setRenderHint(QPainter.RenderHint.Antialiasing)
         self.setMinimumHeight(230)
+        self.setToolTip(CHART_TIP)
         chart.legend().setVisible(True)
         chart.legend().setAlignment(Qt.AlignmentFlag.AlignBottom)
         chart.setMargins(QMargins(2, 2, 2, 2))
@@ -43,6 +71,12 @@ class StepChart(QChartView):
         self.axis_x.setTitleText("step")
         self.axis_y = QValueAxis()
         self.axis_y.setLabelFormat("%d")
+        for axis in (self.axis_x, self.axis_y):
+            # Ticks at round numbers from 0 (0, 50, 100…), not the range cut into equal parts (0, 41, 82…),
+            # whoever sets the range (the Compare tab lines two charts up).
+            axis.setTickType(QValueAxis.TickType.TicksDynamic)
+            axis.setTickAnchor(0)
+            axis.rangeChanged.connect(self._on_range_changed)
         chart.addAxis(self.axis_x, Qt.AlignmentFlag.AlignBottom)
         chart.addAxis(self.axis_y, Qt.AlignmentFlag.AlignLeft)
         for series in (self.bars, self.mean):
@@ -75,15 +109,16 @@ class StepChart(QChartView):
         self.mean.setPen(mean_pen)
 
     def clear(self) -> None:
+        """No steps: empty axes of the smallest size."""
         self._values = []
         self._total = 0
         self._upper.clear()
+        self._upper.append(QPointF(0, 0))  # emptied outright, the area would still draw an edge at x = 0
         self.mean.clear()
-        self.axis_x.setRange(0, MIN_X_RANGE)
-        self.axis_y.setRange(0, 4)
-        self.axis_y.setTickCount(5)
+        self._fit_axes()
 
     def values(self) -> list[int]:
+        """The tokens each step drawn so far committed."""
         return list(self._values)
 
     def append(self, committed: list[int]) -> None:
@@ -99,10 +134,19 @@ class StepChart(QChartView):
             means.append(QPointF(i + 0.5, self._total / len(self._values)))
         self._upper.append(bars)
         self.mean.append(means)
-        self.axis_x.setRange(0, max(MIN_X_RANGE, len(self._values)))
-        self.axis_y.setRange(0, max(4, max(self._values) + 1))
-        top = int(self.axis_y.max())
-        self.axis_y.setTickCount(top + 1 if top <= 6 else 5)
+        self._fit_axes()
+
+    def _fit_axes(self) -> None:
+        steps = max(MIN_X_RANGE, len(self._values))
+        top = max(MIN_Y_TOP, max(self._values, default=0) + 1)
+        self.axis_x.setRange(0, steps)
+        self.axis_y.setRange(0, top)
+
+    @Slot(float, float)
+    def _on_range_changed(self, low: float, high: float) -> None:
+        for axis in (self.axis_x, self.axis_y):
+            span = axis.max() - axis.min()
+            axis.setTickInterval(1 if axis is self.axis_y and span <= 8 else nice_interval(span))
 
 
 def prompt_text(stats: RunStats) -> str:
@@ -120,61 +164,166 @@ def threads_text(event: StepEvent) -> str:
     return f"{event.threads}"
 
 
+def tokens_per_step_text(stats: ReplyStats) -> str:
+    """The mean tokens per step, with how many steps drafted at all, e.g. ``1.09 (9 of 172 steps drafted)``."""
+    text = f"{stats.tokens_per_step:.2f}"
+    if stats.steps and not stats.n_drafted:
+        text += "  (no step drafted)"
+    elif stats.drafting_steps:  # counted live only: a stored reply does not keep it
+        text += f"  ({stats.drafting_steps} of {stats.steps} steps drafted)"
+    return text
+
+
+def acceptance_text(stats: RunStats) -> str:
+    """The draft tokens the model confirmed, e.g. ``15 of 15 tokens offered (100%)``; "–" when nothing was drafted."""
+    if not stats.n_drafted:
+        return "–"
+    return f"{stats.n_accepted} of {stats.n_drafted} tokens offered ({stats.n_accepted / stats.n_drafted:.0%})"
+
+
+def speedup_text(stats: RunStats) -> str:
+    """The steps' predicted speed against plain decoding, e.g. ``≈ 1.4× vs plain``; a dash when no step was priced."""
+    estimate = stats.predicted_speedup
+    return f"≈ {estimate:.1f}× vs plain" if estimate > 0 else "vs plain: –"
+
+
+# What each statistic means, shown on its name and on its value.
+TIPS = {
+    "speedup": (
+        "A prediction, not a timed race: the reply's tokens divided by what its steps cost, each step priced on\n"
+        "the cost curve the engine measured on this PC (a plain one-token step costs 1.0; a bigger batch costs\n"
+        "more). Plain decoding is 1.0×. It knows the step counts and this PC's costs, not what else the CPU was\n"
+        "doing, nor the time spent planning drafts. The Compare tab times plain and lookahead for real.\n"
+        "\"–\": no step was priced (a reply saved before steps carried their cost)."
+    ),
+    "tokens_per_s": (
+        "Reply tokens per second of decoding: the steps' wall time, drafting and checking included. Reading\n"
+        "the prompt is not in it (see Prompt and Time to first token)."
+    ),
+    "tokens_per_step": (
+        "Mean tokens added per forward pass of the model, over every step, steps that drafted nothing\n"
+        "included (they add exactly 1). Plain decoding is always 1.00; each accepted draft token adds to it.\n"
+        "In brackets: how many steps offered a draft at all."
+    ),
+    "acceptance": (
+        "Of the draft tokens lookahead offered the model to check, how many it confirmed. Only steps that\n"
+        "drafted count here, so 100% with few drafts still leaves tokens per step near 1."
+    ),
+    "first_token": "From Send to the reply's first token: waiting for the engine and reading the prompt included.",
+    "tokens": "Tokens written / forward passes of the model that wrote them.",
+    "prompt": (
+        "The prompt's tokens, how many were reused from the cache (the chat so far, kept between turns),\n"
+        "and how fast the rest were read"
+    ),
+    "shape": (
+        "The last step: W (Jacobi window columns), N (n-gram size), G (n-gram guesses checked) and the batch,\n"
+        "the tokens the model read in that one forward pass. Under Auto, what Auto chose; hover the value\n"
+        "for why."
+    ),
+    "threads": (
+        "CPU threads the last step ran with. When another program keeps a core busy, the engine gives that\n"
+        "core up (a thread that shares a core slows every step) and tries it again a few seconds later."
+    ),
+    "caption": "Which reply these numbers belong to.",
+}
+
+
 class LiveStatsView(QWidget):
-    """The chart plus live tokens/s, mean tokens per step, acceptance and time to first token."""
+    """The chart plus tokens/s, tokens per step, accepted drafts, the estimate against plain, and the first token.
+
+    A caption above says which reply the numbers are (the owner sets it: the running
+    reply, or the last one of the chat in view, which may not be where it ran).
+    """
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
+        self.caption = QLabel()
+        self.caption.setWordWrap(True)
+        self.caption.setToolTip(TIPS["caption"])
         self.chart = StepChart(self)
+        # The headline: what the steps so far predict against plain decoding, and on what it rests.
+        self.speedup = QLabel()
+        font = self.speedup.font()
+        font.setBold(True)
+        font.setPointSizeF(font.pointSizeF() * 1.25)
+        self.speedup.setFont(font)
+        self.speedup.setToolTip(TIPS["speedup"])
+        self.speedup_note = QLabel("steps priced on this PC's measured costs")
+        self.speedup_note.setWordWrap(True)
+        self.speedup_note.setEnabled(False)  # the palette's quieter text
+        self.speedup_note.setToolTip(TIPS["speedup"])
         self.tokens_per_s = QLabel()
         self.tokens_per_step = QLabel()
         self.acceptance = QLabel()
         self.first_token = QLabel()
         self.tokens = QLabel()
         self.prompt = QLabel()
-        self.prompt.setToolTip(
-            "The prompt's tokens, how many were reused from the cache (the chat so far, kept between turns), "
-            "and how fast the rest were read"
-        )
         self.shape = QLabel()
-        self.shape.setWordWrap(True)
         self.threads = QLabel()
-        self.threads.setToolTip(
-            "CPU threads the last step ran with. When another program keeps a core busy, the engine gives that\n"
-            "core up (a thread that shares a core slows every step) and tries it again a few seconds later."
-        )
+        for label in (self.tokens_per_step, self.acceptance, self.prompt, self.shape, self.threads):
+            label.setWordWrap(True)
         form = QFormLayout()
         form.setContentsMargins(0, 0, 0, 0)
         form.setHorizontalSpacing(12)
         form.setVerticalSpacing(2)
-        form.addRow("Tokens/s", self.tokens_per_s)
-        form.addRow("Mean tokens/step", self.tokens_per_step)
-        form.addRow("Acceptance", self.acceptance)
-        form.addRow("Time to first token", self.first_token)
-        form.addRow("Prompt", self.prompt)
-        form.addRow("Tokens / steps", self.tokens)
-        form.addRow("Step shape", self.shape)
-        form.addRow("Threads", self.threads)
+        rows = (
+            ("Tokens/s", self.tokens_per_s, "tokens_per_s"),
+            ("Tokens per step", self.tokens_per_step, "tokens_per_step"),
+            ("Drafts accepted", self.acceptance, "acceptance"),
+            ("Time to first token", self.first_token, "first_token"),
+            ("Prompt", self.prompt, "prompt"),
+            ("Tokens / steps", self.tokens, "tokens"),
+            ("Step shape", self.shape, "shape"),
+            ("Threads", self.threads, "threads"),
+        )
+        self.row_names: dict[str, QLabel] = {}  # the names beside the values, by their TIPS key
+        for name, value, tip in rows:
+            name_label = QLabel(name)
+            name_label.setToolTip(TIPS[tip])
+            value.setToolTip(TIPS[tip])
+            form.addRow(name_label, value)
+            self.row_names[tip] = name_label
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.caption)
+        headline = QHBoxLayout()
+        headline.addWidget(self.speedup)
+        headline.addWidget(self.speedup_note, 1)
+        layout.addLayout(headline)
         layout.addWidget(self.chart, 1)
         layout.addLayout(form)
         self.reset()
 
-    def reset(self) -> None:
+    def reset(self, caption: str = "") -> None:
+        """No numbers (before a reply, or for a chat without one), under ``caption`` (hidden when empty)."""
         self.chart.clear()
-        for label in (self.tokens_per_s, self.tokens_per_step, self.acceptance, self.first_token, self.tokens,
-                      self.prompt, self.threads):
+        for label in (self.tokens_per_s, self.tokens_per_step, self.acceptance, self.first_token,
+                      self.tokens, self.prompt, self.threads, self.shape):
             label.setText("–")
-        self.shape.setText("–")
+        self.speedup.setText(speedup_text(RunStats()))
+        self.speedup_note.setVisible(False)
+        self.shape.setToolTip(TIPS["shape"])
+        self.set_caption(caption)
 
-    def show_progress(self, stats: RunStats, new_steps: list[int], last: StepEvent | None) -> None:
+    def set_caption(self, text: str) -> None:
+        """Say which reply the numbers belong to ("" hides the caption)."""
+        self.caption.setText(text)
+        self.caption.setVisible(bool(text))
+
+    def show_saved(self, stats: ReplyStats, caption: str) -> None:
+        """A finished reply's stored statistics (what a reply keeps: no threads, no reason for its last shape)."""
+        self.reset(caption)
+        self.show_progress(stats, stats.per_step, None)
+        self.shape.setText(f"{stats.mode} {stats.shape_text()}".strip() if stats.modes else "–")
+
+    def show_progress(self, stats: ReplyStats, new_steps: list[int], last: StepEvent | None) -> None:
         """Update after a batch of steps (called at most ~30 times a second)."""
         self.chart.append(new_steps)
+        self.speedup.setText(speedup_text(stats))
+        self.speedup_note.setVisible(stats.predicted_speedup > 0)
         self.tokens_per_s.setText(f"{stats.tokens_per_s:.1f}")
-        self.tokens_per_step.setText(f"{stats.tokens_per_step:.2f}")
-        acc = stats.acceptance
-        self.acceptance.setText(f"{acc:.0%}  ({stats.n_accepted}/{stats.n_drafted})" if acc is not None else "–")
+        self.tokens_per_step.setText(tokens_per_step_text(stats))
+        self.acceptance.setText(acceptance_text(stats))
         self.first_token.setText(f"{stats.first_token_s:.2f} s" if stats.first_token_s is not None else "–")
         self.tokens.setText(f"{stats.n_tokens} / {stats.steps}")
         if stats.prompt_tokens:
@@ -184,10 +333,15 @@ class LiveStatsView(QWidget):
         if last is not None and last.mode == "lookahead":
             self.shape.setText(f"lookahead  W{last.window} N{last.ngram} G{last.guesses}  (batch {last.batch_size})")
         elif last is not None and last.mode == "auto":
-            what = f"{last.n_drafted}-token draft" if last.n_drafted else "plain step"
-            if last.window:
-                what += f" + window {last.window}"
-            self.shape.setText(f"auto  {what}  (batch {last.batch_size})")
+            self.shape.setText(f"auto  {auto_step_text(last)}  (batch {last.batch_size})")
             self.shape.setToolTip(last.choice)
         elif last is not None and last.mode == "plain":
             self.shape.setText(f"plain  (batch {last.batch_size})")
+
+
+def auto_step_text(event: StepEvent) -> str:
+    """What Auto made of one step, e.g. ``3-token draft + window 4`` or ``plain step``."""
+    what = f"{event.n_drafted}-token draft" if event.n_drafted else "plain step"
+    if event.window:
+        what += f" + window {event.window}"
+    return what
