@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from . import kept as kept_ngrams
 from .costmodel import CostCurve
+from .documents import DocumentContext, kind_of, read_document, with_documents
 from .drafts import CorpusIndex
 from .measure import (
     ALL,
@@ -29,6 +31,7 @@ from .measure import (
     simulated_speedup,
 )
 from .runtime import Engine, GenerationControls
+from .session import ChatSession
 from .settings import LookaheadConfig, StopConfig
 from .text import Message
 
@@ -38,7 +41,10 @@ MAX_RUNS = 8
 
 
 def load_workloads(path: str | Path | None = None) -> list[Workload]:
-    """Read a JSONL file of {"id", "cat", "prompt"} (the repo's own by default)."""
+    """Read a JSONL file of {"id", "cat", "prompt"} (the repo's own by default).
+
+    A line may add "attach": files attached to the message, relative to the JSONL file's folder.
+    """
     p = Path(path) if path else WORKLOADS_PATH
     out: list[Workload] = []
     with open(p, encoding="utf-8") as fh:
@@ -47,12 +53,32 @@ def load_workloads(path: str | Path | None = None) -> list[Workload]:
                 continue
             try:
                 obj = json.loads(line)
-                out.append(Workload(id=str(obj["id"]), cat=str(obj["cat"]), prompt=str(obj["prompt"])))
+                attach = tuple(str(p.parent / str(a)) for a in obj.get("attach", ()))
+                out.append(Workload(id=str(obj["id"]), cat=str(obj["cat"]), prompt=str(obj["prompt"]), attach=attach))
             except (json.JSONDecodeError, KeyError, TypeError) as exc:
                 raise ValueError(f"{p}:{n}: not a workload line ({exc})") from exc
     if not out:
         raise ValueError(f"{p}: no prompts")
     return out
+
+
+# What ``bench --attach-dir`` asks about a user's own files when no prompts are given: questions whose answers
+# quote the files, as questions about documents do.
+ATTACHED_QUESTIONS = (
+    ("docs-summary", "Summarise the attached files in a few sentences, naming each file."),
+    ("docs-quote", "Quote the first lines of each attached file exactly, then say in one sentence what it is about."),
+    ("docs-points", "List the main points of the attached files as bullet points, quoting their words where you can."),
+)
+
+
+def attached_workloads(folder: str | Path, prompts: Sequence[Workload] = ()) -> list[Workload]:
+    """Workloads that attach every readable file in ``folder`` (not its subfolders): ``prompts`` if given, else
+    ``ATTACHED_QUESTIONS``, all in the "docs" category."""
+    files = sorted(str(f) for f in Path(folder).iterdir() if f.is_file() and kind_of(f))
+    if not files:
+        raise ValueError(f"{folder}: no files to attach (text, Markdown, code, CSV, JSON, HTML, PDF or DOCX)")
+    asked = list(prompts) or [Workload(id=i, cat="docs", prompt=q) for i, q in ATTACHED_QUESTIONS]
+    return [Workload(id=w.id, cat="docs", prompt=w.prompt, attach=tuple(files)) for w in asked]
 
 
 def _split_roll_up(results: Sequence[PromptResult]) -> tuple[list[CategoryRow], CategoryRow]:
@@ -231,8 +257,51 @@ def _bench_prompt(
     price_on: CostCurve | None = None,
     earlier: _EarlierChats | None = None,
 ) -> PromptResult | None:
-    """One prompt's row; None when ``cancel`` was set meanwhile (a prompt measured in part is no result)."""
-    prompt = engine.render_chat([Message("user", w.prompt)])
+    """One prompt's row; None when ``cancel`` was set meanwhile (a prompt measured in part is no result).
+
+    A workload with attached files sends them as the app does: whole or the best passages in the prompt,
+    and every file whole to draft from.
+    """
+    with workload_prompt(engine, w, max_tokens) as (prompt, context):
+        res = _bench_prompt_runs(engine, w, prompt, lookahead_first, second_mode, max_tokens, cancel, price_on,
+                                 earlier)
+    if res is not None and context is not None:
+        res.extra["documents_seen"] = {name: round(f, 3) for name, f in context.coverage.items()}
+    return res
+
+
+@contextmanager
+def workload_prompt(
+    engine: Engine, w: Workload, max_tokens: int,
+) -> Iterator[tuple[list[int], DocumentContext | None]]:
+    """``w``'s prompt as the app sends it (a chat message), and what of its attached files it holds.
+
+    With files attached, the message holds them whole or their best passages, and the engine drafts from
+    every file whole until the block ends.
+    """
+    if not w.attach:
+        yield engine.render_chat([Message("user", w.prompt)]), None
+        return
+    docs = [read_document(path) for path in w.attach]
+    context = ChatSession(engine).documents_context([Message("user", w.prompt)], docs, max_tokens)
+    engine.set_documents([d.text for d in docs])
+    try:
+        yield engine.render_chat([Message("user", with_documents(w.prompt, context))]), context
+    finally:
+        engine.set_documents([])
+
+
+def _bench_prompt_runs(
+    engine: Engine,
+    w: Workload,
+    prompt: list[int],
+    lookahead_first: bool,
+    second_mode: LookaheadConfig | None,
+    max_tokens: int,
+    cancel: threading.Event,
+    price_on: CostCurve | None,
+    earlier: _EarlierChats | None,
+) -> PromptResult | None:
     # A-B-B-A blocks (first mode alternating per prompt): drift in the
     # machine's speed hits both modes alike. A short reply gets more blocks,
     # so each mode is timed over at least MIN_TIMED_TOKENS tokens.
@@ -339,10 +408,10 @@ def run_grid(
     """Every config on every prompt; each prompt's plain decoding is timed by the faster of a run before and after."""
     per_cfg: list[list[PromptResult]] = [[] for _ in configs]
     for w in workloads:
-        prompt = engine.render_chat([Message("user", w.prompt)])
-        before = run_one(engine, prompt, None, max_tokens)
-        runs = [run_one(engine, prompt, cfg, max_tokens) for cfg in configs]
-        after = run_one(engine, prompt, None, max_tokens)
+        with workload_prompt(engine, w, max_tokens) as (prompt, _seen):
+            before = run_one(engine, prompt, None, max_tokens)
+            runs = [run_one(engine, prompt, cfg, max_tokens) for cfg in configs]
+            after = run_one(engine, prompt, None, max_tokens)
         plain = fastest([before, after])
         for rows, la in zip(per_cfg, runs, strict=True):
             rows.append(PromptResult.from_runs(w, plain, la, identical=la.token_ids == before.token_ids))

@@ -15,6 +15,7 @@ from typing import Any, NoReturn
 
 from .bench import (
     BenchReport,
+    attached_workloads,
     llama_cpp_tps,
     load_workloads,
     parse_grid,
@@ -22,9 +23,11 @@ from .bench import (
     run_bench,
     run_grid,
     run_one,
+    workload_prompt,
 )
 from .busybench import Cell, run_busy_bench
 from .costmodel import CostCurve, MachineBusy, cpu_name
+from .documents import Document, DocumentContext, DocumentError, read_document, with_documents
 from .measure import PromptResult, RunStats, Workload, geomean
 from .models import ModelFileError, default_model_path
 from .native import NativeError
@@ -102,6 +105,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--stop", action="append", default=[], metavar="TEXT",
                    help="end the reply before this text (repeatable)")
     g.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
+    g.add_argument("--attach", action="append", default=[], metavar="FILE",
+                   help="attach a file to the prompt (repeatable): text, Markdown, code, CSV, JSON, HTML, PDF or "
+                        "DOCX; whole if it fits, else its passages that best match the prompt; drafts use all of it")
 
     b = sub.add_parser("bench", help="plain vs lookahead on a prompts file")
     _add_model_args(b)
@@ -111,6 +117,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--json", action="store_true")
     b.add_argument("--grid", help='measure a grid of fixed settings instead, e.g. "W=0,1,2;N=2,3,4;G=0,1,2"')
     b.add_argument("--only", help="comma-separated workload ids or categories to run")
+    b.add_argument("--attach-dir", metavar="DIR",
+                   help="attach every readable file in DIR to each prompt (--prompts', or three questions about "
+                        "the files), as the docs category")
     b.add_argument("--no-references", action="store_true",
                    help="skip the llama-cpp-python Llama and fixed W=15/N=5/G=15 reference runs")
     b.add_argument("--reference-prompts", type=int, default=3,
@@ -140,6 +149,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--max-tokens", type=int, default=512)
     c.add_argument("--temperature", type=float, default=0.0)
     c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--attach", action="append", default=[], metavar="FILE",
+                   help="attach a file to the chat (repeatable): given with the first message, drafted from throughout")
     return parser
 
 
@@ -186,6 +197,28 @@ def prepare_auto(eng: Engine, lookahead: LookaheadConfig | None) -> None:
               "curve this time", file=sys.stderr)
 
 
+def read_attachments(paths: list[str]) -> list[Document]:
+    """The ``--attach`` files' text; a file that cannot be used stops the command with its reason."""
+    docs = []
+    for path in paths:
+        try:
+            docs.append(read_document(path))
+        except DocumentError as exc:
+            raise CliError(f"cannot attach {path}: {exc.reason}") from None
+    return docs
+
+
+def attach_to(eng: Engine, session: ChatSession, messages: list[Message], docs: list[Document],
+              max_tokens: int) -> DocumentContext:
+    """Put ``docs`` (whole, or their best passages) into the last message and let the engine draft from them."""
+    context = session.documents_context(messages, docs, max_tokens)
+    messages[-1] = Message(messages[-1].role, with_documents(messages[-1].content, context))
+    eng.set_documents([d.text for d in docs])
+    seen = ", ".join(f"{name} {fraction:.0%}" for name, fraction in context.coverage.items())
+    print(f"note: attached ({'whole' if context.whole else 'best passages'}): {seen}", file=sys.stderr)
+    return context
+
+
 def cmd_generate(args: argparse.Namespace) -> int:
     if args.prompt_file:
         try:
@@ -200,13 +233,21 @@ def cmd_generate(args: argparse.Namespace) -> int:
         repeat_penalty=args.repeat_penalty, repeat_last_n=args.repeat_last_n,
     ).validate()
     stop = StopConfig(max_tokens=args.max_tokens, stop_strings=tuple(args.stop)).validate()
+    docs = read_attachments(args.attach)
     with open_engine(args) as eng:
         lookahead = lookahead_from_args(args, eng)
         controls = GenerationControls(lookahead=lookahead)
+        context = None
         if args.chat:
             messages = conversation_messages(args.system or "", user_text=prompt_text)
+            if docs:
+                context = attach_to(eng, ChatSession(eng), messages, docs, args.max_tokens)
             events = ChatSession(eng).reply(messages, controls=controls, sampling=sampling, stop=stop)
         else:
+            if docs:  # a raw prompt: the passages go before it, as in a chat message
+                raw = [Message("user", prompt_text)]
+                context = attach_to(eng, ChatSession(eng), raw, docs, args.max_tokens)
+                prompt_text = raw[-1].content
             events = eng.generate(eng.tokenize(prompt_text), controls=controls, sampling=sampling, stop=stop)
         summary = RunStats()
         shapes = []
@@ -244,6 +285,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
                         "last_step_shape": {"window": w, "ngram": n, "guesses": g},
                         "n_drafted": summary.n_drafted,
                         "n_accepted": summary.n_accepted,
+                        "accepted_by_source": summary.accepted_by_source,
+                        "documents": {} if context is None else {
+                            "whole": context.whole, "seen": context.coverage,
+                            "citations": [{"name": c.name, "where": c.where} for c in context.citations]},
                         "stop_reason": summary.stop_reason,
                         "model": eng.summary.path,
                     },
@@ -268,6 +313,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
         workloads = load_workloads(args.prompts)
     except (OSError, ValueError) as exc:
         raise CliError(f"cannot read prompts: {exc}") from exc
+    if args.attach_dir:
+        try:
+            workloads = attached_workloads(args.attach_dir, workloads if args.prompts else ())
+        except (OSError, ValueError) as exc:
+            raise CliError(f"cannot attach from {args.attach_dir}: {exc}") from exc
     if args.only:
         keep = {x.strip() for x in args.only.split(",")}
         workloads = [w for w in workloads if w.id in keep or w.cat in keep]
@@ -354,7 +404,10 @@ def _references(
     args: argparse.Namespace, eng: Engine, workloads: list[Workload], lookahead: LookaheadConfig, report: BenchReport
 ) -> dict:
     """The same run's context: llama-cpp-python's Llama, and llama.cpp's example shape."""
-    prompts = [eng.render_chat([Message("user", w.prompt)]) for w in workloads]
+    prompts = []
+    for w in workloads:  # the prompts the report timed, attached files included
+        with workload_prompt(eng, w, args.max_tokens) as (prompt, _seen):
+            prompts.append(prompt)
     print("reference: llama-cpp-python Llama greedy ...", file=sys.stderr)
     rates = llama_cpp_tps(eng.summary.path, prompts, args.max_tokens, eng.n_threads)
     ours = [r.extra["plain_tps_after_first"] for r in report.results]
@@ -443,6 +496,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
         lookahead = lookahead_from_args(args, eng)
         session = ChatSession(eng)
         messages = conversation_messages(args.system or "")
+        docs = read_attachments(args.attach)
         print(f"Model: {eng.summary.name} ({eng.summary.file_type}). Empty line or Ctrl+D to quit.", file=sys.stderr)
         while True:
             try:
@@ -452,6 +506,9 @@ def cmd_chat(args: argparse.Namespace) -> int:
             if not line.strip():
                 break
             messages.append(Message("user", line))
+            if docs:  # the files go with the first message; the engine drafts from them all chat long
+                attach_to(eng, session, messages, docs, args.max_tokens)
+                docs = []
             controls = GenerationControls(lookahead=lookahead)
             summary = RunStats()
             try:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .pool import NgramPool
 
@@ -205,6 +205,14 @@ class CorpusIndex:
             if len(toks) >= 2 and t != self.SEPARATOR and toks[-2] != self.SEPARATOR:
                 _index_last_pair(self._index, toks, self.max_positions)
 
+    def holds(self, tokens: Sequence[int]) -> bool:
+        """Whether ``tokens`` (two or more) occur in the corpus as they are, at one of their first bigram's
+        latest ``max_positions`` places."""
+        if len(tokens) < 2:
+            return False
+        want, toks = list(tokens), self._tokens
+        return any(toks[i - 1 : i - 1 + len(want)] == want for i in self._index.get((want[0], want[1]), ()))
+
     def propose(self, context: Sequence[int], length: int, count: int = 1) -> list[Draft]:
         """Continuations of the corpus's longest matches of ``context``'s last tokens (its last is the input)."""
         if len(context) < 2 or length <= 0:
@@ -237,8 +245,16 @@ class DraftSources:
     documents: CorpusIndex | None = None  # the chat's attached documents, whole
 
     def matches(self, token: int, length: int, count: int) -> list[Draft]:
-        """Suffix-match drafts: this reply's history first, then the attached documents, then earlier chats."""
+        """Suffix-match drafts: this reply's history first, then the attached documents, then earlier chats.
+
+        A draft copied from the prompt whose text is an attached document's (the part of it given in the
+        prompt) is counted as the document's.
+        """
         drafts = self.history.propose(token, length, count)
+        if self.documents is not None:
+            before = self.history.tokens[-1:]
+            drafts = [replace(d, origin=self.documents.origin)
+                      if d.origin == "prompt" and self.documents.holds([*before, *d.tokens]) else d for d in drafts]
         for corpus in (self.documents, self.corpus):
             if corpus is None or len(drafts) >= count + 1:
                 continue

@@ -14,9 +14,12 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 
+from .documents import Document, DocumentContext
 from .runtime import Engine, GenerationControls, PromptTooLongError, StepEvent
 from .settings import SamplingConfig, StopConfig
 from .text import Message
+
+DOCUMENT_MARGIN = 32  # tokens: the passages' headings are counted, a tokenizer's merges at their edges are not
 
 
 @dataclass(frozen=True)
@@ -34,11 +37,30 @@ class ChatSession:
         self.engine = engine
         self.min_reply_room = min_reply_room
 
+    def reply_room(self, max_tokens: int) -> int:
+        """The context kept for the reply: ``max_tokens``, but at least ``min_reply_room`` and at most a quarter."""
+        return min(max_tokens, max(self.min_reply_room, self.engine.n_ctx // 4))
+
+    def documents_context(
+        self, messages: Sequence[Message], docs: Sequence[Document], max_tokens: int,
+    ) -> DocumentContext:
+        """What of ``docs`` goes into the last (user) message of ``messages``.
+
+        Whole when they fit beside the system prompt and the question with room for the reply, else the
+        passages that best match the question in that room; ``fit`` then drops earlier turns as it must.
+        """
+        system = [m for m in messages[:1] if m.role == "system"]
+        base = len(self.engine.render_chat([*system, messages[-1]]))
+        budget = self.engine.n_ctx - self.reply_room(max_tokens) - base - DOCUMENT_MARGIN
+        return DocumentContext.build(
+            docs, messages[-1].content, budget, lambda text: len(self.engine.tokenize(text, add_special=False))
+        )
+
     def fit(self, messages: Sequence[Message], max_tokens: int) -> FittedPrompt:
         """Tokenize ``messages``, dropping the oldest turns until prompt + reply room fits."""
         if not messages or messages[-1].role != "user":
             raise ValueError("a chat turn must end with a user message")
-        room = min(max_tokens, max(self.min_reply_room, self.engine.n_ctx // 4))
+        room = self.reply_room(max_tokens)
         limit = self.engine.n_ctx - room
         system = [m for m in messages[:1] if m.role == "system"]
         turns = list(messages[len(system) :])

@@ -1,4 +1,4 @@
-from engine.drafts import AGREE, ALONE, SPLIT, DraftSources, HistoryIndex
+from engine.drafts import AGREE, ALONE, SPLIT, CorpusIndex, DraftSources, HistoryIndex
 from engine.pool import NgramPool
 
 
@@ -67,3 +67,21 @@ def test_drafts_say_which_text_their_tokens_came_from():
     pool.add(5, [1, 2], "reply")  # seen again: it still counts for the window, which found it first
     pool.add(5, [3], "kept")
     assert pool.ranked(5, 2, 2) == [((3,), "kept"), ((1, 2), "window")]
+
+
+def test_an_attached_document_drafts_where_the_context_is_not_in_the_history_and_owns_prompt_copies_of_it():
+    documents = CorpusIndex(source="document", origin="document")
+    documents.add([40, 41, 42, 43, 44, 45])
+    h = HistoryIndex()
+    h.extend([1, 2, 41, 42], "prompt")  # the question; the document's passage 41 42 … is not in it beyond this
+    (d,) = DraftSources(h, NgramPool(max_len=3), documents=documents).matches(42, length=3, count=1)
+    assert (d.tokens, d.source, d.origin) == ((43, 44, 45), "document", "document")
+    # The passage is in the prompt too (it fitted): the prompt's copy is found first, and counted as the document's.
+    h2 = HistoryIndex()
+    h2.extend([41, 42, 43, 44, 45, 7, 41, 42], "prompt")
+    drafts = DraftSources(h2, NgramPool(max_len=3), documents=documents).matches(42, length=3, count=1)
+    assert (drafts[0].tokens, drafts[0].source, drafts[0].origin) == ((43, 44, 45), "history", "document")
+    h3 = HistoryIndex()
+    h3.extend([41, 42, 9, 9, 7, 41, 42], "prompt")  # a prompt text the document does not hold stays the prompt's
+    assert DraftSources(h3, NgramPool(max_len=3), documents=documents).matches(42, 3, 1)[0].origin == "prompt"
+    assert documents.holds([42, 43, 44]) and not documents.holds([42, 44]) and not documents.holds([42])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from engine import GenerationControls, LookaheadConfig, Message, RunStats, SamplingConfig, StopConfig
-from engine.bench import load_workloads
+from engine.bench import load_workloads, workload_prompt
 from engine.plan import ALL_SEQS
 from engine.session import ChatSession
 from engine.settings import DEFAULT_LOOKAHEAD
@@ -41,12 +41,12 @@ def assert_cache_holds_only_committed(engine):
 @pytest.mark.auto
 @pytest.mark.parametrize("workload", load_workloads(), ids=lambda w: w.id)
 def test_lookahead_text_equals_plain_text_on_the_workloads(engine, workload):
-    prompt = engine.render_chat([Message("user", workload.prompt)])
-    plain = run(engine, prompt, None)
-    for shape in [DEFAULT_LOOKAHEAD, *SHAPES[:2]]:
-        la = run(engine, prompt, shape)
-        assert la.token_ids == plain.token_ids, f"{shape} differs from plain"
-        assert la.text == plain.text
+    with workload_prompt(engine, workload, max_tokens=128) as (prompt, _seen):  # attached files drafted from too
+        plain = run(engine, prompt, None)
+        for shape in [DEFAULT_LOOKAHEAD, *SHAPES[:2]]:
+            la = run(engine, prompt, shape)
+            assert la.token_ids == plain.token_ids, f"{shape} differs from plain"
+            assert la.text == plain.text
 
 
 LONG_REPLY_PROMPTS = [

@@ -8,7 +8,7 @@ import shutil
 import pytest
 
 from engine import Engine, GenerationControls, Message, RunStats, StopConfig
-from engine.bench import load_workloads
+from engine.bench import load_workloads, workload_prompt
 from engine.costmodel import DEFAULT_CURVE
 from engine.drafts import CorpusIndex
 from engine.settings import DEFAULT_LOOKAHEAD, LookaheadConfig
@@ -84,13 +84,13 @@ def test_lookahead_equals_plain_on_every_workload_with_every_draft_source_and_a_
     fixed = LookaheadConfig(window=3, ngram=4, guesses=3)
     try:
         for w in load_workloads():
-            prompt = engine.render_chat([Message("user", w.prompt)])
-            plain = _reply(engine, prompt, None, max_tokens=64)
-            engine.plan_with(None)
-            for shape in (DEFAULT_LOOKAHEAD, fixed):
-                assert _reply(engine, prompt, shape, max_tokens=64).token_ids == plain.token_ids, (w.id, shape)
-            engine.plan_with(laptop)
-            assert _reply(engine, prompt, DEFAULT_LOOKAHEAD, max_tokens=64).token_ids == plain.token_ids, w.id
+            with workload_prompt(engine, w, max_tokens=64) as (prompt, _seen):  # attached files drafted from too
+                plain = _reply(engine, prompt, None, max_tokens=64)
+                engine.plan_with(None)
+                for shape in (DEFAULT_LOOKAHEAD, fixed):
+                    assert _reply(engine, prompt, shape, max_tokens=64).token_ids == plain.token_ids, (w.id, shape)
+                engine.plan_with(laptop)
+                assert _reply(engine, prompt, DEFAULT_LOOKAHEAD, max_tokens=64).token_ids == plain.token_ids, w.id
             engine.remember_chat(engine.tokenize(w.prompt, add_special=False) + plain.token_ids)
     finally:
         engine.plan_with(None)
