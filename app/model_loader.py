@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal, Slot
 from PySide6.QtWidgets import QLabel, QMainWindow, QMessageBox, QProgressBar
 
+from engine.models import LoadProblem
+
 from .requests import LoadedModel
+from .widgets import model_info
 from .widgets.model_info import FALLBACK_NOTE, format_params
 from .worker import EngineThread
 
@@ -17,9 +21,12 @@ class ModelLoader(QObject):
 
     A model remembered from last time that fails to load falls back to the bundled one.
 
+    A failed load opens a message box in plain words with the technical detail behind "Show Details…"
+    (``error_box``, the last one opened).
+
     Signals:
         loaded(object, str): a ``LoadedModel`` is in use; the path it was asked for ("" = the bundled model).
-        failed(str): a load failed (the dialog has been shown; the model in use, if any, stays).
+        failed(str): a load failed, in plain words (the dialog has been opened; the model in use, if any, stays).
         loadingChanged(): a load started or ended.
     """
 
@@ -34,6 +41,7 @@ class ModelLoader(QObject):
         self.model: LoadedModel | None = None
         self.loading_path: str | None = None
         self.closed = False
+        self.error_box: QMessageBox | None = None
         self.model_label = QLabel("No model")
         self.lookahead_label = QLabel()
         self.progress = QProgressBar()
@@ -51,7 +59,7 @@ class ModelLoader(QObject):
         return self.loading_path is not None
 
     def _name(self) -> str:
-        return Path(self.loading_path).name if self.loading_path else "the bundled model"
+        return Path(self.loading_path).name if self.loading_path else "the model that comes with the app"
 
     def load(self, path: str, n_ctx: int, n_threads: int) -> None:
         """Load ``path`` ("" = the bundled model) with this context size and thread count (0 = automatic)."""
@@ -66,7 +74,7 @@ class ModelLoader(QObject):
     @Slot()
     def _on_checking(self) -> None:
         self._window.statusBar().showMessage(
-            f"Loading {self._name()}… (checking the file first: a damaged one must not crash the app)"
+            f"Loading {self._name()}… first a quick check that the file is complete (only the first time it is opened)"
         )
 
     @Slot(float)
@@ -81,10 +89,12 @@ class ModelLoader(QObject):
         self.model = model
         generic = " · generic chat format" if model.template_is_fallback else ""
         self.model_label.setText(f"{model.display_name} · {model.file_type} · ctx {model.n_ctx}{generic}")
-        checked = f" (first-open check {model.probe_s:.2f} s)" if model.probe_s is not None else ""
+        checked = f" (the first-time check took {model.probe_s:.2f} s)" if model.probe_s is not None else ""
         trained = f" (trained on {model.n_ctx_train:,})" if model.n_ctx_train else ""
+        named = f" (named “{model.gguf_name}” in the file)" if model.gguf_name != model.display_name else ""
         tip = [
-            f"{model.gguf_name}: {model.architecture}, {format_params(model.n_params)} parameters, {model.file_type}",
+            f"{model.display_name}{named}: {model.architecture}, {format_params(model.n_params)} parameters, "
+            f"{model.file_type}",
             f"context {model.n_ctx:,} tokens{trained}",
             model.path,
             f"{model.n_threads} threads, loaded in {model.load_s:.2f} s{checked}",
@@ -101,7 +111,9 @@ class ModelLoader(QObject):
         self.loaded.emit(model, requested)
 
     @Slot(str)
-    def _on_failed(self, message: str) -> None:
+    def _on_failed(self, text: str) -> None:
+        problem = LoadProblem.from_text(text)
+        name = self._name()
         requested = self.loading_path
         self.loading_path = None
         self.progress.setVisible(False)
@@ -111,13 +123,14 @@ class ModelLoader(QObject):
             return
         if self.model is None and requested:
             # The model remembered from last time is gone: fall back to the bundled one.
-            QMessageBox.warning(
-                self._window, "Could not load model", f"{message}\n\nLoading the bundled model instead."
-            )
-            self.failed.emit(message)
+            instead = "The model that comes with the app is loaded instead."
+            fallback = replace(problem, message=f"{problem.message}\n\n{instead}")
+            self.error_box = model_info.show_problem(
+                self._window, f"Could not open {name}", fallback, QMessageBox.Icon.Warning)
+            self.failed.emit(problem.message)
             self.load("", self._n_ctx, self._n_threads)
             return
-        QMessageBox.critical(self._window, "Could not load model", message)
+        self.error_box = model_info.show_problem(self._window, f"Could not open {name}", problem)
         if self.model is None:
             self.model_label.setText("No model — use File → Open model…")
-        self.failed.emit(message)
+        self.failed.emit(problem.message)

@@ -25,7 +25,7 @@ import os
 import re
 import sqlite3
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import Enum
@@ -562,13 +562,18 @@ class ChatStore:
         ).fetchall()
         return [SearchHit(**dict(r)) for r in rows]
 
-    def chat_texts(self, model_name: str, max_chars: int = 400_000) -> list[str]:
+    def chat_texts(self, model_name: str | Collection[str], max_chars: int = 400_000) -> list[str]:
         """The text of every chat whose replies all came from ``model_name``, newest first, within ``max_chars``.
+
+        ``model_name`` may be several names of the same file (its shown name now, the file name it was shown
+        by before), so a model's earlier chats are found under either.
 
         For lookahead to draft from (engine ``CorpusIndex``): a chat answered by another model,
         even in part, is left out. Each chat's branch shown is its text.
         """
         from .stats import ReplyStats  # local: keeps this module importable on its own
+
+        names = {model_name} if isinstance(model_name, str) else set(model_name)
 
         rows = self._db.execute(
             "WITH RECURSIVE shown(id) AS ("
@@ -583,7 +588,8 @@ class ChatStore:
         for _conv, group in itertools.groupby(rows, key=lambda row: row["conversation_id"]):
             messages = list(group)
             replies = (ReplyStats.from_json(m["stats_json"]) for m in messages if m["role"] == "assistant")
-            if {s.model for s in replies if s is not None} != {model_name}:
+            models = {s.model for s in replies if s is not None}
+            if not models or not models <= names:
                 continue
             text = "\n".join(m["content"] for m in messages if m["role"] in ("user", "assistant"))
             if len(text) > budget:

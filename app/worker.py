@@ -35,7 +35,9 @@ from engine import (
     default_model_path,
 )
 from engine.bench import PromptResult
-from engine.costmodel import MachineBusy, MeasurementCancelled
+from engine.costmodel import CostCurve, MachineBusy, MeasurementCancelled
+from engine.library import friendly_name
+from engine.models import LoadProblem
 from engine.probe import ProbeResult, ensure_loadable
 from engine.runtime import default_threads
 
@@ -138,7 +140,10 @@ class EngineWorker(QObject):
 
     @Slot(str, int, int)
     def loadModel(self, path: str, n_ctx: int, n_threads: int) -> None:
-        """Load ``path`` ("" = the bundled model); keep the current engine if it fails."""
+        """Load ``path`` ("" = the bundled model); keep the current engine if it fails.
+
+        A failure's text is ``LoadProblem.as_text()``: plain words for a person, then the technical detail.
+        """
         t0 = time.perf_counter()
         self.modelLoading.emit(0.0)
 
@@ -155,9 +160,9 @@ class EngineWorker(QObject):
                                          cancel=self._shutting_down)  # closing the window kills the child
             engine = self._engine_factory(model_path, n_ctx=n_ctx, n_threads=n_threads or None, progress=progress,
                                           summary=probe.summary)
-        except Exception as exc:  # every failure becomes a message for the user
+        except Exception as exc:  # every failure becomes a message for the user, with its technical detail
             log.warning("model load failed: %s", exc)
-            self.modelFailed.emit(_describe(exc))
+            self.modelFailed.emit(LoadProblem.from_exception(exc, _describe(exc)).as_text())
             return
         old, self._engine, self._session = self._engine, engine, self._session_factory(engine)
         if old is not None:
@@ -166,7 +171,7 @@ class EngineWorker(QObject):
         s = engine.summary
         loaded = LoadedModel(
             path=str(model_path),
-            display_name=model_path.stem,
+            display_name=friendly_name(s.name, model_path),
             gguf_name=s.name,
             architecture=s.architecture,
             file_type=s.file_type,
@@ -274,7 +279,7 @@ class EngineWorker(QObject):
             self._measuring = (request_id, cancel)
         t0 = time.perf_counter()
         try:
-            engine.tune(progress=self.measureProgress.emit, cancel=cancel)
+            curve = engine.tune(progress=self.measureProgress.emit, cancel=cancel)
         except MachineBusy:
             self.measureFinished.emit(request_id, "busy", BUSY_MEASURE_TEXT)
             return
@@ -288,7 +293,9 @@ class EngineWorker(QObject):
         finally:
             with self._lock:
                 self._measuring = None
-        took = f"Measured this PC for lookahead in {time.perf_counter() - t0:.1f} s"
+        took = f"Measured this PC for lookahead in {time.perf_counter() - t0:.0f} s"
+        if isinstance(curve, CostCurve):  # the result in a few words: what a typical batch of guesses costs
+            took += f": batches of 4 tokens cost {curve.cost(4):.1f} steps"
         self.measureFinished.emit(request_id, "measured", took)
 
     def _apply_pending_lookahead(self, controls: GenerationControls) -> LookaheadConfig | None:
@@ -300,7 +307,7 @@ class EngineWorker(QObject):
 
     @Slot(object)
     def compare(self, request: CompareRequest) -> None:
-        """Measure plain and then lookahead (or the other way round) on one prompt; ends with compareFinished."""
+        """Measure plain and lookahead in repeated A-B-B-A turns on one prompt; ends with compareFinished."""
         if self._session is None:
             self.compareFailed.emit(request.request_id, "No model is loaded. Open a model with File → Open model….")
             return

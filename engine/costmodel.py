@@ -340,6 +340,7 @@ def measure(
     if max_exact_batch is None:
         share = 1.0 if pinned is not None else _PROBE_SHARE
         max_exact_batch = probe_exact_batch(engine, filler, lambda f: report(f * share))
+        report(share)  # a probe that stopped at an inexact size skipped its larger ones
     engine.reset()
     agree = engine.threads_agree is not False
     if pinned is not None:
@@ -384,15 +385,29 @@ def _time_sizes(
         contended += last is not None and last.contended
         return dt
 
+    def timed_in(round_no: int) -> list[int]:
+        """The sizes timed in this round: small ones every round, large ones every third."""
+        return [n for n in sizes if n != 1 and not (n > 16 and round_no % 3)]
+
+    # Progress: the share of the first three rounds' work done (each pair weighs its tokens plus the two
+    # 1-token steps around it), or of the time budget if that is less; the loop ends once both are spent.
+    def weight(n: int) -> float:
+        return 2 + n / 8
+
+    work_total = sum(weight(n) for r in range(3) for n in timed_in(r)) * 2 or 1.0
+    work_done = 0.0
+
+    def report_timing() -> None:
+        share_of_time = (time.perf_counter() - t_start) / budget_s
+        report(_PROBE_SHARE + (1 - _PROBE_SHARE) * min(share_of_time, work_done / work_total, 1.0))
+
     for _ in range(3):  # warm-up
         once(1, True)
     rounds = 0
     while True:
-        for n in sizes:
-            if n == 1 or (n > 16 and rounds % 3):
-                continue
-            report(_PROBE_SHARE + (1 - _PROBE_SHARE) * min((time.perf_counter() - t_start) / budget_s, rounds / 3))
+        for n in timed_in(rounds):
             for a in (False, True):
+                report_timing()
                 # A batch also slows the 1-token step after it (the compute graph changes shape back):
                 # that time is the batch's. Each pair starts after a 1-token step, as most steps do.
                 one = once(1, True)
@@ -400,6 +415,7 @@ def _time_sizes(
                 spent = once(n, a)
                 spent += once(1, True) - one
                 ratios[(n, a)].append(spent / one)
+                work_done += weight(n) if rounds < 3 else 0.0
         rounds += 1
         if contended > BUSY_SHARE * timed:
             engine.reset()
@@ -459,26 +475,33 @@ def _probe_sizes(
     # (a context that small never reaches the cache lengths where kernels change).
     prefix = filler[: max(0, min(PROBE_DEPTH, engine.n_ctx - CHAIN_ROWS - sizes[0] - 1))]
     best = 0
-    total = sum(sizes)
-    done = 0
+    # Progress counts steps (prefill pieces, chain tokens, then the sizes tried, each as heavy as its batch
+    # over the first chunk's size) so that it moves during every part; a probe that stops early jumps to its end.
+    n_chunks = -(-len(prefix) // PROBE_CHUNK)
+    total = n_chunks + CHAIN_ROWS + sum(n / PROBE_CHUNK for n in sizes) * 2
+    done = 0.0
+
+    def step(amount: float) -> None:
+        nonlocal done
+        if progress is not None:
+            progress(min(done / total, 1.0))
+        done += amount
+
     engine.reset()
     for i in range(0, len(prefix), PROBE_CHUNK):  # in pieces, so that a cancel is never far off
-        if progress is not None:
-            progress(0.0)
+        step(1)
         engine.prefill(prefix[i : i + PROBE_CHUNK])
     start = engine.kv.n
     chain: list[np.ndarray] = []  # plain decoding of the tokens after the prefix, one at a time
     for k in range(CHAIN_ROWS):
-        if progress is not None:
-            progress(0.0)
+        step(1)
         batch.set_single_seq(filler[start + k : start + k + 1], start + k, ALL_SEQS, last_logits=True)
         ctx.decode(batch)
         chain.append(ctx.logits_rows(1)[0].copy())
     engine.threads_agree = _threads_agree(engine, filler, start, chain)
 
     def decode(n: int, drafts: bool) -> np.ndarray:
-        if progress is not None:
-            progress(done / total)  # also where a measurement's cancel takes effect: between two decodes
+        step(n / PROBE_CHUNK)  # also where a measurement's cancel takes effect: between two decodes
         ctx.seq_rm(-1, start, -1)
         batch.set_single_seq(filler[start : start + n], start, ALL_SEQS, last_logits=False)
         if drafts:
@@ -497,7 +520,6 @@ def _probe_sizes(
         if not all(np.array_equal(rows[k], chain[k]) for k in range(min(n, CHAIN_ROWS))):
             break
         best = n
-        done += n
     return best
 
 

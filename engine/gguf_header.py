@@ -50,6 +50,16 @@ class Corrupt(Exception):
     """A value that no valid GGUF holds."""
 
 
+class UnsupportedVersion(Corrupt):
+    """A GGUF version this reader (and llama.cpp) does not read: ``version`` as stored, ``big_endian`` if
+    it is a supported version written byte-swapped (a file made for a big-endian machine)."""
+
+    def __init__(self, text: str, version: int, big_endian: bool = False) -> None:
+        super().__init__(text)
+        self.version = version
+        self.big_endian = big_endian
+
+
 @dataclass
 class TensorInfo:
     name: str
@@ -162,10 +172,11 @@ def parse_header(buf: Buffer, size: int) -> Header:
     version = cur.unpack(_U32)
     if version not in SUPPORTED_VERSIONS:
         if version == 1:
-            raise Corrupt("GGUF version 1 is not supported by llama.cpp (convert the model again)")
-        if struct.unpack("<I", struct.pack(">I", version))[0] in (1, 2, 3):
-            raise Corrupt("big-endian GGUF files are not supported")
-        raise Corrupt(f"unknown GGUF version {version}")
+            raise UnsupportedVersion("GGUF version 1 is not supported by llama.cpp (convert the model again)", 1)
+        swapped = struct.unpack("<I", struct.pack(">I", version))[0]
+        if swapped in (1, 2, 3):
+            raise UnsupportedVersion("big-endian GGUF files are not supported", swapped, big_endian=True)
+        raise UnsupportedVersion(f"unknown GGUF version {version}", version)
     n_tensors = cur.unpack(_U64)
     n_kv = cur.unpack(_U64)
     rest = cur.size - cur.pos

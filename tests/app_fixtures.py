@@ -72,6 +72,18 @@ def dialogs(monkeypatch: pytest.MonkeyPatch) -> DialogLog:
     monkeypatch.setattr(QMessageBox, "warning", staticmethod(recorder("warning", ok)))
     monkeypatch.setattr(QMessageBox, "information", staticmethod(recorder("information", ok)))
     monkeypatch.setattr(QMessageBox, "question", staticmethod(recorder("question", QMessageBox.StandardButton.Yes)))
+
+    from app.widgets import model_info
+
+    real_show_problem = model_info.show_problem
+
+    def show_problem(parent, title, problem, icon=QMessageBox.Icon.Critical):
+        """The non-blocking problem box (plain words, details behind a button): recorded, then shown."""
+        kind = "critical" if icon == QMessageBox.Icon.Critical else "warning"
+        log.shown.append((kind, title, f"{problem.message}\n{problem.detail}"))
+        return real_show_problem(parent, title, problem, icon)
+
+    monkeypatch.setattr(model_info, "show_problem", show_problem)
     return log
 
 

@@ -159,6 +159,48 @@ def apply_damage(path: Path, damage: Damage) -> None:
             fh.write(raw)
 
 
+# --- one file of each kind a person may try to open ------------------------------------------------------
+
+PREFIX = 64 * 1024  # enough of the file for the header checks that stop at its first fields
+
+
+def _prefix_copy(src: Path, dst: Path, patches: tuple[tuple[int, bytes], ...] = (), size: int = PREFIX) -> Path:
+    """The first ``size`` bytes of ``src`` at ``dst``, with ``patches`` written over them."""
+    with open(src, "rb") as fh:
+        data = bytearray(fh.read(size))
+    for off, raw in patches:
+        data[off : off + len(raw)] = raw
+    dst.write_bytes(bytes(data))
+    return dst
+
+
+def bad_model_files(model: Path, folder: Path) -> dict[str, Path]:
+    """A file of each kind that is not a model the app can open, made from ``model`` (the bundled one) in ``folder``.
+
+    Not a GGUF (notes renamed .gguf), cut short in its weights (its first 5,000,000 bytes) and in its
+    header (its first 1,000 bytes), a GGUF version newer than llama.cpp reads (4), the old version 1, a
+    big-endian GGUF, an empty file, a folder named like a model, and a path with nothing there.
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    notes = folder / "notes.gguf"
+    notes.write_text("These are my notes, not a model.\n" * 20)
+    empty = folder / "empty.gguf"
+    empty.write_bytes(b"")
+    directory = folder / "folder.gguf"
+    directory.mkdir(exist_ok=True)
+    return {
+        "not gguf": notes,
+        "cut in its weights": _prefix_copy(model, folder / "cut-weights.gguf", size=5_000_000),
+        "cut in its header": _prefix_copy(model, folder / "cut-header.gguf", size=1000),
+        "newer version": _prefix_copy(model, folder / "v4.gguf", ((4, struct.pack("<I", 4)),)),
+        "version 1": _prefix_copy(model, folder / "v1.gguf", ((4, struct.pack("<I", 1)),)),
+        "big-endian": _prefix_copy(model, folder / "big-endian.gguf", ((4, struct.pack(">I", 3)),)),
+        "empty": empty,
+        "folder": directory,
+        "missing": folder / "moved-away.gguf",
+    }
+
+
 # --- running the command line on a copy ---------------------------------------------------------------
 
 

@@ -45,6 +45,7 @@ def test_the_dialog_shows_the_models_facts_and_its_own_template_read_only_in_a_f
     qtbot.addWidget(dialog)
 
     assert _facts(dialog) == {
+        "Name in the file": "Smol 135M",
         "Architecture": "llama",
         "Parameters": "135M",
         "Quantisation": "Q4_1",
@@ -53,7 +54,7 @@ def test_the_dialog_shows_the_models_facts_and_its_own_template_read_only_in_a_f
         "File size": "98.2 MiB",
         "File": "/models/smol.gguf",
     }
-    assert dialog.name_label.text() == "Smol 135M"
+    assert dialog.name_label.text() == "smol"  # as the status bar and the library name it
     assert dialog.template_note.text() == OWN_TEMPLATE_NOTE
     assert dialog.template_view.toPlainText() == OWN_TEMPLATE
     assert dialog.template_view.isReadOnly()
@@ -116,7 +117,8 @@ def test_a_model_without_a_chat_template_says_so_in_the_status_bar_and_the_templ
     window = make_window()
 
     assert window.model.template_is_fallback
-    assert window.model_label.text() == "bare · F16 · ctx 1024 · generic chat format"
+    # The header's own name ("Bare") is a model's name, not a training tag: shown rather than the file's ("bare").
+    assert window.model_label.text() == "Bare · F16 · ctx 1024 · generic chat format"
     tip = window.model_label.toolTip()
     assert FALLBACK_NOTE in tip
     assert "Bare: gpt2, 124M parameters, F16" in tip and "trained on 1,024" in tip
@@ -150,6 +152,8 @@ def test_the_bundled_model_shows_its_own_template_and_its_header_facts(qtbot, ma
     window = make_window()
 
     assert not window.model.template_is_fallback
+    # Its header's name is a training tag ("Smollm2 135M 8k Lc100K Mix1 Ep2"): the file's name is shown instead.
+    assert window.model_label.text().startswith("SmolLM2-135M-Instruct.Q4_1 · Q4_1 · ctx ")
     assert "generic" not in window.model_label.text()
     assert FALLBACK_NOTE not in window.model_label.toolTip()
     dialog = _open_template_dialog(window)
@@ -159,5 +163,9 @@ def test_the_bundled_model_shows_its_own_template_and_its_header_facts(qtbot, ma
     facts = _facts(dialog)
     assert (facts["Architecture"], facts["Quantisation"], facts["Trained context"]) == ("llama", "Q4_1", "8,192 tokens")
     assert facts["Parameters"] == "135M"
+    assert facts["Name in the file"] == "Smollm2 135M 8k Lc100K Mix1 Ep2"  # a training tag: not the title
+    assert dialog.name_label.text() == "SmolLM2-135M-Instruct.Q4_1"
+    assert 'SmolLM2-135M-Instruct.Q4_1 (named “Smollm2 135M 8k Lc100K Mix1 Ep2” in the file): llama' in (
+        window.model_label.toolTip())
     assert facts["File size"] == format_size(Path(model_path).stat().st_size)
     assert facts["Context in use"] == f"{window.model.n_ctx:,} tokens"

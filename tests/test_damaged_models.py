@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine import ModelFileError, check_gguf, probe
+from engine import ModelFileError, check_gguf, models, probe
 from engine.probe import ProbeResult, ensure_loadable, run_probe
 from tests import damage
 from tests.tiny_models import TOKENS
@@ -462,6 +462,131 @@ def test_the_cli_turns_a_clean_llama_cpp_refusal_into_exit_2_with_one_line(model
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: llama.cpp cannot load the model: "), r.stderr
     assert "invalid n_rot" in lines[0]
+
+
+# --- what a person is told -----------------------------------------------------------------------------------------
+
+# Each kind of bad file: (ModelFileError.kind, the start of its plain sentence, words of its technical detail).
+PLAIN = {
+    "not gguf": (models.KIND_NOT_GGUF, "This file is not a GGUF model.", "bad magic"),
+    "cut in its weights": (models.KIND_TRUNCATED,
+                           "This file is cut short: it holds 5 MB of the 98 MB the model needs.",
+                           "tensors need 98362432 bytes, file has 5000000"),
+    "cut in its header": (models.KIND_TRUNCATED,
+                          "This file is cut short or damaged: it holds 1 KB and ends partway through",
+                          "file size 1000"),
+    "newer version": (models.KIND_VERSION, "This model file uses a newer GGUF version (4) than this app can read.",
+                      "unknown GGUF version 4"),
+    "version 1": (models.KIND_VERSION, "This model file uses an old GGUF version (1)", "GGUF version 1"),
+    "big-endian": (models.KIND_VERSION, "This model file was made for a different kind of computer", "big-endian"),
+    "empty": (models.KIND_EMPTY, "This file is empty: it holds no model.", "model file is empty"),
+    "folder": (models.KIND_NOT_A_FILE, "This is a folder, not a model file.", "is a directory"),
+    "missing": (models.KIND_MISSING, "This model file is not there any more", "model file not found"),
+}
+
+
+@pytest.fixture(scope="module")
+def bad_files(model_path, tmp_path_factory) -> dict[str, Path]:
+    return damage.bad_model_files(model_path, tmp_path_factory.mktemp("bad-files"))
+
+
+def _assert_plain(exc: ModelFileError | models.ContextTooLargeError, path: Path | None = None) -> None:
+    """The plain sentence names no path or file-format term; the technical detail is kept whole in str()."""
+    assert exc.message and "\n" not in exc.message
+    for jargon in ("magic", "tensor", "bytes", "GGML", "SIGKILL", "metadata", "/"):
+        assert jargon not in exc.message, exc.message
+    assert str(exc) == exc.detail != exc.message
+    if path is not None:
+        assert exc.detail.endswith(str(path))
+    problem = models.LoadProblem.from_exception(exc)
+    assert models.LoadProblem.from_text(problem.as_text()) == models.LoadProblem(exc.message, exc.detail)
+
+
+@pytest.mark.parametrize("name", list(PLAIN))
+def test_each_kind_of_bad_file_is_told_in_a_plain_sentence_with_the_technical_detail_kept(name, bad_files):
+    kind, sentence, technical = PLAIN[name]
+    with pytest.raises(ModelFileError) as info:
+        check_gguf(bad_files[name])
+    exc = info.value
+    assert exc.kind == kind
+    assert exc.message.startswith(sentence), exc.message
+    assert technical in exc.detail
+    _assert_plain(exc, bad_files[name])
+
+
+def test_a_file_that_cannot_be_read_says_so_in_plain_words(bad_files, monkeypatch):
+    path = bad_files["not gguf"]
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode, *a, **k: False if Path(p) == path else real_access(p, mode))
+    with pytest.raises(ModelFileError) as info:
+        check_gguf(path)
+    assert info.value.kind == models.KIND_UNREADABLE
+    assert info.value.message == "This file cannot be opened: you do not have permission to read it."
+    _assert_plain(info.value, path)
+
+
+def test_a_spoiled_vocabulary_and_wrong_layer_sizes_are_told_as_damage_in_plain_words(models_dir):
+    vocabulary = write_model(models_dir / "plain-eos.gguf", edit=_edits()["eos_far"])
+    shapes = write_model(models_dir / "plain-ffn.gguf", hparams={"feed_forward_length": 100})
+    for path, what in ((vocabulary, "its vocabulary"), (shapes, "its layer sizes disagree")):
+        with pytest.raises(ModelFileError) as info:
+            check_gguf(path)
+        assert info.value.kind == models.KIND_DAMAGED
+        assert info.value.message.startswith(f"This model file is damaged: {what}")
+        _assert_plain(info.value, path)
+
+
+def test_an_architecture_llama_cpp_does_not_know_is_told_by_its_name(models_dir, no_probe_cache):
+    import gguf
+
+    def alien(writer) -> None:
+        writer.kv_data[0].pop("general.architecture", None)
+        writer.add_key_value("general.architecture", "no-such-arch", gguf.GGUFValueType.STRING)
+
+    path = write_model(models_dir / "alien.gguf", edit=alien)
+    with pytest.raises(ModelFileError) as info:
+        ensure_loadable(path, n_ctx=256, n_threads=1, cache=no_probe_cache)
+    assert info.value.kind == models.KIND_ARCHITECTURE
+    assert info.value.message == (
+        'This model is of a kind (architecture "no-such-arch") that this app\'s version of llama.cpp cannot run.'
+    )
+    assert "unknown model architecture: 'no-such-arch'" in info.value.detail
+    _assert_plain(info.value, path)
+
+
+def test_running_out_of_memory_is_told_as_such_for_a_killed_test_load_and_a_context_too_large(
+    intact, no_probe_cache
+):
+    with pytest.raises(ModelFileError) as info:
+        ensure_loadable(intact, n_ctx=256, n_threads=1, cache=no_probe_cache,
+                        command=[sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"])
+    assert info.value.kind == models.KIND_MEMORY
+    assert info.value.message.startswith("This PC ran out of memory loading the model.")
+    _assert_plain(info.value, intact)
+
+    summary = check_gguf(intact)
+    with pytest.raises(models.ContextTooLargeError) as too_large:
+        models.check_context_fits(summary, 100_000, available=summary.kv_cache_bytes(100_000) // 4)
+    assert too_large.value.message.startswith(
+        "This PC does not have enough free memory for a context of 100,000 tokens")
+    assert "more than this machine's memory allows" in too_large.value.detail
+    _assert_plain(too_large.value)
+
+
+def test_a_crash_while_test_loading_is_told_as_a_damaged_file(intact, no_probe_cache):
+    with pytest.raises(ModelFileError) as info:
+        ensure_loadable(intact, n_ctx=256, n_threads=1, cache=no_probe_cache,
+                        command=[sys.executable, "-c", CRASHES["SIGABRT"]])
+    assert info.value.kind == models.KIND_CRASHED
+    assert info.value.message.startswith(
+        "llama.cpp stopped while loading this file, so the file is most likely damaged")
+    _assert_plain(info.value, intact)
+
+
+def test_an_unexpected_error_is_told_as_unexpected_with_its_type_in_the_detail():
+    problem = models.LoadProblem.from_exception(KeyError("x"), "KeyError: 'x'")
+    assert problem.message.startswith("Loading the model failed unexpectedly.")
+    assert problem.detail == "KeyError: 'x'"
 
 
 # --- fuzzing ------------------------------------------------------------------------------------------------------

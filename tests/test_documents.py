@@ -16,7 +16,6 @@ from engine.documents import (
     ReadLimits,
     chunk_document,
     fts_query,
-    html_text,
     read_document,
     with_documents,
 )

@@ -168,7 +168,8 @@ def rows(result: library.ScanResult) -> set[tuple]:
 def expected_rows(fake: FakeHome) -> set[tuple]:
     bundled = str(default_model_path())
     return {
-        (bundled, "Smollm2 135M 8k Lc100K Mix1 Ep2", SOURCE_BUNDLED, "llama", "Q4_1", 8192, True, True, False),
+        # Its general.name is a training tag ("Smollm2 135M 8k Lc100K Mix1 Ep2"): the file's name is shown instead.
+        (bundled, "SmolLM2-135M-Instruct.Q4_1", SOURCE_BUNDLED, "llama", "Q4_1", 8192, True, True, False),
         (str(fake.lm_studio), "tiny-llama-test", "LM Studio", "llama", "F16", 2048, False, True, False),
         (str(fake.hf_snapshot), "tiny-org/tiny-mamba-GGUF/tiny-mamba.gguf", "Hugging Face", "mamba", "ALL_F32",
          1024, False, False, False),
@@ -179,6 +180,31 @@ def expected_rows(fake: FakeHome) -> set[tuple]:
 
 def expected_skipped(fake: FakeHome) -> set[tuple[str, str, str]]:
     return {(str(fake.unreadable), PERMISSION_DENIED, "GPT4All"), (str(fake.loop), SYMLINK_LOOP, "LM Studio")}
+
+
+# --- the name shown for a model ---
+
+
+@pytest.mark.parametrize("tag", [
+    "Smollm2 135M 8k Lc100K Mix1 Ep2", "checkpoint-1200", "Qwen2 0.5B sft step2000", "run 3f2a9c1d7", "Models",
+    "hf_model", "  ", "",
+])
+def test_a_metadata_name_that_is_a_training_tag_or_a_default_gives_way_to_the_file_name(tag):
+    assert library.name_is_training_tag(tag)
+    assert library.friendly_name(tag, "/m/SmolLM2-135M-Instruct.Q4_1.gguf") == "SmolLM2-135M-Instruct.Q4_1"
+
+
+@pytest.mark.parametrize("name", [
+    "Llama 3.2 1B Instruct", "Qwen2.5 0.5B Instruct", "Mistral 7B Instruct v0.3", "gemma-2-2b-it",
+    "Phi 3 Mini 4k Instruct", "Meta-Llama-3.1-8B-Instruct", "DeepSeek R1 Distill Qwen 1.5B",
+])
+def test_a_metadata_name_people_would_give_a_model_is_kept(name):
+    assert not library.name_is_training_tag(name)
+    assert library.friendly_name(f" {name} ", "/m/model-q4_k_m.gguf") == name
+
+
+def test_a_file_without_a_metadata_name_is_named_after_the_file():
+    assert library.friendly_name(None, Path("/m/tiny.Q8_0.gguf")) == "tiny.Q8_0"
 
 
 # --- where the apps keep their models ---
@@ -239,6 +265,24 @@ def test_a_scan_of_the_fake_home_gives_exactly_the_expected_rows_and_skipped_not
     assert {(s.path, s.reason, s.source) for s in result.skipped} == expected_skipped(fake_home)
     (truncated,) = [m for m in result.models if not m.ok]
     assert "truncated" in truncated.error
+
+
+def test_a_scan_lists_every_folder_it_searched_whether_it_exists_and_how_many_models_it_held(
+    fake_home, unreadable_as_root
+):
+    roots = home_roots(fake_home, (str(fake_home.root / "not-made"),))
+    result = scan(roots, cache=HeaderCache(fake_home.root / "cache.json"))
+    searched = {f.path: f for f in result.searched}
+    assert [f.path for f in result.searched] == [r.path for r in roots]  # in the order they were searched
+    assert sum(f.models for f in result.searched) == len(result.models)
+    lm_studio = str(fake_home.home / ".lmstudio" / "models")
+    assert searched[lm_studio].exists and searched[lm_studio].models == 1
+    jan = str(fake_home.root / "xdg-data" / "Jan" / "data" / "llamacpp" / "models")
+    assert searched[jan].models == 1  # a broken file counts: it is listed, with why it cannot load
+    old_lm_studio = str(fake_home.home / ".cache" / "lm-studio" / "models")
+    assert not searched[old_lm_studio].exists and searched[old_lm_studio].models == 0
+    assert not searched[str(fake_home.root / "not-made")].exists
+    assert searched[str(default_model_path())].exists and searched[str(default_model_path())].models == 1
 
 
 def test_a_file_reached_twice_is_listed_once(fake_home, unreadable_as_root, tmp_path):
@@ -441,6 +485,48 @@ def test_the_dialog_shows_the_rows_marks_lookahead_and_lists_what_it_skipped(qtb
 
 
 @OFFSCREEN_NOISE
+def test_the_dialog_marks_the_loaded_model_selects_its_row_and_follows_a_new_one(qtbot, fake_home):
+    from app.widgets.library import LOADED_MARK, LibraryDialog
+
+    dialog = LibraryDialog([], loaded_path=str(fake_home.lm_studio))
+    qtbot.addWidget(dialog)
+    dialog.show()
+    with qtbot.waitSignal(dialog.scanned, timeout=30_000):
+        pass
+    row = dialog.row_of(str(fake_home.lm_studio))
+    assert dialog.loaded_row() == row >= 0
+    assert dialog.proxy.index(row, 0).data() == f"tiny-llama-test  {LOADED_MARK}"
+    assert dialog.proxy.index(row, 0).data(Qt.ItemDataRole.FontRole).bold()
+    assert dialog.selected_model().path == str(fake_home.lm_studio)
+    other = dialog.row_of(str(fake_home.ollama_blob))
+    assert dialog.proxy.index(other, 0).data() == "tinyllama:latest"
+    assert not dialog.proxy.index(other, 0).data(Qt.ItemDataRole.FontRole).bold()
+
+    dialog.set_loaded_path(str(fake_home.ollama_blob))  # another model was loaded meanwhile
+    assert dialog.loaded_row() == dialog.row_of(str(fake_home.ollama_blob))
+    assert dialog.proxy.index(dialog.row_of(str(fake_home.lm_studio)), 0).data() == "tiny-llama-test"
+    assert dialog.selected_model().path == str(fake_home.ollama_blob)
+
+
+@OFFSCREEN_NOISE
+def test_the_dialog_lists_the_folders_it_searched_with_what_each_held(qtbot, fake_home, tmp_path):
+    from app.widgets.library import SEARCHED_COLUMNS
+
+    gone = tmp_path / "gone"
+    dialog = _open_dialog(qtbot, [str(gone)])
+    table = dialog.searched_table
+    rows = {table.item(i, 0).text(): (table.item(i, 1).text(), table.item(i, 2).text())
+            for i in range(table.rowCount())}
+    assert rows[str(fake_home.home / ".lmstudio" / "models")] == ("LM Studio", "1 model")
+    assert rows[str(fake_home.home / ".cache" / "lm-studio" / "models")] == ("LM Studio", "not on this PC")
+    assert rows[str(gone)] == (SOURCE_USER, "not on this PC")
+    assert rows[str(default_model_path())] == (SOURCE_BUNDLED, "the model that comes with the app")
+    present = sum(1 for app, state in rows.values() if state != "not on this PC")
+    assert dialog.tabs.tabText(2) == f"Searched ({present} of {table.rowCount()} on this PC)"
+    assert [table.horizontalHeaderItem(j).text() for j in range(table.columnCount())] == list(SEARCHED_COLUMNS)
+
+
+@OFFSCREEN_NOISE
 def test_a_broken_file_shows_why_instead_of_loading_and_a_good_one_is_chosen(qtbot, fake_home, dialogs):
     dialog = _open_dialog(qtbot)
     chosen: list[str] = []
@@ -448,8 +534,11 @@ def test_a_broken_file_shows_why_instead_of_loading_and_a_good_one_is_chosen(qtb
 
     _double_click(qtbot, dialog, dialog.row_of(str(fake_home.truncated)))
     assert chosen == [] and dialog.isVisible()
-    (text,) = dialogs.texts("warning")
-    assert text.startswith("truncated") and str(fake_home.truncated) in text
+    box = dialog.error_box
+    assert box is not None and box.isVisible()
+    assert box.text().startswith("This file is cut short: it holds ")  # plain words first
+    assert box.detailedText().startswith("truncated") and str(fake_home.truncated) in box.detailedText()
+    box.close()
 
     _double_click(qtbot, dialog, dialog.row_of(str(fake_home.ollama_blob)))
     assert chosen == [str(fake_home.ollama_blob)] and not dialog.isVisible()
@@ -520,6 +609,29 @@ def test_double_clicking_the_bundled_models_row_loads_it_in_the_window(make_wind
         _double_click(qtbot, dialog, dialog.row_of(bundled))
     assert loaded.args[0].path == bundled == window.model.path
     assert window.library_dialog is None
+
+
+@OFFSCREEN_NOISE
+def test_the_status_bar_names_the_loaded_model_as_the_library_does_and_the_library_marks_it(
+    make_window, qtbot, fake_home
+):
+    window = make_window(quick_settings())
+    _no_measuring(window)
+    window.library_action.trigger()
+    dialog = window.library_dialog
+    with qtbot.waitSignal(dialog.scanned, timeout=30_000):
+        pass
+    row = dialog.row_of(window.model.path)
+    assert dialog.loaded_row() == row >= 0
+    assert dialog.model_at(row).name == window.model.display_name == "SmolLM2-135M-Instruct.Q4_1"
+    assert window.model_label.text().startswith(f"{window.model.display_name} · ")
+
+    # A model loaded with the dialog open is marked there at once.
+    with qtbot.waitSignal(window.modelChanged, timeout=MODEL_LOAD_TIMEOUT_MS):
+        window.load_model(str(fake_home.lm_studio))
+    assert dialog.loaded_row() == dialog.row_of(str(fake_home.lm_studio))
+    assert dialog.model_at(dialog.loaded_row()).name == window.model.display_name == "tiny-llama-test"
+    dialog.close()
 
 
 @OFFSCREEN_NOISE

@@ -6,11 +6,12 @@ the window stay responsive, and closing the dialog cancels it between two files.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
 from PySide6.QtCore import QModelIndex, QSortFilterProxyModel, Qt, QThread, Signal, Slot
-from PySide6.QtGui import QCloseEvent, QStandardItem, QStandardItemModel
+from PySide6.QtGui import QCloseEvent, QFont, QStandardItem, QStandardItemModel
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QDialog,
@@ -31,9 +32,20 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine.library import HeaderCache, LibraryModel, LibraryRoot, ScanResult, library_roots, scan
+from engine.library import (
+    KIND_FILE,
+    HeaderCache,
+    LibraryModel,
+    LibraryRoot,
+    ScanResult,
+    SearchedFolder,
+    library_roots,
+    scan,
+)
+from engine.models import LoadProblem
 
 from ..worker import LIVE_THREADS
+from . import model_info
 from .model_info import format_params, format_size
 
 COLUMNS = (
@@ -43,6 +55,29 @@ COLUMNS = (
 SORT_ROLE = Qt.ItemDataRole.UserRole + 1  # numbers sort as numbers, not as text
 MODEL_ROLE = Qt.ItemDataRole.UserRole + 2  # the row's LibraryModel, on its first cell
 PROGRESS_INTERVAL_S = 0.1  # at most ten "Scanning… N files" updates a second
+LOADED_MARK = "● loaded"  # after the name of the model in use
+SEARCHED_COLUMNS = ("Folder", "App", "Found")
+
+
+def same_file(a: str, b: str) -> bool:
+    """Whether two paths name the same file (a symlink, a relative path, or a blob reached two ways)."""
+    if a == b:
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def searched_state(folder: SearchedFolder) -> str:
+    """What a searched folder gave, in a few words: "3 models", "no models", "not on this PC"."""
+    if not folder.exists:
+        return "not on this PC"
+    if folder.kind == KIND_FILE:
+        return "the model that comes with the app" if folder.models else "not a usable model"
+    if folder.models == 0:
+        return "no models"
+    return "1 model" if folder.models == 1 else f"{folder.models} models"
 
 
 class ScanThread(QThread):
@@ -109,7 +144,7 @@ def _row(model: LibraryModel) -> list[QStandardItem]:
             _cell("yes" if model.can_lookahead else "no", tip=lookahead_tip),
         ]
     else:
-        error = model.error or "unknown"
+        error = "\n\n".join(t for t in (model.problem, model.error) if t) or "unknown"
         cells = [_cell(model.name, tip=error), _cell("broken file", tip=error), _cell("", 0), _cell(""),
                  _cell(format_size(model.size_bytes), model.size_bytes), _cell("", 0), _cell(""),
                  _cell("no", tip="The file cannot be loaded")]
@@ -121,7 +156,9 @@ def _row(model: LibraryModel) -> list[QStandardItem]:
 class LibraryDialog(QDialog):
     """The model library: a sortable, filterable table of what the scan found, and what it skipped.
 
-    Double-click (or Load) asks for a good model and closes; a broken file shows why instead.
+    Double-click (or Load) asks for a good model and closes; a broken file shows why instead. The model in
+    use (``loaded_path``) is marked "● loaded" in bold and selected; the "Searched" tab lists every folder
+    looked in, whether it is on this PC, and how many models it held.
 
     Signals:
         modelChosen(str): load this model file.
@@ -133,12 +170,14 @@ class LibraryDialog(QDialog):
     foldersChanged = Signal(object)
     scanned = Signal(object)
 
-    def __init__(self, folders: list[str], parent: QWidget | None = None) -> None:
+    def __init__(self, folders: list[str], parent: QWidget | None = None, loaded_path: str | None = None) -> None:
         super().__init__(parent)
         self.setWindowTitle("Model library")
         self.resize(1320, 600)
         self.folders = list(folders)
+        self.loaded_path = loaded_path
         self.scan_result: ScanResult | None = None
+        self.error_box: QMessageBox | None = None  # the last "cannot be loaded" box opened
         self._thread: ScanThread | None = None
 
         self.filter_edit = QLineEdit()
@@ -173,9 +212,17 @@ class LibraryDialog(QDialog):
         self.skipped_table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         self.skipped_table.horizontalHeader().setStretchLastSection(True)
 
+        self.searched_table = QTableWidget(0, len(SEARCHED_COLUMNS))
+        self.searched_table.setHorizontalHeaderLabels(list(SEARCHED_COLUMNS))
+        self.searched_table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.searched_table.verticalHeader().setVisible(False)
+        self.searched_table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        self.searched_table.horizontalHeader().setStretchLastSection(True)
+
         self.tabs = QTabWidget()
         self.tabs.addTab(self.table, "Models")
         self.tabs.addTab(self.skipped_table, "Skipped")
+        self.tabs.addTab(self.searched_table, "Searched")
 
         self.folder_list = QListWidget()
         self.folder_list.addItems(self.folders)
@@ -281,6 +328,8 @@ class LibraryDialog(QDialog):
             for j, text in enumerate((skipped.path, skipped.reason, skipped.source)):
                 self.skipped_table.setItem(i, j, QTableWidgetItem(text))
         self.tabs.setTabText(1, f"Skipped ({len(result.skipped)})")
+        self._show_searched(result.searched)
+        self._mark_loaded()
         broken = sum(1 for m in result.models if not m.ok)
         parts = [f"{len(result.models) - broken} models"]
         if broken:
@@ -290,6 +339,52 @@ class LibraryDialog(QDialog):
         self.status_label.setText(", ".join(parts) + cancelled)
         self.status_label.setToolTip(f"{result.files_seen} files looked at in {result.seconds:.2f} s")
         self._update_buttons()
+
+    def _show_searched(self, searched: list[SearchedFolder]) -> None:
+        self.searched_table.setRowCount(len(searched))
+        for i, folder in enumerate(searched):
+            for j, text in enumerate((folder.path, folder.source, searched_state(folder))):
+                item = QTableWidgetItem(text)
+                item.setToolTip(folder.path)
+                self.searched_table.setItem(i, j, item)
+        present = sum(1 for f in searched if f.exists)
+        self.tabs.setTabText(2, f"Searched ({present} of {len(searched)} on this PC)")
+
+    def set_loaded_path(self, path: str | None) -> None:
+        """Mark ``path`` as the model in use (another one was loaded while the dialog is open)."""
+        self.loaded_path = path
+        self._mark_loaded()
+
+    def _mark_loaded(self) -> None:
+        """Bold and "● loaded" on the row of the model in use (only there), which is selected and shown."""
+        loaded_row = -1
+        for row in range(self.model.rowCount()):
+            first = self.model.item(row, 0)
+            found = first.data(MODEL_ROLE)
+            assert isinstance(found, LibraryModel)
+            is_loaded = self.loaded_path is not None and same_file(found.path, self.loaded_path)
+            first.setText(f"{found.name}  {LOADED_MARK}" if is_loaded else found.name)
+            if found.ok:  # a broken file's tip says why it is broken (and it is never the model in use)
+                first.setToolTip(f"The model in use\n{found.path}" if is_loaded else found.path)
+            for column in range(self.model.columnCount()):
+                item = self.model.item(row, column)
+                font = QFont(item.font())
+                font.setBold(is_loaded)
+                item.setFont(font)
+            if is_loaded:
+                loaded_row = row
+        if loaded_row >= 0:
+            index = self.proxy.mapFromSource(self.model.index(loaded_row, 0))
+            if index.isValid():
+                self.table.selectRow(index.row())
+                self.table.scrollTo(index)
+
+    def loaded_row(self) -> int:
+        """The row (as sorted and filtered now) marked as the model in use; -1 if none is."""
+        for row in range(self.row_count()):
+            if str(self.proxy.index(row, 0).data()).endswith(LOADED_MARK):
+                return row
+        return -1
 
     # --- reading the table ---
 
@@ -318,7 +413,9 @@ class LibraryDialog(QDialog):
     def choose(self, model: LibraryModel) -> None:
         """Load ``model`` and close; a broken file shows why and stays in the list."""
         if not model.ok:
-            QMessageBox.warning(self, "This file cannot be loaded", model.error or "The file is not a usable model.")
+            problem = LoadProblem(model.problem or "This file is not a usable model.", model.error or "")
+            self.error_box = model_info.show_problem(
+                self, "This file cannot be loaded", problem, QMessageBox.Icon.Warning)
             return
         self.modelChosen.emit(model.path)
         self.accept()

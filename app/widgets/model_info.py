@@ -9,12 +9,14 @@ from PySide6.QtWidgets import (
     QDialogButtonBox,
     QFormLayout,
     QLabel,
+    QMessageBox,
     QPlainTextEdit,
     QVBoxLayout,
     QWidget,
 )
 
 from engine.library import format_params, format_size
+from engine.models import LoadProblem
 
 from ..requests import LoadedModel
 
@@ -23,6 +25,22 @@ FALLBACK_NOTE = (
     "This model file has no chat template, so a generic ChatML format is used. "
     "Replies may be worse than with the format the model was trained on."
 )
+
+
+def show_problem(
+    parent: QWidget, title: str, problem: LoadProblem, icon: QMessageBox.Icon = QMessageBox.Icon.Critical,
+) -> QMessageBox:
+    """A message box that says ``problem`` in plain words, with its technical detail behind "Show Details…".
+
+    Opened window-modal without blocking (the app keeps running its engine's answers meanwhile);
+    it deletes itself when closed. Returned so that the caller (and tests) can read what it says.
+    """
+    box = QMessageBox(icon, title, problem.message, QMessageBox.StandardButton.Ok, parent)
+    if problem.detail and problem.detail != problem.message:
+        box.setDetailedText(problem.detail)
+    box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+    box.open()
+    return box
 
 
 def format_tokens(n: int | None) -> str:
@@ -37,7 +55,7 @@ class ModelInfoDialog(QDialog):
         self.setWindowTitle(f"Chat template — {model.display_name}")
         self.resize(720, 560)
 
-        self.name_label = QLabel(model.gguf_name)
+        self.name_label = QLabel(model.display_name)  # the name the status bar and the library show
         bold = QFont(self.name_label.font())
         bold.setBold(True)
         self.name_label.setFont(bold)
@@ -46,6 +64,7 @@ class ModelInfoDialog(QDialog):
         self.facts: dict[str, QLabel] = {}
         form = QFormLayout()
         for name, value in (
+            ("Name in the file", model.gguf_name),
             ("Architecture", model.architecture),
             ("Parameters", format_params(model.n_params)),
             ("Quantisation", model.file_type),

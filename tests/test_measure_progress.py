@@ -1,0 +1,40 @@
+"""Measuring this PC reports its progress in small steps, so that the status bar's bar moves from the start."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine import costmodel
+from engine.costmodel import measure
+
+pytestmark = pytest.mark.model
+
+SIZES = (1, 2, 4, 8, 16, 24)
+PAIRS_IN_FIRST_ROUND = 2 * (len(SIZES) - 1)  # every size but 1, with one logit and with all
+
+
+@pytest.fixture(scope="module")
+def own_engine(model_path):
+    """An engine of this module's own: measuring changes what an engine knows of its threads."""
+    from engine import Engine
+
+    eng = Engine(model_path, n_ctx=1024, n_threads=1)
+    yield eng
+    eng.close()
+
+
+def test_progress_never_goes_back_ends_at_one_and_moves_at_every_pair_of_the_first_round(own_engine, monkeypatch):
+    monkeypatch.setattr(costmodel, "BUSY_SHARE", float("inf"))  # other programs on this PC must not stop it here
+    seen: list[float] = []
+    measure(own_engine, budget_s=0.5, sizes=SIZES, progress=seen.append)
+
+    assert seen[0] == 0.0 and seen[-1] == 1.0
+    assert all(b >= a for a, b in zip(seen, seen[1:], strict=False))
+    probe = [f for f in seen if f <= 0.1]
+    assert len(set(probe)) >= 10  # the exact-batch probe moves the bar too, not only its last steps
+    # The timing part: after the probe's last report (its share, 0.1). Each pair of the first round moves the bar,
+    # whether the clock or the work done leads: it no longer waits for a whole round to pass.
+    last_probe = max(i for i, f in enumerate(seen) if f <= 0.1)
+    first_round = seen[last_probe + 1 : last_probe + PAIRS_IN_FIRST_ROUND]
+    assert len(first_round) == PAIRS_IN_FIRST_ROUND - 1
+    assert all(b > a > 0.1 for a, b in zip(first_round, first_round[1:], strict=False)), first_round
