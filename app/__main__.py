@@ -18,6 +18,10 @@ import os
 import sys
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # Qt is imported only when the window opens, so --help and --list-models need no display
+    from PySide6.QtWidgets import QApplication
 
 SELF_TEST_PROMPT = "Write a haiku about the sea."
 
@@ -60,6 +64,24 @@ def _list_models(as_json: bool) -> int:
     return 0
 
 
+def prepare_application(app: QApplication) -> None:
+    """The application's name, icon and style sheet, and the wheel guard (the wheel scrolls, fields keep values)."""
+    from PySide6.QtGui import QIcon
+
+    from . import paths
+    from .wheel_guard import install_wheel_guard
+
+    app.setApplicationName("Lookahead Chat")
+    app.setDesktopFileName("lookahead-chat")
+    icon = paths.resources_dir() / "icons" / "lookahead-chat.svg"
+    if icon.is_file():
+        app.setWindowIcon(QIcon(str(icon)))
+    style = paths.resources_dir() / "styles" / "app.qss"
+    if style.is_file():
+        app.setStyleSheet(style.read_text(encoding="utf-8"))
+    install_wheel_guard(app)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parse_args(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -71,7 +93,6 @@ def main(argv: list[str] | None = None) -> int:
         os.environ[paths.HOME_ENV] = tempfile.mkdtemp(prefix="lookahead-chat-selftest-")
 
     # Qt is imported only now, so --help works without a display.
-    from PySide6.QtGui import QIcon
     from PySide6.QtWidgets import QApplication
 
     from .main_window import MainWindow
@@ -83,14 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         return 3
     existing = QApplication.instance()
     app = existing if isinstance(existing, QApplication) else QApplication(sys.argv[:1])
-    app.setApplicationName("Lookahead Chat")
-    app.setDesktopFileName("lookahead-chat")
-    icon = paths.resources_dir() / "icons" / "lookahead-chat.svg"
-    if icon.is_file():
-        app.setWindowIcon(QIcon(str(icon)))
-    style = paths.resources_dir() / "styles" / "app.qss"
-    if style.is_file():
-        app.setStyleSheet(style.read_text(encoding="utf-8"))
+    prepare_application(app)
 
     window = MainWindow()
     window.show()

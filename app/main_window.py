@@ -12,14 +12,18 @@ from __future__ import annotations
 
 import base64
 import functools
+import importlib.metadata
 import logging
+import platform
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QByteArray, QCoreApplication, QEvent, Qt, QTimer, Signal, Slot
-from PySide6.QtGui import QAction, QCloseEvent, QIcon, QKeySequence
+import platformdirs
+from PySide6 import __version__ as pyside_version
+from PySide6.QtCore import QByteArray, QCoreApplication, QEvent, Qt, QTimer, Signal, Slot, qVersion
+from PySide6.QtGui import QAction, QCloseEvent, QIcon, QKeySequence, QResizeEvent
 from PySide6.QtWidgets import (
     QFileDialog,
     QMainWindow,
@@ -28,6 +32,7 @@ from PySide6.QtWidgets import (
     QScrollArea,
     QSplitter,
     QTabWidget,
+    QToolButton,
     QVBoxLayout,
     QWidget,
 )
@@ -41,6 +46,7 @@ from .model_loader import ModelLoader
 from .requests import LoadedModel
 from .settings import AppSettings
 from .store import ChatStore, Conversation, open_chat_store
+from .wheel_guard import install_wheel_guard
 from .widgets.chat_pane import ChatPane
 from .widgets.compare_view import CompareView
 from .widgets.comparisons import Comparisons
@@ -49,11 +55,16 @@ from .widgets.decoding_panel import DecodingPanel
 from .widgets.library import LibraryDialog
 from .widgets.measure_status import MeasureStatus
 from .widgets.model_info import ModelInfoDialog
+from .widgets.shortcuts import ShortcutsDialog, shortcut_rows
 from .worker import EngineThread
 
 log = logging.getLogger(__name__)
 
 __all__ = ["MainWindow", "ReplyRecord"]
+
+# Below this window width the chat keeps priority: the chats list steps aside and the panel takes its least width.
+NARROW_WINDOW_WIDTH = 1200
+DEFAULT_SPLITTER_SIZES = (220, 760, 380)  # chats list | chat and compare tabs | decoding panel
 
 
 class MainWindow(QMainWindow):
@@ -90,6 +101,18 @@ class MainWindow(QMainWindow):
             store, self.store_notice = open_chat_store()
         self.store = store
         self._closed = False
+        install_wheel_guard()  # the wheel scrolls; only a focused field takes it (also for windows tests make)
+        self._narrow: bool | None = None  # the window's width class, once known (see _fit_side_panels)
+        self._auto_hidden_list = False  # the chats list was put away for a narrow window, not by the user
+        self._list_chosen = False  # the user showed or hid the chats list: from then on, it is theirs to place
+        self._wide_panel_width: int | None = None  # the panel's width before a narrow window narrowed it
+        self._wide_splitter_state: QByteArray | None = None  # the splitter as it was, saved while narrowed
+        self._splitter_moved = False  # the user dragged a splitter handle since the window turned narrow
+        self._hidden_widths: dict[int, int] = {}  # splitter index -> its width when it was hidden
+        self._fit_timer = QTimer(self)  # fits the side panels once the splitter has laid out at the new size
+        self._fit_timer.setSingleShot(True)
+        self._fit_timer.setInterval(0)
+        self._fit_timer.timeout.connect(self._fit_side_panels)
         ids = RequestIds()
         self.chat = ChatController(self.store, ids)
 
@@ -112,6 +135,7 @@ class MainWindow(QMainWindow):
         self._build_menus()
         self._build_view_menu()
         self._build_chat_menus()
+        self._build_help_menu()
         self._wire()
 
         self.panel.load_settings(self.settings)
@@ -142,17 +166,17 @@ class MainWindow(QMainWindow):
         self.tabs.addTab(self.compare_view, "Compare: plain vs lookahead")
 
         self.panel = DecodingPanel()
-        panel_scroll = QScrollArea()
-        panel_scroll.setWidget(self.panel)
-        panel_scroll.setWidgetResizable(True)
-        panel_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        panel_scroll.setMinimumWidth(330)
+        self.panel_scroll = QScrollArea()
+        self.panel_scroll.setWidget(self.panel)
+        self.panel_scroll.setWidgetResizable(True)
+        self.panel_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.panel_scroll.setMinimumWidth(self._panel_min_width())
 
         self.splitter = QSplitter(Qt.Orientation.Horizontal)
-        for widget, stretch in ((self.conversations, 0), (self.tabs, 1), (panel_scroll, 0)):
+        for widget, stretch in ((self.conversations, 0), (self.tabs, 1), (self.panel_scroll, 0)):
             self.splitter.addWidget(widget)
             self.splitter.setStretchFactor(self.splitter.count() - 1, stretch)
-        self.splitter.setSizes([220, 760, 380])
+        self.splitter.setSizes(list(DEFAULT_SPLITTER_SIZES))
         self.splitter.setChildrenCollapsible(False)
         outer = QWidget()
         outer_layout = QVBoxLayout(outer)
@@ -185,6 +209,7 @@ class MainWindow(QMainWindow):
             ("&Export chat as Markdown…", self._on_export, "Ctrl+Shift+E"), None,
             ("&Quit", self.close, QKeySequence.StandardKey.Quit),
         )
+        self.open_action.setToolTip("Load a GGUF model file from disk")
         self.compare_tab_action, self.report_action = menu(
             "C&ompare", ("&Side by side", self.show_compare_tab, "Ctrl+K"),
             ("Speed &report…", self.comparisons.open_speed_report, None),
@@ -197,6 +222,11 @@ class MainWindow(QMainWindow):
             "&Model", ("&Library…", self._on_open_library, "Ctrl+Shift+L"),
             ("Chat &template…", self._on_show_chat_template, None),
         )
+        # Opening a model is a model's business: the Model menu has it first; File keeps the same action.
+        self.model_menu = self.library_action.parent()
+        assert isinstance(self.model_menu, QMenu)
+        self.model_menu.insertAction(self.library_action, self.open_action)
+        self.model_menu.insertSeparator(self.library_action)
         self.library_dialog: LibraryDialog | None = None
         self.send_action = QAction("Send", self)
         self.send_action.setShortcut(QKeySequence("Ctrl+Return"))
@@ -210,8 +240,44 @@ class MainWindow(QMainWindow):
         self.show_lookahead_action.setToolTip("Tint the text each draft source gave; hover a run for its step")
         self.show_lookahead_action.setChecked(self.settings.show_lookahead)
         self.show_lookahead_action.toggled.connect(self._on_show_lookahead)
-        self.menuBar().addMenu("&View").addAction(self.show_lookahead_action)
+        view_menu = self.menuBar().addMenu("&View")
+        view_menu.addAction(self.show_lookahead_action)
         self._on_show_lookahead(self.settings.show_lookahead)
+
+        # The side panels: a narrow window puts the chats list away and narrows the panel; these bring them back.
+        self.chat_list_action = QAction("&Chats list", self)
+        self.chat_list_action.setIconText("☰ Chats")
+        self.chat_list_action.setShortcut(QKeySequence("Ctrl+B"))
+        self.chat_list_action.setToolTip("Show or hide the list of chats (Ctrl+B)")
+        self.panel_action = QAction("&Decoding panel", self)
+        self.panel_action.setIconText("Panel ☰")
+        self.panel_action.setShortcut(QKeySequence("Ctrl+Shift+B"))
+        self.panel_action.setToolTip("Show or hide the decoding panel: live stats and settings (Ctrl+Shift+B)")
+        view_menu.addSeparator()
+        for action, shown in ((self.chat_list_action, self.settings.show_chat_list),
+                              (self.panel_action, self.settings.show_decoding_panel)):
+            action.setCheckable(True)
+            action.setChecked(shown)
+            view_menu.addAction(action)
+        self.conversations.setVisible(self.settings.show_chat_list)
+        self.panel_scroll.setVisible(self.settings.show_decoding_panel)
+        self.chat_list_action.toggled.connect(self._on_chat_list_toggled)
+        self.chat_list_action.triggered.connect(self._on_chat_list_chosen)
+        self.panel_action.toggled.connect(self._on_panel_toggled)
+        self.panel_action.triggered.connect(self._on_panel_chosen)
+        # Also as buttons at the tabs' corners, in view when the menus are not.
+        self.chat_list_button, self.panel_button = QToolButton(), QToolButton()
+        for button, action, corner in ((self.chat_list_button, self.chat_list_action, Qt.Corner.TopLeftCorner),
+                                       (self.panel_button, self.panel_action, Qt.Corner.TopRightCorner)):
+            button.setDefaultAction(action)
+            button.setAutoRaise(True)
+            self.tabs.setCornerWidget(button, corner)
+
+    def _build_help_menu(self) -> None:
+        help_menu = self.menuBar().addMenu("&Help")
+        self.shortcuts_action = help_menu.addAction("&Keyboard shortcuts", self.show_shortcuts)
+        self.shortcuts_action.setShortcut(QKeySequence(QKeySequence.StandardKey.HelpContents))
+        self.about_action = help_menu.addAction("&About Lookahead Chat", self.show_about)
 
     def _build_chat_menus(self) -> None:
         """The chats as a whole (the runner's actions): the JSON backup in File, search in Chat."""
@@ -224,6 +290,142 @@ class MainWindow(QMainWindow):
         chat_menu.addSeparator()
         chat_menu.addActions([self.runner.find_action, self.runner.search_action])
         self.runner.status.connect(lambda text: self.statusBar().showMessage(text, 5000))
+
+    # --- side panels ---
+
+    def _panel_min_width(self) -> int:
+        """The least width that shows the whole panel: its own least width, the scroll bar and the frame."""
+        scroll = self.panel_scroll
+        return (self.panel.minimumSizeHint().width() + scroll.verticalScrollBar().sizeHint().width()
+                + 2 * scroll.frameWidth())
+
+    @Slot(bool)
+    def _on_chat_list_toggled(self, on: bool) -> None:
+        self._show_side(self.conversations, on)
+
+    @Slot(bool)
+    def _on_panel_toggled(self, on: bool) -> None:
+        self._show_side(self.panel_scroll, on)
+
+    def _show_side(self, widget: QWidget, on: bool) -> None:
+        index = self.splitter.indexOf(widget)
+        if not on and not widget.isHidden():
+            width = self.splitter.sizes()[index]
+            if width > 0:
+                self._hidden_widths[index] = width  # the splitter forgets it if sizes are set meanwhile
+        widget.setVisible(on)
+
+    @Slot(bool)
+    def _on_chat_list_chosen(self, on: bool) -> None:
+        """The user's own choice: kept, saved, and never undone by resizing the window."""
+        self._auto_hidden_list = False
+        self._list_chosen = True
+        self.settings.show_chat_list = on
+        self._save_settings()
+
+    @Slot(bool)
+    def _on_panel_chosen(self, on: bool) -> None:
+        self.settings.show_decoding_panel = on
+        self._save_settings()
+
+    @Slot()
+    def _on_splitter_moved(self) -> None:
+        self._splitter_moved = True
+
+    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 (Qt name)
+        super().resizeEvent(event)
+        self._fit_timer.start()  # the splitter's own resize comes after ours: its sizes are not real yet
+
+    @Slot()
+    def _fit_side_panels(self) -> None:
+        """When the window turns narrow the chat keeps priority; when it turns wide again, the panels come back.
+
+        Only a change of width class acts, and never on a panel the user showed or hid themselves; a splitter
+        they dragged while the window was narrow is not dragged back.
+        """
+        narrow = self.width() < NARROW_WINDOW_WIDTH
+        if narrow == self._narrow:
+            return
+        self._narrow = narrow
+        if narrow:
+            self._wide_splitter_state = self.splitter.saveState()
+            self._splitter_moved = False
+            panel_width = self.splitter.sizes()[2]
+            self._wide_panel_width = panel_width if panel_width > 0 else None
+            if self.chat_list_action.isChecked() and not self._list_chosen:
+                self._auto_hidden_list = True
+                self.chat_list_action.setChecked(False)
+            self._set_panel_width(self._panel_min_width())
+            return
+        if self._auto_hidden_list:
+            self._auto_hidden_list = False
+            self.chat_list_action.setChecked(True)
+        if self._wide_panel_width is not None and not self._splitter_moved:
+            self._set_panel_width(self._wide_panel_width)
+        self._wide_splitter_state = None
+
+    def _set_panel_width(self, width: int) -> None:
+        """The decoding panel ``width`` wide; the chat takes or gives the difference."""
+        sizes = self.splitter.sizes()
+        for index, size in enumerate(sizes):
+            if size == 0:  # hidden: keep the width it comes back with
+                sizes[index] = self._hidden_widths.get(index, DEFAULT_SPLITTER_SIZES[index])
+        sizes[1] += sizes[2] - width
+        sizes[2] = width
+        self.splitter.setSizes(sizes)
+
+    def is_narrow(self) -> bool:
+        """The window is narrower than ``NARROW_WINDOW_WIDTH``: the side panels give way to the chat."""
+        return bool(self._narrow)
+
+    # --- help ---
+
+    def shortcut_actions(self) -> list[QAction]:
+        """Every action of the window, in menu order first, then those that live outside the menus."""
+        actions: list[QAction] = []
+
+        def walk(menu_actions: list[QAction]) -> None:
+            for action in menu_actions:
+                actions.append(action)
+                submenu = action.menu()
+                if isinstance(submenu, QMenu):
+                    walk(submenu.actions())
+
+        walk(self.menuBar().actions())
+        actions.extend(self.actions())
+        actions.extend(self.findChildren(QAction))
+        return actions
+
+    @Slot()
+    def show_shortcuts(self) -> ShortcutsDialog:
+        """Help → Keyboard shortcuts (F1): read from the actions themselves, so the list is always current."""
+        dialog = ShortcutsDialog(shortcut_rows(self.shortcut_actions()), self)
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        dialog.open()
+        return dialog
+
+    @Slot()
+    def show_about(self) -> QMessageBox:
+        """Help → About Lookahead Chat: what it is, its version and what it runs on."""
+        try:
+            version = importlib.metadata.version("lookahead-chat")
+        except importlib.metadata.PackageNotFoundError:
+            version = "(development copy)"
+        model = f"<p>Model in use: {self.model.display_name}</p>" if self.model else ""
+        text = (
+            f"<h3>Lookahead Chat {version}</h3>"
+            "<p>Chat with a local GGUF model on this computer. Lookahead decoding guesses several tokens ahead "
+            "and checks the guesses in the same forward pass, so a reply can take fewer passes.</p>"
+            f"{model}<p>Qt {qVersion()} · PySide6 {pyside_version} · Python {platform.python_version()}</p>"
+        )
+        box = QMessageBox(QMessageBox.Icon.NoIcon, "About Lookahead Chat", text, QMessageBox.StandardButton.Close,
+                          self)
+        box.setTextFormat(Qt.TextFormat.RichText)
+        if not self.windowIcon().isNull():
+            box.setIconPixmap(self.windowIcon().pixmap(64, 64))
+        box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        box.open()
+        return box
 
     @Slot(bool)
     def _on_show_lookahead(self, on: bool) -> None:
@@ -266,6 +468,7 @@ class MainWindow(QMainWindow):
         self.comparisons.started.connect(self.measure_status.interrupt)
         self.comparisons.finished.connect(self.measure_status.resume_later)
         self.measure_status.message.connect(lambda text: self.statusBar().showMessage(text, 5000))
+        self.splitter.splitterMoved.connect(self._on_splitter_moved)
 
         self._settings_timer = QTimer(self)  # debounce: spin boxes change on every keystroke
         self._settings_timer.setSingleShot(True)
@@ -360,9 +563,12 @@ class MainWindow(QMainWindow):
         self.chat_pane.context_meter.set_context(model.n_ctx)
         self._update_actions()
         # Earlier chats with this model, for lookahead to draft from (tokenized on the engine's thread).
-        self.engine.rememberRequested.emit(model.path, self.store.chat_texts(model.display_name))
+        names = {model.display_name, Path(model.path).stem}  # the file's name: what chats were stored under before
+        self.engine.rememberRequested.emit(model.path, self.store.chat_texts(names))
         self.modelChanged.emit(model)
         self.measure_status.start()
+        if self.library_dialog is not None:
+            self.library_dialog.set_loaded_path(model.path)
 
     @Slot(str)
     def _on_model_failed(self, message: str) -> None:
@@ -373,10 +579,23 @@ class MainWindow(QMainWindow):
 
     @Slot()
     def _on_open_model(self) -> None:
-        start = str(Path(self.model.path).parent) if self.model else str(Path.home())
+        """Model → Open model… (Ctrl+O): a GGUF file from disk; its folder is where the next one starts."""
+        start = self.model_dialog_folder()
         path, _ = QFileDialog.getOpenFileName(self, "Open model", start, "GGUF models (*.gguf);;All files (*)")
         if path:
+            self.settings.last_model_folder = str(Path(path).parent)
+            self._save_settings()
             self.load_model(path)
+
+    def model_dialog_folder(self) -> str:
+        """Where Open model… starts: the folder a model was last opened from, else Downloads, else home.
+
+        Never the bundled model's folder: that is inside the app's own installation.
+        """
+        for folder in (self.settings.last_model_folder, _downloads_folder()):
+            if folder and Path(folder).is_dir():
+                return folder
+        return str(Path.home())
 
     @Slot()
     def _on_recent_menu_about_to_show(self) -> None:
@@ -394,7 +613,7 @@ class MainWindow(QMainWindow):
             self.library_dialog.raise_()
             self.library_dialog.activateWindow()
             return
-        dialog = LibraryDialog(self.settings.library_folders, self)
+        dialog = LibraryDialog(self.settings.library_folders, self, self.model.path if self.model else None)
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         dialog.modelChosen.connect(self._on_library_model_chosen)
         dialog.foldersChanged.connect(self._on_library_folders_changed)
@@ -533,7 +752,10 @@ class MainWindow(QMainWindow):
         if self.model is not None:
             self.settings.remember_model_settings(self.model.path)
         self.settings.geometry = _encode(self.saveGeometry())
-        self.settings.splitter_state = _encode(self.splitter.saveState())
+        state = self.splitter.saveState()
+        if self._wide_splitter_state is not None and not self._splitter_moved:
+            state = self._wide_splitter_state  # narrowed for a narrow window, not by the user: keep theirs
+        self.settings.splitter_state = _encode(state)
         try:
             self.settings.save()
         except OSError as exc:
@@ -571,6 +793,14 @@ class MainWindow(QMainWindow):
             self.store.close()
         log.info("closed in %.2f s", time.perf_counter() - t0)
         event.accept()
+
+
+def _downloads_folder() -> str:
+    """The user's Downloads folder, or "" if the platform has none."""
+    try:
+        return platformdirs.user_downloads_dir()
+    except (OSError, RuntimeError):
+        return ""
 
 
 def _encode(state: QByteArray) -> str:

@@ -65,6 +65,9 @@ class AppSettings:
     system_prompt: str = DEFAULT_SYSTEM_PROMPT  # for new chats
     show_lookahead: bool = False  # View → Show lookahead: replies tinted by how each run of text came
     library_folders: list[str] = field(default_factory=list)  # Model → Library: folders the user added
+    last_model_folder: str = ""  # where Model → Open model… starts ("" = the Downloads folder)
+    show_chat_list: bool = True  # View → Chats list (a narrow window may still put it away for a while)
+    show_decoding_panel: bool = True  # View → Decoding panel
     per_model: dict[str, dict[str, object]] = field(default_factory=dict)  # model path -> PER_MODEL_FIELDS
     geometry: str = ""  # QWidget.saveGeometry(), base64
     splitter_state: str = ""

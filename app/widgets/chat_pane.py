@@ -51,7 +51,9 @@ class ChatPane(QWidget):
         self.edit_banner = QWidget()
         banner = QHBoxLayout(self.edit_banner)
         banner.setContentsMargins(0, 0, 0, 0)
-        banner.addWidget(QLabel("Editing an earlier message: sending adds the new one beside it (‹ › flips back)."), 1)
+        banner_text = QLabel("Editing an earlier message: sending adds the new one beside it (‹ › flips back).")
+        banner_text.setWordWrap(True)  # a narrow chat wraps it rather than growing wider than the window
+        banner.addWidget(banner_text, 1)
         self.cancel_edit_button = QPushButton("Cancel edit")
         self.cancel_edit_button.clicked.connect(self.cancelEditRequested)
         banner.addWidget(self.cancel_edit_button)

@@ -2,11 +2,56 @@
 
 from __future__ import annotations
 
-from PySide6.QtGui import QColor, QPalette
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QWidget
+from PySide6.QtCore import QSize, Qt
+from PySide6.QtGui import QColor, QPalette, QResizeEvent, QShowEvent
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QSizePolicy, QWidget
 
 # At this share of the context the meter turns to the warning colour: the next turns will push out old ones.
 WARN_AT = 0.85
+
+
+class ElidingLabel(QLabel):
+    """One line that ends in "…" when it has too little room; then the whole text is its tooltip.
+
+    ``full_text()`` is the text as set; ``text()`` is what is shown.
+    """
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._full = ""
+        self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Preferred)
+
+    def set_full_text(self, text: str) -> None:
+        self._full = text
+        self.updateGeometry()
+        self._elide()
+
+    def full_text(self) -> str:
+        return self._full
+
+    def is_elided(self) -> bool:
+        return self.text() != self._full
+
+    def sizeHint(self) -> QSize:  # noqa: N802 (Qt name)
+        return QSize(self.fontMetrics().horizontalAdvance(self._full) + 2, super().sizeHint().height())
+
+    def minimumSizeHint(self) -> QSize:  # noqa: N802 (Qt name)
+        return QSize(self.fontMetrics().horizontalAdvance("0…") + 2, super().minimumSizeHint().height())
+
+    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 (Qt name)
+        super().resizeEvent(event)
+        self._elide()
+
+    def showEvent(self, event: QShowEvent) -> None:  # noqa: N802 (Qt name)
+        super().showEvent(event)
+        self._elide()
+
+    def _elide(self) -> None:
+        shown = self._full
+        if self.isVisible():  # laid out: its width is real (a hidden label keeps its whole text)
+            shown = self.fontMetrics().elidedText(self._full, Qt.TextElideMode.ElideRight, self.width())
+        self.setText(shown)
+        self.setToolTip(self._full if shown != self._full else "")
 
 
 class ContextMeter(QWidget):
@@ -18,14 +63,15 @@ class ContextMeter(QWidget):
         self.bar.setTextVisible(False)
         self.bar.setFixedHeight(8)
         self.bar.setMaximumWidth(220)
-        self.label = QLabel()
+        self.bar.setMinimumWidth(40)  # in a narrow chat the bar gives way first, then the line is shortened
+        self.label = ElidingLabel()
         self.label.setEnabled(False)  # a quiet line, like the stats lines
         layout = QHBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addStretch(1)
         layout.addWidget(QLabel("Context"))
-        layout.addWidget(self.bar)
-        layout.addWidget(self.label)
+        layout.addWidget(self.bar, 1)
+        layout.addWidget(self.label, 4)
         self._normal = self.bar.palette()
         self.n_ctx = 0
         self.used: int | None = None
@@ -48,14 +94,14 @@ class ContextMeter(QWidget):
         self.bar.setMaximum(max(n_ctx, 1))
         self.bar.setValue(min(used or 0, max(n_ctx, 1)))
         if not n_ctx:
-            self.label.setText("no model")
+            self.label.set_full_text("no model")
         elif used is None:
-            self.label.setText(f"– / {n_ctx:,} tokens")
+            self.label.set_full_text(f"– / {n_ctx:,} tokens")
         else:
             text = f"{used:,} / {n_ctx:,} tokens"
             if self.system:
                 text += f" · system {self.system:,}"
-            self.label.setText(text)
+            self.label.set_full_text(text)
         self.warning = bool(n_ctx and used is not None and used >= WARN_AT * n_ctx)
         palette = QPalette(self._normal)
         if self.warning:
