@@ -12,9 +12,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from engine.documents import Citation, Document
+from engine.documents import Citation, Document, DocumentContext, with_documents
 
-__all__ = ["Attachment", "ReplySources", "attachments_from_json", "attachments_to_json"]
+__all__ = ["Attachment", "ReplySources", "attachments_from_json", "attachments_to_json", "as_the_model_read_it"]
 
 
 @dataclass(frozen=True)
@@ -89,17 +89,19 @@ def attachments_from_json(text: str | None) -> tuple[Attachment, ...]:
 
 @dataclass(frozen=True)
 class ReplySources:
-    """What of the attached files a reply was given: the passages (citations) and each file's share seen."""
+    """What of the attached files a reply was given: the passages (citations), each file's share seen,
+    and ``text``, the files' part of the message as the model read it (sent again, unchanged, in later turns)."""
 
     citations: tuple[Citation, ...] = ()
     coverage: dict[str, float] = field(default_factory=dict)  # file name -> fraction of its text in the prompt
     whole: bool = True  # every file went in whole
+    text: str = ""  # "" in rows stored before the text was kept: later turns then send the message alone
 
     def to_json(self) -> str | None:
-        if not self.citations and not self.coverage:
+        if not self.citations and not self.coverage and not self.text:
             return None
-        return json.dumps({"citations": [c.as_dict() for c in self.citations], "coverage": self.coverage,
-                           "whole": self.whole}, ensure_ascii=False)
+        return json.dumps({"text": self.text, "citations": [c.as_dict() for c in self.citations],
+                           "coverage": self.coverage, "whole": self.whole}, ensure_ascii=False)
 
     @classmethod
     def from_json(cls, text: str | None) -> ReplySources | None:
@@ -108,10 +110,27 @@ class ReplySources:
         try:
             data = json.loads(text)
             return cls(tuple(Citation(str(c["name"]), str(c["where"]), str(c["text"])) for c in data["citations"]),
-                       {str(k): float(v) for k, v in data.get("coverage", {}).items()}, bool(data.get("whole", True)))
+                       {str(k): float(v) for k, v in data.get("coverage", {}).items()}, bool(data.get("whole", True)),
+                       str(data.get("text", "")))
         except (ValueError, TypeError, KeyError, AttributeError):
             return None
 
     @classmethod
-    def of(cls, citations: Iterable[Citation], coverage: dict[str, float], whole: bool) -> ReplySources:
-        return cls(tuple(citations), dict(coverage), whole)
+    def of(cls, citations: Iterable[Citation], coverage: dict[str, float], whole: bool, text: str = "") -> ReplySources:
+        return cls(tuple(citations), dict(coverage), whole, text)
+
+    @classmethod
+    def of_context(cls, context: DocumentContext) -> ReplySources:
+        """What ``context`` (``ChatSession.documents_context``) put in the message."""
+        return cls(tuple(context.citations), dict(context.coverage), context.whole, context.text)
+
+
+def as_the_model_read_it(content: str, documents: ReplySources | None) -> str:
+    """A user message as the model was sent it: the text of its files placed before it (``with_documents``).
+
+    Later turns send an earlier message this way again, so the prompt starts as it did (the cache is reused)
+    and follow-up questions still see the files.
+    """
+    if documents is None or not documents.text:
+        return content
+    return with_documents(content, DocumentContext(documents.text))

@@ -21,7 +21,11 @@ The format, version 1::
               "content": "…",
               "created": 1738324800.0,
               "stats": {…} | null,                   # a reply's statistics (app.stats.ReplyStats)
-              "marks": [[chars, source, step, batch], …] | null   # how the reply's text came (app.marks)
+              "marks": [[chars, source, step, batch], …] | null,  # how the reply's text came (app.marks)
+              "attachments": [{…}, …] | null,        # files a user's message came with, their text kept
+                                                     # (app.attachments.Attachment.to_dict)
+              "documents": {"text": …, "citations": […], "coverage": {…}, "whole": …} | null
+                                                     # what of them the model was given (ReplySources)
             }
           ],
           "current_leaf": 2                          # the last message of the branch shown (null: the last one)
@@ -30,7 +34,8 @@ The format, version 1::
     }
 
 Messages that share a parent and a role are alternatives (an edited message, a regenerated
-reply). Importing never overwrites: each chat in the file becomes a new chat with new ids.
+reply). "attachments" and "documents" may be absent (files written before messages had them).
+Importing never overwrites: each chat in the file becomes a new chat with new ids.
 A file is checked whole before anything is imported, so a bad file imports nothing.
 """
 
@@ -41,6 +46,7 @@ from collections.abc import Iterable
 from datetime import datetime, timezone
 from typing import Any
 
+from .attachments import Attachment, ReplySources, attachments_to_json
 from .store import ChatStore, Conversation, MessageNode, StoredMessage
 
 FORMAT = "lookahead-chat"
@@ -92,6 +98,8 @@ def _message(m: StoredMessage) -> dict[str, Any]:
         "created": m.created,
         "stats": _parsed(m.stats_json),
         "marks": _parsed(m.marks_json),
+        "attachments": _parsed(m.attachments_json),
+        "documents": _parsed(m.documents_json),
     }
 
 
@@ -156,6 +164,7 @@ def _plan(chat: object, number: int) -> dict[str, Any]:
         nodes.append(MessageNode(
             key, parent, role, _field(m, "content", str, at), float(_field(m, "created", float, at)),
             None if stats is None else json.dumps(stats), None if marks is None else json.dumps(marks),
+            _attachments(m, at), _documents(m, at),
         ))
     leaf = _field(chat, "current_leaf", int, where, optional=True)
     if leaf is not None and leaf not in seen:
@@ -171,6 +180,28 @@ def _plan(chat: object, number: int) -> dict[str, Any]:
         "updated": None if updated is None else float(updated),
         "settings": _field(chat, "settings", dict, where, optional=True) or {},
     }
+
+
+def _attachments(m: dict[str, Any], at: str) -> str | None:
+    """A message's attached files, checked, as the store keeps them."""
+    listed = _field(m, "attachments", list, at, optional=True)
+    if not listed:
+        return None
+    try:
+        return attachments_to_json([Attachment.from_dict(a) for a in listed])
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise BackupError(f"{at} has an attached file that cannot be read ({exc!r}).") from exc
+
+
+def _documents(m: dict[str, Any], at: str) -> str | None:
+    """What of a message's files the model was given, checked, as the store keeps it."""
+    documents = _field(m, "documents", dict, at, optional=True)
+    if documents is None:
+        return None
+    sources = ReplySources.from_json(json.dumps(documents))
+    if sources is None:
+        raise BackupError(f"{at} has no valid “documents” (the text and passages its files were read as).")
+    return sources.to_json()
 
 
 def _field(obj: dict[str, Any], name: str, kind: type, where: str, optional: bool = False) -> Any:

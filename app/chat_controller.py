@@ -8,6 +8,13 @@ conversation and the user's message are written now, and only now) →
 window shows what these return and sends the requests; it never writes to the
 store itself.
 
+A user's message may come with files (``app.attachments``), saved with it. The
+worker places what fits of them before the message's text and says what it
+placed (``DocumentsPlaced``); ``place_documents`` saves that on the message, and
+every later turn sends the message with that same text before it, so the model
+reads the conversation as it did (the cache is reused, follow-up questions still
+see the files). Every reply drafts from the whole text of every file on its branch.
+
 Nothing is deleted by an edit or a regeneration: the new message is saved
 beside the one it replaces (the same parent in the store's tree of messages),
 and the chat goes on from the branch shown.
@@ -18,14 +25,15 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from engine import LookaheadConfig, SamplingConfig, StepEvent, StopConfig
 from engine.text import conversation_messages
 
+from .attachments import Attachment, ReplySources, as_the_model_read_it
 from .marks import TokenMarks
-from .requests import GenerationRequest, ReplyOutcome
+from .requests import DocumentsPlaced, GenerationRequest, ReplyOutcome
 from .stats import ReplyStats
 from .store import ChatStore, Conversation, StoredMessage, export_markdown
 
@@ -54,7 +62,7 @@ class Turn:
 
     request_id: int
     conversation_id: int | None  # None: a new chat, created once the worker accepts the message
-    user_text: str | None  # None when regenerating
+    user_text: str | None  # None when regenerating ("" for a message that is only files)
     replaces: int | None  # the message an edit or a regeneration replaces (it stays, as an alternative)
     system_prompt: str
     auto: bool
@@ -67,6 +75,10 @@ class Turn:
     stats: ReplyStats = field(default_factory=ReplyStats)
     marks: TokenMarks = field(default_factory=TokenMarks)  # how each run of ``text`` came
     chat_settings: dict[str, Any] = field(default_factory=dict)  # saved with the chat once accepted
+    attachments: tuple[Attachment, ...] = ()  # the new message's files (saved with it once accepted)
+    # What of the files the message it answers came with the reply is given (None: no files). Known at once
+    # when that message's files were placed before (regenerate), else once the worker placed them.
+    sources: ReplySources | None = None
 
 
 @dataclass(frozen=True)
@@ -124,6 +136,11 @@ class ChatController:
                 return m.content
         return None
 
+    def attachments_of(self, message_id: int) -> tuple[Attachment, ...]:
+        """The files a message came with (Edit puts them back beside its text)."""
+        message = self.store.message(message_id)
+        return message.attachments if message is not None else ()
+
     def cancel_edit(self) -> bool:
         """Leave edit mode; True if there was an edit to cancel."""
         editing, self.editing_message_id = self.editing_message_id, None
@@ -131,10 +148,13 @@ class ChatController:
 
     # --- starting a turn ---
 
-    def begin_send(self, user_text: str, typed: str, settings: TurnSettings) -> tuple[Turn, GenerationRequest]:
-        """A new user message (or an edited one, beside it: what followed stays on the old branch)."""
+    def begin_send(
+        self, user_text: str, typed: str, settings: TurnSettings, attachments: Sequence[Attachment] = ()
+    ) -> tuple[Turn, GenerationRequest]:
+        """A new user message, maybe with files (or an edited one, beside it: what followed stays on the old
+        branch)."""
         history, replaced = self._split_history(self.editing_message_id)
-        return self._begin(history, user_text, replaced, typed, settings)
+        return self._begin(history, user_text, replaced, typed, settings, tuple(attachments))
 
     def begin_regenerate(self, settings: TurnSettings) -> tuple[Turn, GenerationRequest] | None:
         """The last reply again, beside it; None if the chat has no user message to answer."""
@@ -159,16 +179,30 @@ class ChatController:
         replaced: list[StoredMessage],
         typed: str,
         settings: TurnSettings,
+        attachments: tuple[Attachment, ...] = (),
     ) -> tuple[Turn, GenerationRequest]:
+        turns = [(m.role, as_the_model_read_it(m.content, m.documents)) for m in history]
+        to_place = attachments
+        user_words = None
+        sources = None
+        if user_text is None and history:  # regenerate: the message answered is sent as it was before
+            last = history[-1]
+            sources = last.documents
+            if sources is not None:
+                user_words = last.content
+            elif last.attachments:  # saved with files the worker never placed (it stopped first): place them now
+                to_place = last.attachments
         request = GenerationRequest(
             request_id=self.ids.next(),
-            messages=tuple(conversation_messages(settings.system_prompt, [(m.role, m.content) for m in history],
-                                                 user_text)),
+            messages=tuple(conversation_messages(settings.system_prompt, turns, user_text)),
             lookahead=settings.lookahead,
             sampling=settings.sampling,
             stop=settings.stop,
             # A regenerated or re-asked reply often says much of what it replaces: free drafts.
             drafts_from=tuple(m.content for m in replaced),
+            attachments=to_place,
+            documents=tuple(a.text for m in history for a in m.attachments) + tuple(a.text for a in attachments),
+            user_words=user_words,
         )
         self.turn = Turn(
             request_id=request.request_id,
@@ -180,6 +214,8 @@ class ChatController:
             history=history,
             typed=typed,
             chat_settings=dict(settings.chat_settings),
+            attachments=attachments,
+            sources=sources,
         )
         return self.turn, request
 
@@ -197,7 +233,8 @@ class ChatController:
             return None
         turn.started = True
         if turn.conversation_id is None:
-            title = (turn.user_text or NEW_CHAT_TITLE).splitlines()[0][:TITLE_LENGTH].strip() or NEW_CHAT_TITLE
+            named = turn.user_text or (turn.attachments[0].name if turn.attachments else "") or NEW_CHAT_TITLE
+            title = named.splitlines()[0][:TITLE_LENGTH].strip() or NEW_CHAT_TITLE
             turn.conversation_id = self.store.create_conversation(title, turn.system_prompt).id
             self.conversation_id = turn.conversation_id
         if turn.chat_settings:  # merged: the chat may keep other settings too
@@ -206,13 +243,26 @@ class ChatController:
         after = turn.history[-1].id if turn.history else None
         if turn.user_text is not None:
             turn.reply_parent = self.store.add_message(
-                turn.conversation_id, "user", turn.user_text, parent_id=after
+                turn.conversation_id, "user", turn.user_text, parent_id=after, attachments=turn.attachments
             ).id
             self.editing_message_id = None
         else:
             turn.reply_parent = after
             if after is not None:
                 self.store.set_current_leaf(after)  # the chat shows what the new reply follows
+        return turn
+
+    def place_documents(self, placed: DocumentsPlaced) -> Turn | None:
+        """The worker placed the files of the message being answered: save what the model was given of them
+        (and each file's token count, now known) on that message."""
+        turn = self.current(placed.request_id)
+        if turn is None or turn.reply_parent is None:
+            return None
+        turn.sources = replace(placed.sources, text=placed.text)
+        message = self.store.message(turn.reply_parent)
+        if message is not None:
+            counted = tuple(replace(a, tokens=placed.tokens.get(a.name, a.tokens)) for a in message.attachments)
+            self.store.set_placed_documents(message.id, turn.sources, counted)
         return turn
 
     def note_step(self, request_id: int, event: StepEvent) -> Turn | None:

@@ -26,7 +26,7 @@ from engine.runtime import PREFILL_CHUNK
 from . import backup
 from .chat_controller import ChatController, TurnSettings, file_stem
 from .coalescer import UpdateCoalescer
-from .requests import GenerationRequest, ReplyOutcome, StepUpdate
+from .requests import DocumentsPlaced, GenerationRequest, ReplyOutcome, StepUpdate
 from .stats import ReplyStats
 from .store import Conversation, SearchHit, StoredMessage
 from .widgets.chat_pane import WAITING_LINE, ChatPane
@@ -35,6 +35,8 @@ from .widgets.conversation_list import ConversationList
 from .widgets.decoding_panel import DecodingPanel
 from .widgets.search import MAX_RESULTS, SearchDialog
 from .worker import EngineThread
+
+READING_NOTICE = "The attached files are still being read: send once they are ready (the message is kept)"
 
 
 class ChatRunner(QObject):
@@ -106,6 +108,7 @@ class ChatRunner(QObject):
         panel.lookaheadChanged.connect(self._on_lookahead_changed)
         w = engine.worker
         w.replyStarted.connect(self._on_reply_started)
+        w.documentsPlaced.connect(self._on_documents_placed)
         w.stepUpdate.connect(self._on_step_update)
         w.promptProgress.connect(self._on_prompt_progress)
         w.replyFinished.connect(self._on_reply_finished)
@@ -198,7 +201,7 @@ class ChatRunner(QObject):
             self._panel.load_chat_settings(self.chat.store.conversation_settings(conv.id))
         self._settings_of = conv.id if conv is not None else None
         messages = self.chat.messages()
-        self._pane.show_messages(messages, self.chat.alternatives())
+        self._pane.show_messages(messages, self.chat.alternatives())  # with each message's files and sources
         self._label_live_stats(messages)
         turn = self.chat.turn
         self._reply_bubble = None
@@ -206,6 +209,8 @@ class ChatRunner(QObject):
             self._reply_bubble = self._pane.add_reply_bubble(turn.text)
             if turn.text:
                 self._reply_bubble.set_text(turn.text, turn.marks)
+            if turn.sources is not None:
+                self._reply_bubble.set_sources(turn.sources)
         self._pane.chat_view.scroll_to_bottom()
         self.conversationShown.emit(conv)
 
@@ -331,13 +336,19 @@ class ChatRunner(QObject):
 
     @Slot()
     def send_message(self) -> None:
-        """Send the input box's text: shown at once, and given back to the box if the worker refuses it."""
+        """Send the input box's text and the files attached to it: shown at once, and left in the box (the text
+        given back) if the worker refuses them. The files leave the box once the message is saved."""
         text, typed = self._pane.take_input()
-        if not text or not self._can_start():
+        # The message would go without the files still being read.
+        if self._pane.is_reading_attachments():
+            self.status.emit(READING_NOTICE)
             return
-        turn, request = self.chat.begin_send(text, typed, self._settings())
+        attachments = self._pane.pending_attachments()
+        if (not text and not attachments) or not self._can_start():
+            return
+        turn, request = self.chat.begin_send(text, typed, self._settings(), attachments)
         self._pane.input.clear()
-        self._pane.show_pending(turn.history, text)
+        self._pane.show_pending(turn.history, text, attachments)
         self._send(request)
 
     @Slot()
@@ -356,8 +367,11 @@ class ChatRunner(QObject):
 
     @Slot(int)
     def begin_edit(self, message_id: int) -> None:
-        """Put a user message back into the input; sending adds the new one beside it."""
-        self._pane.set_editing(self.chat.start_edit(message_id))
+        """Put a user message back into the input, with its files; sending adds the new one beside it."""
+        text = self.chat.start_edit(message_id)
+        self._pane.set_editing(text)
+        if text is not None:
+            self._pane.set_attachments(self.chat.attachments_of(message_id))
 
     @Slot()
     def cancel_edit(self) -> None:
@@ -378,11 +392,28 @@ class ChatRunner(QObject):
             return
         if turn.user_text is not None:
             self._pane.set_editing(None)
+            if turn.attachments:
+                self._pane.clear_attachments()  # saved with the message now
         self.turnStarted.emit()
         self._steps.clear()
         self._panel.live.reset()  # before the chat is shown: that labels the new reply's numbers
         self.refresh_conversations()
         self.show_conversation(turn.conversation_id)
+
+    @Slot(object)
+    def _on_documents_placed(self, placed: DocumentsPlaced) -> None:
+        """What of the files the reply is given: saved on the message, shown on its chips and under the reply."""
+        turn = self.chat.place_documents(placed)
+        if turn is None or turn.conversation_id != self.chat.conversation_id or turn.reply_parent is None:
+            return
+        meter = self._pane.context_meter
+        meter.set_documents({**meter.documents, **placed.sources.coverage})
+        bubble = self._pane.chat_view.bubble_for(turn.reply_parent)
+        message = self.chat.store.message(turn.reply_parent)
+        if bubble is not None and message is not None:
+            bubble.set_attachments(message.attachments, placed.sources.coverage)
+        if self._reply_bubble is not None:
+            self._reply_bubble.set_sources(turn.sources)
 
     @Slot(int, int, int)
     def _on_prompt_progress(self, request_id: int, done: int, total: int) -> None:

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 
 from engine import LookaheadConfig, Message, SamplingConfig, StepEvent, StopConfig
 
+from .attachments import Attachment, ReplySources
+
 
 @dataclass(frozen=True)
 class LoadedModel:
@@ -42,6 +44,26 @@ class GenerationRequest:
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     stop: StopConfig = field(default_factory=StopConfig)
     drafts_from: tuple[str, ...] = ()  # texts this reply replaces (regenerate, edit): drafts for lookahead
+    # The new user message's files: the worker places what fits of them before its text (``DocumentsPlaced``).
+    attachments: tuple[Attachment, ...] = ()
+    documents: tuple[str, ...] = ()  # the text of every file on the branch answered: lookahead drafts from them
+    # The last user message as the person wrote it, when ``messages`` sends it with its files' text placed
+    # before it (a regenerated reply): what the earlier-chats memory keeps. None: ``messages[-1].content``.
+    user_words: str | None = None
+
+
+@dataclass(frozen=True)
+class DocumentsPlaced:
+    """What of the new message's files the worker put before its text, sent before the reply's first step.
+
+    ``text`` is the files' part of the message as the model reads it (also ``sources.text``); ``tokens``
+    maps each file's name to its whole text's token count for the model in use (not only the part placed).
+    """
+
+    request_id: int
+    sources: ReplySources
+    text: str
+    tokens: dict[str, int]
 
 
 @dataclass(frozen=True)

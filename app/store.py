@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from . import paths
+from .attachments import Attachment, ReplySources, attachments_from_json, attachments_to_json
 
 _MIGRATIONS: list[str] = [
     # 0 -> 1
@@ -83,6 +84,13 @@ _MIGRATIONS: list[str] = [
         INSERT INTO message_text(rowid, content) VALUES (new.id, new.content);
     END;
     """,
+    # 3 -> 4: files attached to a user's message (app.attachments: their text, kept), and what of them the model
+    # was given once the reply placed them (app.attachments.ReplySources); NULL for messages without files.
+    # Search stays on what people wrote: neither column is in ``message_text``.
+    """
+    ALTER TABLE messages ADD COLUMN attachments_json TEXT;
+    ALTER TABLE messages ADD COLUMN documents_json TEXT;
+    """,
 ]
 SCHEMA_VERSION = len(_MIGRATIONS)
 
@@ -110,9 +118,23 @@ class StoredMessage:
     stats_json: str | None = None
     marks_json: str | None = None  # app.marks.TokenMarks, for replies
     parent_id: int | None = None  # the message this one follows (None: the chat's first)
+    attachments_json: str | None = None  # app.attachments: the files a user's message came with
+    documents_json: str | None = None  # app.attachments.ReplySources: what of them the model was given
+
+    @property
+    def attachments(self) -> tuple[Attachment, ...]:
+        """The files this message came with (none for most)."""
+        return attachments_from_json(self.attachments_json)
+
+    @property
+    def documents(self) -> ReplySources | None:
+        """What of its files the model was given (None: no files, or not placed yet)."""
+        return ReplySources.from_json(self.documents_json)
 
 
-_MESSAGE_COLUMNS = "id, conversation_id, role, content, created, stats_json, marks_json, parent_id"
+_MESSAGE_COLUMNS = (
+    "id, conversation_id, role, content, created, stats_json, marks_json, parent_id, attachments_json, documents_json"
+)
 
 
 class _Place(Enum):
@@ -130,10 +152,13 @@ class MessageNode:
     created: float
     stats_json: str | None = None
     marks_json: str | None = None
+    attachments_json: str | None = None
+    documents_json: str | None = None
 
     @classmethod
     def of(cls, m: StoredMessage) -> MessageNode:
-        return cls(m.id, m.parent_id, m.role, m.content, m.created, m.stats_json, m.marks_json)
+        return cls(m.id, m.parent_id, m.role, m.content, m.created, m.stats_json, m.marks_json,
+                   m.attachments_json, m.documents_json)
 
 
 # Around each matched word in ``SearchHit.snippet``: characters no message contains.
@@ -374,24 +399,49 @@ class ChatStore:
         marks_json: str | None = None,
         *,
         parent_id: int | None | _Place = _Place.LEAF,
+        attachments: Sequence[Attachment] = (),
     ) -> StoredMessage:
         """Add a message after ``parent_id`` (by default, after the branch shown); it becomes the branch shown.
 
         A message added beside another (the same parent) is an alternative to it: an edited
-        message, a regenerated reply. The one it replaces stays, one flip away.
+        message, a regenerated reply. The one it replaces stays, one flip away. ``attachments``:
+        the files a user's message came with (what the model is given of them is set later,
+        ``set_placed_documents``).
         """
         now = time.time()
+        attachments_json = attachments_to_json(attachments)
         with self._transaction():
             if isinstance(parent_id, _Place):
                 parent_id = self._current_leaf(conversation_id)
             message_id = self._insert_message(
-                conversation_id, parent_id, role, content, now, stats_json, marks_json
+                conversation_id, parent_id, role, content, now, stats_json, marks_json, attachments_json
             )
             self._db.execute(
                 "UPDATE conversations SET current_leaf_id = ? WHERE id = ?", (message_id, conversation_id)
             )
             self._touch(conversation_id)
-        return StoredMessage(message_id, conversation_id, role, content, now, stats_json, marks_json, parent_id)
+        return StoredMessage(message_id, conversation_id, role, content, now, stats_json, marks_json, parent_id,
+                             attachments_json)
+
+    def set_placed_documents(
+        self, message_id: int, documents: ReplySources, attachments: Sequence[Attachment] | None = None
+    ) -> None:
+        """What of a user message's files the model was given (and, if given, its files again: their token counts
+        known now). Later turns send the message with ``documents.text`` placed before it, as it was."""
+        if attachments is None:
+            self._db.execute(
+                "UPDATE messages SET documents_json = ? WHERE id = ?", (documents.to_json(), message_id)
+            )
+        else:
+            self._db.execute(
+                "UPDATE messages SET documents_json = ?, attachments_json = ? WHERE id = ?",
+                (documents.to_json(), attachments_to_json(attachments), message_id),
+            )
+
+    def message(self, message_id: int) -> StoredMessage | None:
+        """One message by its id (None: no such message, e.g. its chat was deleted)."""
+        row = self._db.execute(f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE id = ?", (message_id,)).fetchone()
+        return StoredMessage(**dict(row)) if row else None
 
     def _insert_message(
         self,
@@ -402,11 +452,14 @@ class ChatStore:
         created: float,
         stats_json: str | None,
         marks_json: str | None,
+        attachments_json: str | None = None,
+        documents_json: str | None = None,
     ) -> int:
         cur = self._db.execute(
-            "INSERT INTO messages(conversation_id, parent_id, role, content, created, stats_json, marks_json)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (conversation_id, parent_id, role, content, created, stats_json, marks_json),
+            "INSERT INTO messages(conversation_id, parent_id, role, content, created, stats_json, marks_json,"
+            " attachments_json, documents_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (conversation_id, parent_id, role, content, created, stats_json, marks_json, attachments_json,
+             documents_json),
         )
         return _row_id(cur)
 
@@ -513,7 +566,7 @@ class ChatStore:
                     raise ValueError(f"message id {m.key} is used twice")
                 new_ids[m.key] = self._insert_message(
                     conversation_id, None if m.parent is None else new_ids[m.parent], m.role, m.content,
-                    m.created, m.stats_json, m.marks_json,
+                    m.created, m.stats_json, m.marks_json, m.attachments_json, m.documents_json,
                 )
             if current_leaf is not None and current_leaf not in new_ids:
                 raise ValueError(f"the message shown ({current_leaf}) is not in the chat")
@@ -638,7 +691,12 @@ def export_markdown(conversation: Conversation, messages: Iterable[StoredMessage
     if conversation.system_prompt.strip():
         out += ["> **System:** " + conversation.system_prompt.strip().replace("\n", "\n> "), ""]
     for m in messages:
-        out += [f"## {m.role.capitalize()}", "", m.content.rstrip(), ""]
+        attachments = m.attachments
+        out += [f"## {m.role.capitalize()}", ""]
+        if m.content.strip() or not attachments:  # a message that is only files has no text to show
+            out += [m.content.rstrip(), ""]
+        if attachments:  # by name: the files' text is what the model read, not what was said
+            out += ["Attached files:", "", *(f"- {a.name}" for a in attachments), ""]
         stats = ReplyStats.from_json(m.stats_json)
         if stats is not None:
             out += [f"*{stats.summary_line()}*", ""]

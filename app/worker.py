@@ -27,6 +27,7 @@ from engine import (
     GenerationControls,
     LookaheadConfig,
     LookaheadUnsupportedError,
+    Message,
     ModelFileError,
     NativeError,
     PromptTooLongError,
@@ -36,11 +37,13 @@ from engine import (
 )
 from engine.bench import PromptResult
 from engine.costmodel import CostCurve, MachineBusy, MeasurementCancelled
+from engine.documents import with_documents
 from engine.library import friendly_name
 from engine.models import LoadProblem
 from engine.probe import ProbeResult, ensure_loadable
 from engine.runtime import default_threads
 
+from .attachments import ReplySources
 from .compare import (
     CompareProgress,
     CompareRequest,
@@ -50,7 +53,7 @@ from .compare import (
     run_comparison,
     run_speed_report,
 )
-from .requests import GenerationRequest, LoadedModel, ReplyOutcome, StepUpdate
+from .requests import DocumentsPlaced, GenerationRequest, LoadedModel, ReplyOutcome, StepUpdate
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +84,8 @@ class EngineWorker(QObject):
         modelLoaded(object): a ``LoadedModel``; the new engine is in use.
         modelFailed(str): loading failed; the previous engine (if any) is still in use.
         replyStarted(int): the request with this id was accepted (its prompt fits); steps follow.
+        documentsPlaced(object): a ``DocumentsPlaced``: what of the new message's files went in its prompt
+            (after replyStarted, before the first step; only for a request with attachments).
         stepUpdate(object): a ``StepUpdate`` for every forward pass.
         replyFinished(object): a ``ReplyOutcome``; the generation is over (also after an error mid-way).
         replyFailed(int, str): the request with this id failed; the message is for the user.
@@ -100,6 +105,7 @@ class EngineWorker(QObject):
     modelLoaded = Signal(object)
     modelFailed = Signal(str)
     replyStarted = Signal(int)
+    documentsPlaced = Signal(object)
     stepUpdate = Signal(object)
     replyFinished = Signal(object)
     replyFailed = Signal(int, str)
@@ -203,7 +209,7 @@ class EngineWorker(QObject):
     def generate(self, request: GenerationRequest) -> None:
         """Generate one reply, emitting a ``StepUpdate`` per step; ends with replyFinished or replyFailed."""
         if self._session is None:
-            self.replyFailed.emit(request.request_id, "No model is loaded. Open a model with File → Open model….")
+            self.replyFailed.emit(request.request_id, "No model is loaded. Open a model with Model → Open model….")
             return
         controls = GenerationControls(lookahead=request.lookahead)
         controls.on_prompt = lambda done, total: self.promptProgress.emit(request.request_id, done, total)
@@ -215,9 +221,24 @@ class EngineWorker(QObject):
         reply_tokens: list[int] = []
         steps_after_stop = 0
         stop_reason: str | None = None
+        session, engine = self._session, self._engine
+        assert engine is not None  # set with the session
         try:
-            events = self._session.reply(
-                list(request.messages),
+            messages = list(request.messages)
+            placed: DocumentsPlaced | None = None
+            if request.attachments and messages:
+                # What of the new message's files fits before its text, with room for the reply.
+                context = session.documents_context(
+                    messages, [a.document() for a in request.attachments], request.stop.max_tokens
+                )
+                last = messages[-1]
+                messages[-1] = Message(last.role, with_documents(last.content, context))
+                tokens = {a.name: len(engine.tokenize(a.text, add_special=False)) for a in request.attachments}
+                placed = DocumentsPlaced(request.request_id, ReplySources.of_context(context), context.text, tokens)
+            # Every reply sets them, [] too: a chat without files never drafts from another chat's.
+            engine.set_documents(list(request.documents))
+            events = session.reply(
+                messages,
                 controls=controls,
                 sampling=request.sampling,
                 stop=request.stop,
@@ -225,6 +246,8 @@ class EngineWorker(QObject):
             )
             started = True
             self.replyStarted.emit(request.request_id)
+            if placed is not None:  # queued after replyStarted: the user's message is saved when it arrives
+                self.documentsPlaced.emit(placed)
             while True:
                 requested = self._apply_pending_lookahead(controls)
                 ev = next(events, None)  # the engine reads controls.lookahead here, for this step
@@ -251,10 +274,13 @@ class EngineWorker(QObject):
             with self._lock:
                 self._controls = None
         self.replyFinished.emit(ReplyOutcome(request.request_id, stop_reason, n_tokens, steps_after_stop))
-        # The finished exchange joins the earlier chats the next ones may draft from.
+        # The finished exchange joins the earlier chats the next ones may draft from: what the person wrote and
+        # the reply, not the files' text (``request.messages`` never holds the new message's; ``user_words`` is
+        # a regenerated message's own text).
         engine = self._engine
         if engine is not None and request.messages and reply_tokens:
-            engine.remember_chat(engine.tokenize(f"{request.messages[-1].content}\n", add_special=False) + reply_tokens)
+            words = request.messages[-1].content if request.user_words is None else request.user_words
+            engine.remember_chat(engine.tokenize(f"{words}\n", add_special=False) + reply_tokens)
             engine.save_memory()
 
     @Slot(int)
@@ -309,7 +335,7 @@ class EngineWorker(QObject):
     def compare(self, request: CompareRequest) -> None:
         """Measure plain and lookahead in repeated A-B-B-A turns on one prompt; ends with compareFinished."""
         if self._session is None:
-            self.compareFailed.emit(request.request_id, "No model is loaded. Open a model with File → Open model….")
+            self.compareFailed.emit(request.request_id, "No model is loaded. Open a model with Model → Open model….")
             return
         cancel = self._start_job()
 
@@ -317,6 +343,7 @@ class EngineWorker(QObject):
             self.compareProgress.emit(p)
 
         try:
+            self._session.engine.set_documents([])  # the Compare tab's prompt has no files: no chat's are drafted from
             result = run_comparison(self._session, request, cancel, on_progress=progress)
         except Exception as exc:  # every failure becomes a message for the user
             log.warning("comparison failed: %s", exc)

@@ -145,6 +145,11 @@ class FakeEngineMemory:
     def save_memory(self) -> None:
         pass
 
+    document_texts: tuple[str, ...] = ()  # what the worker last told the engine to draft from (set_documents)
+
+    def set_documents(self, texts) -> None:
+        self.document_texts = tuple(texts)
+
     def tokenize(self, text: str, add_special: bool = True) -> list[int]:
         return [len(word) for word in text.split()]
 

@@ -12,6 +12,7 @@ import time
 import pytest
 from PySide6.QtCore import Qt
 
+from app.attachments import Attachment, ReplySources
 from app.backup import FORMAT, VERSION, BackupError, export_json, import_json
 from app.main_window import MainWindow, ReplyRecord
 from app.settings import AppSettings
@@ -19,6 +20,7 @@ from app.stats import ReplyStats
 from app.store import ChatStore
 from app.widgets.chat_view import FLASH_MS, MessageBubble
 from engine import GenerationControls, StepEvent
+from engine.documents import Citation
 from tests.app_fixtures import OFFSCREEN_NOISE, quick_settings, use_fake_engine
 
 pytestmark = OFFSCREEN_NOISE
@@ -283,7 +285,11 @@ def _chats_with_every_kind_of_message(store: ChatStore) -> None:
     store.add_message(conv.id, "assistant", "first", stats, '[[5, "own", 0, 1]]')
     shown_reply = store.add_message(conv.id, "assistant", "second", stats, '[[3, "prompt", 1, 4], [3, "own", 1, 4]]',
                                     parent_id=q.id)
-    store.add_message(conv.id, "user", "edited", parent_id=None)  # an alternative first message
+    edited = store.add_message(conv.id, "user", "edited", parent_id=None,  # an alternative first message, with files
+                               attachments=[Attachment("ñotes.md", "markdown", 30, "# Ñotes\nline", path="/d/ñotes.md"),
+                                            Attachment("book.pdf", "pdf", 9000, "p1 p2", (0, 3), tokens=4)])
+    store.set_placed_documents(edited.id, ReplySources((Citation("book.pdf", "page 2", "p2"),),
+                                                       {"ñotes.md": 1.0, "book.pdf": 0.5}, False, "## book.pdf\np2"))
     store.select_branch(shown_reply.id)
     store.create_conversation("Empty")
 
@@ -293,13 +299,14 @@ def _chat_as_saved(store: ChatStore, conversation_id: int) -> tuple:
     conv = store.conversation(conversation_id)
     tree = store.tree(conversation_id)
     position = {m.id: k for k, m in enumerate(tree)}
-    messages = [(position.get(m.parent_id), m.role, m.content, m.created, m.stats_json, m.marks_json) for m in tree]
+    messages = [(position.get(m.parent_id), m.role, m.content, m.created, m.stats_json, m.marks_json, m.attachments,
+                 m.documents) for m in tree]
     shown = [position[m.id] for m in store.messages(conversation_id)]
     return (conv.title, conv.system_prompt, conv.created, conv.updated, store.conversation_settings(conversation_id),
             messages, shown)
 
 
-def test_json_export_then_import_round_trips_every_message_its_stats_marks_and_the_tree(app_home):
+def test_json_export_then_import_round_trips_every_message_its_stats_marks_files_and_the_tree(app_home):
     source = ChatStore(":memory:")
     _chats_with_every_kind_of_message(source)
     text = export_json(source)
@@ -314,6 +321,7 @@ def test_json_export_then_import_round_trips_every_message_its_stats_marks_and_t
     after = [_chat_as_saved(target, c.id) for c in imported]
     assert after == before
     assert len(before[1][5]) == 4 and before[1][6] == [0, 2]
+    assert [len(m[6]) for m in before[1][5]] == [0, 0, 0, 2] and before[1][5][3][7].coverage["book.pdf"] == 0.5
 
     again = import_json(target, text)  # importing twice never overwrites: two more chats
     assert len(target.conversations()) == 4 and not {c.id for c in again} & {c.id for c in imported}
@@ -329,6 +337,12 @@ def test_json_export_then_import_round_trips_every_message_its_stats_marks_and_t
      '{"id": 2, "parent": 1, "role": "robot", "content": "b", "created": 2}]}]}', "unknown role"),
     ('{"format": "lookahead-chat", "version": 1, "conversations": [{"title": "t", "messages": '
      '[{"id": 2, "parent": 1, "role": "user", "content": "a", "created": 1}]}]}', "parent"),
+    ('{"format": "lookahead-chat", "version": 1, "conversations": [{"title": "t", "messages": '
+     '[{"id": 1, "parent": null, "role": "user", "content": "a", "created": 1, "attachments": [{"name": "x"}]}]}]}',
+     "attached file"),
+    ('{"format": "lookahead-chat", "version": 1, "conversations": [{"title": "t", "messages": '
+     '[{"id": 1, "parent": null, "role": "user", "content": "a", "created": 1, "documents": {"text": "t"}}]}]}',
+     "documents"),
 ])
 def test_a_file_that_is_not_a_valid_export_is_refused_whole_with_the_reason(text, says):
     store = ChatStore(":memory:")

@@ -9,6 +9,7 @@ import time
 import pytest
 
 from app import paths
+from app.attachments import Attachment, ReplySources
 from app.settings import MAX_RECENT_MODELS, AppSettings
 from app.stats import ReplyStats
 from app.store import (
@@ -21,6 +22,7 @@ from app.store import (
     export_markdown,
 )
 from engine import StepEvent
+from engine.documents import Citation
 
 
 @pytest.fixture
@@ -152,7 +154,7 @@ def _schema_2_database(path) -> list[tuple]:
 def test_a_database_written_at_schema_2_keeps_every_chat_and_message_and_gains_alternatives_and_search(home):
     rows = _schema_2_database(paths.database_path())
     store = ChatStore()
-    assert store.schema_version() == SCHEMA_VERSION == 3
+    assert store.schema_version() == SCHEMA_VERSION >= 3
     assert [(c.title, c.created, c.updated) for c in store.conversations()] == [
         ("Tea", 1003.0, 2003.0), ("Empty", 1002.0, 2002.0), ("Whales", 1001.0, 2001.0)]
     for conv_id in (1, 2, 3):
@@ -172,6 +174,95 @@ def test_a_database_written_at_schema_2_keeps_every_chat_and_message_and_gains_a
         r[2] for r in rows if r[0] == 1]
     assert store.integrity_check() == "ok"
     store.close()
+
+
+def _schema_3_database(path) -> list[tuple]:
+    """A chat database as the app wrote it at schema 3 (before attached files), with a branch; returns its rows."""
+    db = sqlite3.connect(path, isolation_level=None)
+    db.executescript("".join(_MIGRATIONS[:3]) + "PRAGMA user_version=3;")
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("INSERT INTO conversations(id, title, system_prompt, created, updated) VALUES (1, 'Owls', '', 1, 2)")
+    rows = [(1, None, "user", "tell me about owls", 10.0, None, None),
+            (2, 1, "assistant", "owls hunt at night", 11.0, '{"n_tokens": 4}', '[[18, "own", 0, 1]]'),
+            (3, 1, "assistant", "owls are birds", 12.0, None, None)]
+    for row in rows:
+        db.execute("INSERT INTO messages(id, parent_id, role, content, created, stats_json, marks_json,"
+                   " conversation_id) VALUES (?, ?, ?, ?, ?, ?, ?, 1)", row)
+    db.execute("UPDATE conversations SET current_leaf_id = 2")
+    db.close()
+    return rows
+
+
+def test_a_database_written_at_schema_3_keeps_every_message_and_its_new_messages_keep_their_files(home):
+    rows = _schema_3_database(paths.database_path())
+    store = ChatStore()
+    assert store.schema_version() == SCHEMA_VERSION == 4
+    tree = store.tree(1)
+    assert [(m.id, m.parent_id, m.role, m.content, m.created, m.stats_json, m.marks_json) for m in tree] == rows
+    assert [m.id for m in store.messages(1)] == [1, 2]  # the branch shown is kept
+    assert all(m.attachments == () and m.documents is None for m in tree)
+    assert [h.message_id for h in store.search("owls")] and store.siblings(2) == [2, 3]
+
+    notes = Attachment("notes.txt", "text", 40, "Owls swallow their prey whole.", path="/tmp/notes.txt")
+    added = store.add_message(1, "user", "and what do they eat?", attachments=[notes])
+    store.close()
+    store = ChatStore()  # the app started again
+    assert store.messages(1)[-1].attachments == (notes,) and store.message(added.id).attachments == (notes,)
+    assert store.integrity_check() == "ok"
+    store.close()
+
+
+def _placed(text: str, coverage: float = 1.0) -> ReplySources:
+    return ReplySources((Citation("notes.txt", "lines 1–2", "Owls swallow"),), {"notes.txt": coverage}, coverage == 1,
+                        text)
+
+
+def test_a_message_keeps_its_files_and_what_the_model_was_given_of_them_through_a_restart_and_a_fork(home):
+    store = ChatStore()
+    conv = store.create_conversation("Owls")
+    notes = Attachment("notes.txt", "text", 40, "Owls swallow their prey whole.\nThey hunt at night.")
+    table = Attachment("prey.csv", "csv", 20, "mouse,vole", page_starts=(0,), encoding="utf-8")
+    question = store.add_message(conv.id, "user", "What do owls eat?", attachments=[notes, table])
+    assert question.attachments == (notes, table) and question.documents is None
+    counted = [Attachment("notes.txt", "text", 40, notes.text, tokens=12), table]
+    store.set_placed_documents(question.id, _placed("## notes.txt\nOwls swallow", 0.5), counted)
+    reply = store.add_message(conv.id, "assistant", "Mice, mostly.")
+    store.close()
+
+    store = ChatStore()
+    saved = store.message(question.id)
+    assert saved.attachments == tuple(counted) and saved.attachments[0].tokens == 12
+    assert saved.documents == _placed("## notes.txt\nOwls swallow", 0.5)
+    fork = store.fork_conversation(reply.id)
+    copied = store.messages(fork.id)[0]
+    assert copied.id != question.id
+    assert (copied.attachments_json, copied.documents_json) == (saved.attachments_json, saved.documents_json)
+    store.close()
+
+
+def test_search_finds_what_people_wrote_not_the_text_of_their_files(home):
+    store = ChatStore()
+    conv = store.create_conversation("Owls")
+    notes = Attachment("notes.txt", "text", 40, "Owls swallow their prey whole; pellets follow.")
+    question = store.add_message(conv.id, "user", "Summarise the notes", attachments=[notes])
+    store.set_placed_documents(question.id, _placed("## notes.txt\nOwls swallow their prey whole; pellets follow."))
+    assert store.search("pellets") == []
+    assert [h.message_id for h in store.search("summarise")] == [question.id]
+    store.close()
+
+
+def test_a_chat_with_files_exports_as_markdown_naming_them_under_the_message(home):
+    store = ChatStore()
+    c = store.create_conversation("Owls")
+    notes = Attachment("notes.txt", "text", 40, "SECRET TEXT OF THE FILE")
+    store.add_message(c.id, "user", "What do owls eat?", attachments=[notes, Attachment("prey.csv", "csv", 9, "x")])
+    store.add_message(c.id, "assistant", "Mice.")
+    store.add_message(c.id, "user", "", attachments=[Attachment("more.txt", "text", 9, "SECRET TOO")])
+    text = export_markdown(store.conversation(c.id), store.messages(c.id))
+    store.close()
+    assert "## User\n\nWhat do owls eat?\n\nAttached files:\n\n- notes.txt\n- prey.csv\n\n## Assistant" in text
+    assert text.endswith("## User\n\nAttached files:\n\n- more.txt\n")  # only files: no empty text before them
+    assert "SECRET" not in text
 
 
 def test_search_finds_a_word_among_1000_messages_in_under_50_ms(home):

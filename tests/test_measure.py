@@ -66,6 +66,9 @@ class RecordedEngine:
     def reset(self) -> None:
         pass
 
+    def set_documents(self, texts) -> None:  # the recorded runs have no attached files
+        assert not texts
+
     def tokenize(self, text: str, add_special: bool = True) -> list[int]:
         return [len(word) for word in text.split()]
 
