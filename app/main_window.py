@@ -780,6 +780,7 @@ class MainWindow(QMainWindow):
         self.models.closed = True
         t0 = time.perf_counter()
         self._settings_timer.stop()
+        self.chat_pane.stop_reading()  # files being read for a message: their threads end now
         self.engine.shutdown(timeout_s=2.0)
         # The worker's last signals (final step, replyFinished) are queued to us: deliver them now,
         # so a reply stopped by closing is saved as far as it got.

@@ -19,6 +19,7 @@ OWN = "own"
 SOURCE_NAMES = {
     OWN: "the model's own token",
     "prompt": "drafted from the prompt",
+    "document": "drafted from attached files",
     "reply": "drafted from this reply",
     "history": "drafted from left-out turns or the text being regenerated",
     "other_chats": "drafted from earlier chats",
@@ -28,6 +29,7 @@ SOURCE_NAMES = {
 SHORT_NAMES = {
     OWN: "model's own",
     "prompt": "prompt",
+    "document": "attached files",
     "reply": "this reply",
     "history": "earlier text",
     "other_chats": "earlier chats",

@@ -132,5 +132,5 @@ class ModelLoader(QObject):
             return
         self.error_box = model_info.show_problem(self._window, f"Could not open {name}", problem)
         if self.model is None:
-            self.model_label.setText("No model — use File → Open model…")
+            self.model_label.setText("No model — use Model → Open model…")
         self.failed.emit(problem.message)

@@ -1,4 +1,5 @@
-"""The chat view: lookahead tints over rendered Markdown, keyboard-reachable actions, copy feedback, code that fits."""
+"""The chat view: lookahead tints over rendered Markdown, keyboard-reachable actions, copy feedback, code that fits,
+attached files' chips and the sources a reply was given."""
 
 from __future__ import annotations
 
@@ -8,11 +9,14 @@ from PySide6.QtGui import QColor, QGuiApplication, QPalette, QTextFormat
 from PySide6.QtWidgets import QApplication, QPushButton, QVBoxLayout, QWidget
 
 from app import paths
+from app.attachments import Attachment, ReplySources, attachments_to_json
 from app.marks import OWN, Run, TokenMarks
+from app.store import StoredMessage
 from app.widgets.chat_pane import ChatPane
 from app.widgets.chat_view import ChatView, MessageBubble
 from app.widgets.markdown_view import COPIED_MS, COPIED_TEXT, MarkdownView
 from app.widgets.marked_text import MarksLegend, contrast_ratio, source_colour
+from engine.documents import Citation
 from tests.app_fixtures import OFFSCREEN_NOISE
 
 pytestmark = OFFSCREEN_NOISE
@@ -255,3 +259,84 @@ def _cursor_at(view: MarkdownView, position: int):
     cursor = view.textCursor()
     cursor.setPosition(position)
     return cursor
+
+
+MANUAL = Attachment("manual.pdf", "pdf", 1_200_000, "Warranty...", (0, 40, 90), path="/docs/manual.pdf", tokens=3400)
+BIG = Attachment("big.txt", "text", 90_000, "lots of text", path="/docs/big.txt")
+PASSAGE = "<script>alert('x')</script> **not bold** <b>raw</b> & done"
+
+
+def test_a_user_message_shows_a_chip_per_file_and_how_much_of_it_the_model_saw(qtbot):
+    bubble = MessageBubble("user", "What is covered?", 1)
+    qtbot.addWidget(bubble)
+    bubble.set_attachments([MANUAL, BIG], {"manual.pdf": 1.0, "big.txt": 0.2349})
+    chips = bubble.attachment_chips
+    assert chips is not None and not chips.isHidden()
+    assert chips.texts() == [MANUAL.chip_text(), BIG.chip_text() + " · seen 23%"]
+    assert chips.texts()[0] == "manual.pdf · 1.2 MB · 3 pages · 3,400 tokens"
+    assert "/docs/manual.pdf" in chips.chips[0].toolTip() and "all of it" in chips.chips[0].toolTip()
+    assert "23%" in chips.chips[1].toolTip()
+    assert all(c.textFormat() == Qt.TextFormat.PlainText for c in chips.chips)
+    bubble.set_attachments([BIG], {"big.txt": 0.004})  # set again: replaced, a sliver is not "0%"
+    assert chips.texts() == [BIG.chip_text() + " · seen <1%"]
+    bubble.set_attachments([MANUAL])  # not placed yet: no share said
+    assert chips.texts() == [MANUAL.chip_text()]
+    bubble.set_attachments([])
+    assert chips.isHidden()
+
+
+def test_sources_under_a_reply_open_to_each_passage_shown_as_plain_text_never_markup(qtbot):
+    bubble = MessageBubble("assistant", "It covers parts.", 2)
+    qtbot.addWidget(bubble)
+    long_text = "x" * 10_000
+    sources = ReplySources((Citation("manual.pdf", "page 3", PASSAGE), Citation("big.txt", "lines 10–42", long_text)),
+                           {"manual.pdf": 1.0, "big.txt": 0.1}, whole=False)
+    bubble.set_sources(sources)
+    bubble.show()
+    section = bubble.sources_section
+    assert section is not None and section.toggle.text() == "Sources (2)"
+    assert not section.body.isVisible()
+    section.toggle.click()
+    assert section.body.isVisible() and "did not fit whole" in section.note.text()
+    assert [b.text() for b in section.citation_buttons] == ["manual.pdf · page 3", "big.txt · lines 10–42"]
+    first, second = section.passages
+    assert not first.isVisible()
+    section.citation_buttons[0].click()
+    assert first.isVisible() and first.textFormat() == Qt.TextFormat.PlainText
+    assert first.text() == PASSAGE  # the tags and the Markdown are shown as written
+    assert second.text().startswith("x" * 100) and "6,000 more characters" in second.text()
+    section.toggle.click()
+    assert not section.body.isVisible()
+    bubble.set_sources(None)
+    assert section.isHidden()
+
+
+def test_tab_reaches_a_replys_sources_after_its_text_and_before_the_next_message(qtbot):
+    _window, pane = _window_with_chat(qtbot)
+    _user, reply = pane.chat_view.bubbles()
+    reply.set_sources(ReplySources((Citation("manual.pdf", "page 3", "text"),), {"manual.pdf": 1.0}))
+    section = reply.sources_section
+    assert section is not None
+    section.toggle.click()
+    passed = _tab_until(qtbot, reply.copy_button, section.citation_buttons[0])
+    assert passed[-2:] == [section.toggle, section.citation_buttons[0]]
+    assert all(reply.isAncestorOf(w) for w in passed)
+    assert _tab_until(qtbot, section.citation_buttons[0], pane.input)[-1] is pane.input
+
+
+def test_a_stored_chat_shows_each_messages_files_and_its_replys_sources(qtbot):
+    pane = ChatPane()
+    qtbot.addWidget(pane)
+    sources = ReplySources((Citation("big.txt", "lines 1–9", "passage"),), {"manual.pdf": 1.0, "big.txt": 0.5}, False)
+    pane.show_messages([
+        StoredMessage(1, 1, "user", "First", 1.0, attachments_json=attachments_to_json([MANUAL, BIG]),
+                documents_json=sources.to_json()),
+        StoredMessage(2, 1, "assistant", "Answer", 2.0, parent_id=1),
+        StoredMessage(3, 1, "user", "Plain follow-up", 3.0, parent_id=2),
+        StoredMessage(4, 1, "assistant", "Second answer", 4.0, parent_id=3),
+    ])
+    first, answer, plain, second = pane.chat_view.bubbles()
+    assert first.attachment_chips is not None
+    assert first.attachment_chips.texts() == [MANUAL.chip_text(), BIG.chip_text() + " · seen 50%"]
+    assert answer.sources_section is not None and answer.sources_section.toggle.text() == "Sources (1)"
+    assert plain.attachment_chips is None and second.sources_section is None

@@ -97,6 +97,31 @@ def test_the_marked_view_redraws_runs_as_they_grow_with_a_tooltip_per_run(qtbot)
     assert "prompt" in tip and "batch of 4" in tip
 
 
+def test_text_drafted_from_attached_files_has_its_own_tint_legend_chip_and_tooltip(qtbot):
+    from app.widgets.marked_text import MarkedView, MarksLegend, source_colour
+
+    view = MarkedView()
+    qtbot.addWidget(view)
+    marks = TokenMarks()
+    marks.observe(event(0, ("The warranty", " covers parts", " and labour."), (OWN, "document", "prompt")))
+    view.show_marks(marks)
+    block = view.document().firstBlock()
+    tinted = [(block.text()[r.start : r.start + r.length], r.format.background().color().name())
+              for r in block.layout().formats() if r.format.hasProperty(QTextFormat.Property.BackgroundBrush)]
+    assert tinted == [(" covers parts", source_colour("document", False).name()),
+                      (" and labour.", source_colour("prompt", False).name())]
+    others = {source_colour(s, dark).name() for s in ("prompt", "reply", "history", "other_chats", "kept", "window")
+              for dark in (False, True)}
+    assert not {source_colour("document", dark).name() for dark in (False, True)} & others
+    assert marks.runs[1].describe() == "step 1 · drafted from attached files · batch of 4"
+
+    legend = MarksLegend()
+    qtbot.addWidget(legend)
+    assert "document" in legend.sources and "attached&nbsp;files" in legend.text()
+    assert source_colour("document", False).name() in legend.text()
+    assert "attached files: drafted from attached files" in legend.toolTip()
+
+
 def test_a_reply_that_repeats_the_prompt_is_marked_kept_and_copied_plain(qtbot, make_window, monkeypatch):
     """With the bundled model: drafts from the prompt land, are marked, survive a restart, and Copy is plain text."""
     monkeypatch.setenv("LOOKAHEAD_COST_CURVE", "flat")  # Auto drafts whenever it has a draft, on any CPU

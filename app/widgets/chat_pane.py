@@ -3,19 +3,40 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
-from PySide6.QtCore import Qt, Signal, Slot
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
+from PySide6.QtCore import QEvent, QObject, Qt, Signal, Slot
+from PySide6.QtGui import QAction, QDragEnterEvent, QDragMoveEvent, QDropEvent, QKeySequence, QPalette
+from PySide6.QtWidgets import QFileDialog, QHBoxLayout, QLabel, QPushButton, QToolButton, QVBoxLayout, QWidget
 
+from engine.documents import SUPPORTED_SUFFIXES
+
+from ..attachments import Attachment, ReplySources
 from ..marks import TokenMarks
 from ..stats import ReplyStats
 from ..store import StoredMessage
+from .attachments_bar import MAX_FILES, AttachmentsBar, paperclip_icon
 from .chat_input import ChatInput
 from .chat_view import ChatView, MessageBubble
 from .context_meter import ContextMeter
 from .marked_text import MarksLegend
 
 WAITING_LINE = "Reading the prompt…"
+ATTACH_SHORTCUT = "Ctrl+Shift+A"
+
+
+def file_filter() -> str:
+    """The attach dialog's filter: every kind of file the app reads, then all files."""
+    patterns = " ".join(f"*{suffix}" for suffix in SUPPORTED_SUFFIXES)
+    return f"Documents and code ({patterns});;All files (*)"
+
+
+def _dropped_files(event: QDropEvent | QDragEnterEvent | QDragMoveEvent) -> list[str]:
+    """The local files a drag carries (a dragged link or text is not a file to attach)."""
+    mime = event.mimeData()
+    if not mime.hasUrls():
+        return []
+    return [url.toLocalFile() for url in mime.urls() if url.isLocalFile()]
 
 
 class ChatPane(QWidget):
@@ -29,6 +50,9 @@ class ChatPane(QWidget):
         cancelEditRequested(): "Cancel edit" on the banner.
         alternativeRequested(int): ‹ or › on a message: show that alternative (its store id).
         forkRequested(int): "Fork" on a message (its store id).
+        attachmentsChanged(): a file was attached, read, removed or cleared (see ``pending_attachments``).
+
+    Files come in by the paperclip (Ctrl+Shift+A) or by dropping them on the chat or the input box.
     """
 
     sendRequested = Signal()
@@ -38,6 +62,7 @@ class ChatPane(QWidget):
     cancelEditRequested = Signal()
     alternativeRequested = Signal(int)
     forkRequested = Signal(int)
+    attachmentsChanged = Signal()
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -65,9 +90,34 @@ class ChatPane(QWidget):
         self.send_button.setToolTip("Send (Enter / Ctrl+Enter)")
         self.send_button.setDefault(True)
         self.send_button.clicked.connect(self._on_button_clicked)
+        self.attachments_bar = AttachmentsBar()
+        self.attachments_bar.changed.connect(self.attachmentsChanged)
+        self.attach_action = QAction("&Attach files…", self)
+        self.attach_action.setShortcut(QKeySequence(ATTACH_SHORTCUT))
+        self.attach_action.setToolTip(
+            f"Attach files to the message ({ATTACH_SHORTCUT}): text, Markdown, code, CSV, JSON, HTML, PDF or Word; "
+            f"up to {MAX_FILES}. You can also drop files on the chat."
+        )
+        self.attach_action.triggered.connect(self.choose_files)
+        self.addAction(self.attach_action)
+        self.attach_button = QToolButton()
+        self.attach_button.setObjectName("attachButton")
+        self.attach_button.setDefaultAction(self.attach_action)
+        self.attach_button.setAccessibleName("Attach files")
+        self.attach_button.setFocusPolicy(Qt.FocusPolicy.StrongFocus)  # Tab reaches it, Space presses it
+        self._update_attach_icon()
+        self._attach_folder = ""  # where the last attached file came from: the dialog starts there
         input_row = QHBoxLayout()
         input_row.addWidget(self.input, 1)
-        input_row.addWidget(self.send_button, 0, Qt.AlignmentFlag.AlignBottom)
+        buttons = QVBoxLayout()
+        buttons.addStretch(1)
+        buttons.addWidget(self.attach_button, 0, Qt.AlignmentFlag.AlignRight)
+        buttons.addWidget(self.send_button)
+        input_row.addLayout(buttons)
+        # A file dropped on the chat lands on the pane (the messages take no drops); the input box takes dropped
+        # text itself, so its drops of files are caught on the way.
+        self.setAcceptDrops(True)
+        self.input.viewport().installEventFilter(self)
 
         self.context_meter = ContextMeter()
         self.legend = MarksLegend()
@@ -79,7 +129,10 @@ class ChatPane(QWidget):
         layout.addWidget(self.chat_view, 1)
         layout.addWidget(self.context_meter)
         layout.addWidget(self.edit_banner)
+        layout.addWidget(self.attachments_bar)
         layout.addLayout(input_row)
+        QWidget.setTabOrder(self.input, self.attach_button)  # Tab from the message: attach, then send
+        QWidget.setTabOrder(self.attach_button, self.send_button)
 
     def set_state(self, replying: bool, can_send: bool, busy: bool) -> None:
         """Send becomes Stop while a reply is written; message actions are off while the engine is busy."""
@@ -96,17 +149,30 @@ class ChatPane(QWidget):
         self.chat_view.clear()
         last: ReplyStats | None = None  # the latest reply's: what the context held when it was written
         left_out = 0
+        sources: ReplySources | None = None  # the files' passages the user message before a reply gave it
+        seen: dict[str, float] = {}  # how much of each file on the branch the model sees
         for k, m in enumerate(messages):
             stats = ReplyStats.from_json(m.stats_json)
             marks = TokenMarks.from_json(m.content, m.marks_json)
-            self.chat_view.add_message(
+            bubble = self.chat_view.add_message(
                 m.role, m.content, m.id, stats.summary_line() if stats else "", marks,
                 alternatives=(alternatives or {}).get(m.id, ()),
             )
+            files = m.attachments
+            placed = ReplySources.from_json(m.documents_json)
+            if m.role == "user":
+                if files:
+                    bubble.set_attachments(files, placed.coverage if placed is not None else None)
+                sources = placed
+                seen.update(placed.coverage if placed is not None else {})
+            elif m.role == "assistant":
+                bubble.set_sources(sources)
+                sources = None
             if stats is not None:
                 last, left_out = stats, min(stats.dropped_messages, k)
         self.chat_view.mark_left_out(left_out)
         self.show_usage(last)
+        self.context_meter.set_documents(seen)
 
     def show_usage(self, stats: ReplyStats | None) -> None:
         """The context meter after (or during) ``stats``' reply: its prompt and its tokens so far."""
@@ -122,10 +188,14 @@ class ChatPane(QWidget):
         self.legend.setVisible(on)
         self.chat_view.set_show_lookahead(on)
 
-    def show_pending(self, history: Sequence[StoredMessage], user_text: str) -> None:
+    def show_pending(
+        self, history: Sequence[StoredMessage], user_text: str, attachments: Sequence[Attachment] = ()
+    ) -> None:
         """The chat as it will be once the message is accepted: the history, the new message, a reply to come."""
         self.show_messages(history)
-        self.chat_view.add_message("user", user_text)
+        bubble = self.chat_view.add_message("user", user_text)
+        if attachments:
+            bubble.set_attachments(attachments)
         self.add_reply_bubble("")
         self.chat_view.scroll_to_bottom()
 
@@ -152,6 +222,78 @@ class ChatPane(QWidget):
         """A refused message goes back into the input box, unless something new was typed meanwhile."""
         if not self.input.toPlainText().strip():
             self.input.setPlainText(typed)
+
+    # --- attached files ---
+
+    def pending_attachments(self) -> tuple[Attachment, ...]:
+        """The files attached to the message being written that are read (their text is kept: the file may go)."""
+        return self.attachments_bar.attachments()
+
+    def clear_attachments(self) -> None:
+        """No files on the next message (after a send); reads still running are stopped."""
+        self.attachments_bar.clear()
+
+    def set_attachments(self, attachments: Sequence[Attachment]) -> None:
+        """Put these files on the message being written (Edit brings back a message's files)."""
+        self.attachments_bar.set_attachments(attachments)
+
+    def is_reading_attachments(self) -> bool:
+        """Some file is still being read: a send must wait for it."""
+        return self.attachments_bar.is_reading()
+
+    def attach_files(self, paths: Sequence[str | Path]) -> None:
+        """Read these files (off the GUI thread) and put them on the message being written."""
+        if paths:
+            self._attach_folder = str(Path(paths[-1]).parent)
+        self.attachments_bar.attach_paths(paths)
+
+    def stop_reading(self) -> bool:
+        """Stop every file read and wait for the reading threads (before the window closes); False if one did not
+        end within seconds."""
+        return self.attachments_bar.shutdown()
+
+    @Slot()
+    def choose_files(self) -> None:
+        """The paperclip (Ctrl+Shift+A): pick files to attach."""
+        paths, _ = QFileDialog.getOpenFileNames(
+            self, "Attach files", self._attach_folder or str(Path.home()), file_filter()
+        )
+        self.attach_files(paths)
+        self.input.setFocus()
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 (Qt name)
+        if watched is self.input.viewport() and isinstance(event, (QDragEnterEvent, QDragMoveEvent, QDropEvent)):
+            if _dropped_files(event):  # files: ours to attach; anything else: the input box's to insert
+                self._take_drop(event)
+                return True
+        return super().eventFilter(watched, event)
+
+    def dragEnterEvent(self, event: QDragEnterEvent) -> None:  # noqa: N802 (Qt name)
+        self._take_drop(event)
+
+    def dragMoveEvent(self, event: QDragMoveEvent) -> None:  # noqa: N802 (Qt name)
+        self._take_drop(event)
+
+    def dropEvent(self, event: QDropEvent) -> None:  # noqa: N802 (Qt name)
+        self._take_drop(event)
+
+    def _take_drop(self, event: QDropEvent | QDragEnterEvent | QDragMoveEvent) -> None:
+        files = _dropped_files(event)
+        if not files:
+            event.ignore()
+            return
+        event.setDropAction(Qt.DropAction.CopyAction)  # the file stays where it is: only its text is taken
+        event.accept()
+        if event.type() == QEvent.Type.Drop:
+            self.attach_files(files)
+
+    def changeEvent(self, event: QEvent) -> None:  # noqa: N802 (Qt name)
+        super().changeEvent(event)
+        if event.type() == QEvent.Type.PaletteChange:
+            self._update_attach_icon()
+
+    def _update_attach_icon(self) -> None:
+        self.attach_action.setIcon(paperclip_icon(self.palette().color(QPalette.ColorRole.ButtonText)))
 
     @Slot()
     def _on_button_clicked(self) -> None:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import math
+from collections.abc import Callable, Mapping, Sequence
 
 from PySide6.QtCore import Qt, QTimer, Signal, Slot
 from PySide6.QtWidgets import (
@@ -16,12 +17,157 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from ..attachments import Attachment, ReplySources
 from ..marks import TokenMarks
+from .attachments_bar import FlowLayout
 from .markdown_view import ActionButton, CopyButton, MarkdownView
 from .marked_text import MarkedView
 
 _ROLE_TITLES = {"user": "You", "assistant": "Assistant", "system": "System"}
 FLASH_MS = 1500  # how long a message found by a search stays outlined
+PASSAGE_SHOWN_CHARS = 4000  # of a passage under Sources: a whole file's text would make the chat crawl
+
+
+def seen_text(fraction: float) -> str:
+    """"seen 23%" for the share of a file the model was given ("seen <1%" for a sliver, never a rounded 100%)."""
+    if fraction > 0 and fraction < 0.01:
+        return "seen <1%"
+    return f"seen {math.floor(fraction * 100 + 1e-9)}%"
+
+
+def plain_label(text: str, object_name: str = "") -> QLabel:
+    """A label that shows ``text`` as it is: a document's ``<b>`` or ``<script>`` is text, never markup."""
+    label = QLabel()
+    label.setTextFormat(Qt.TextFormat.PlainText)
+    label.setText(text)
+    if object_name:
+        label.setObjectName(object_name)
+    return label
+
+
+class AttachmentChips(QWidget):
+    """The files a user message carried, one chip each: ``chip_text()`` and, when the model saw only part, how much."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._flow = FlowLayout(self, spacing=4)
+        self.chips: list[QLabel] = []
+
+    def set_attachments(self, attachments: Sequence[Attachment], coverage: Mapping[str, float] | None) -> None:
+        for chip in self.chips:
+            self._flow.removeWidget(chip)
+            chip.deleteLater()
+        self.chips = []
+        for attachment in attachments:
+            text = attachment.chip_text()
+            tip = attachment.path or f"{attachment.name} (its text is kept with the message)"
+            seen = (coverage or {}).get(attachment.name)
+            if seen is not None and seen < 1.0:
+                text += f" · {seen_text(seen)}"
+                tip += f"\nThe model was given {seen_text(seen)[5:]} of it: the passages that best match the question."
+            elif seen is not None:
+                tip += "\nThe model was given all of it."
+            chip = plain_label(text, "messageAttachmentChip")
+            chip.setToolTip(tip)
+            chip.setAccessibleName(f"Attached file: {text}")
+            self.chips.append(chip)
+            self._flow.addWidget(chip)
+
+    def texts(self) -> list[str]:
+        return [chip.text() for chip in self.chips]
+
+
+class SourcesSection(QWidget):
+    """Under a reply: "Sources (n)", which opens a list of the passages the reply was given (file · where); each
+    opens to show its text, as plain text."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.sources = ReplySources()
+        self.toggle = self._arrow_button("", self._on_toggled)
+        self.toggle.setObjectName("sourcesToggle")
+        self.body = QWidget()
+        self.body.setVisible(False)
+        self._body_layout = QVBoxLayout(self.body)
+        self._body_layout.setContentsMargins(16, 0, 0, 0)
+        self._body_layout.setSpacing(2)
+        self.note = plain_label("", "sourcesNote")
+        self.note.setWordWrap(True)
+        self.note.setEnabled(False)  # a quiet line, like the stats line
+        self._body_layout.addWidget(self.note)
+        self.citation_buttons: list[ActionButton] = []
+        self.passages: list[QLabel] = []
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 2, 0, 0)
+        layout.setSpacing(2)
+        layout.addWidget(self.toggle, 0, Qt.AlignmentFlag.AlignLeft)
+        layout.addWidget(self.body)
+
+    def _arrow_button(self, text: str, slot: Callable[[bool], object]) -> ActionButton:
+        button = ActionButton(text, "", self)
+        button.setCheckable(True)
+        button.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
+        button.setArrowType(Qt.ArrowType.RightArrow)
+        button.toggled.connect(slot)
+        return button
+
+    def set_sources(self, sources: ReplySources) -> None:
+        self.sources = sources
+        for widget in (*self.citation_buttons, *self.passages):
+            self._body_layout.removeWidget(widget)
+            widget.deleteLater()
+        self.citation_buttons, self.passages = [], []
+        n = len(sources.citations)
+        self.toggle.setText(f"Sources ({n})")
+        self.toggle.setToolTip("The passages of the attached files this reply was given")
+        self.toggle.setAccessibleName(f"Sources: {n} passage{'s' if n != 1 else ''}")
+        self.note.setText(
+            "The files went in whole." if sources.whole else
+            "The files did not fit whole: these passages, the ones that best match the question, went in."
+        )
+        after: QWidget = self.toggle
+        for citation in sources.citations:
+            button = self._arrow_button(f"{citation.name} · {citation.where}", self._on_citation_toggled)
+            button.setToolTip("Show the passage's text")
+            text = citation.text.strip()  # a passage cut at a page's end brings its blank lines
+            if len(text) > PASSAGE_SHOWN_CHARS:
+                more = len(text) - PASSAGE_SHOWN_CHARS
+                text = text[:PASSAGE_SHOWN_CHARS] + f"\n… ({more:,} more characters)"
+            passage = plain_label(text, "sourcePassage")
+            passage.setWordWrap(True)
+            passage.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+            passage.setVisible(False)
+            self._body_layout.addWidget(button, 0, Qt.AlignmentFlag.AlignLeft)
+            self._body_layout.addWidget(passage)
+            QWidget.setTabOrder(after, button)  # Tab goes down the list as it is shown
+            after = button
+            self.citation_buttons.append(button)
+            self.passages.append(passage)
+
+    def last_in_tab_order(self) -> QWidget:
+        return self.citation_buttons[-1] if self.citation_buttons else self.toggle
+
+    def is_expanded(self) -> bool:
+        return self.toggle.isChecked()
+
+    def set_expanded(self, expanded: bool, passages: bool = False) -> None:
+        """Open (or close) the list; ``passages``: open every passage too."""
+        self.toggle.setChecked(expanded)
+        for button in self.citation_buttons:
+            button.setChecked(passages)
+
+    @Slot(bool)
+    def _on_toggled(self, on: bool) -> None:
+        self.toggle.setArrowType(Qt.ArrowType.DownArrow if on else Qt.ArrowType.RightArrow)
+        self.body.setVisible(on)
+
+    @Slot(bool)
+    def _on_citation_toggled(self, on: bool) -> None:
+        button = self.sender()
+        if button in self.citation_buttons:
+            assert isinstance(button, ActionButton)
+            button.setArrowType(Qt.ArrowType.DownArrow if on else Qt.ArrowType.RightArrow)
+            self.passages[self.citation_buttons.index(button)].setVisible(on)
 
 
 def tab_stops(owner: QWidget, start: QWidget) -> list[QWidget]:
@@ -99,6 +245,8 @@ class MessageBubble(QFrame):
         self._body_stale = False  # text set while the marked view was shown instead
         self.marks: TokenMarks | None = None
         self.marked: MarkedView | None = None  # made when first shown
+        self.attachment_chips: AttachmentChips | None = None  # made for a message that carried files
+        self.sources_section: SourcesSection | None = None  # made for a reply that was given passages
         self._show_marks = False
         self.is_left_out = False
 
@@ -181,6 +329,30 @@ class MessageBubble(QFrame):
         self.body.setVisible(not shown)
         if self.marked is not None:
             self.marked.setVisible(shown)
+
+    def set_attachments(self, attachments: Sequence[Attachment], coverage: Mapping[str, float] | None = None) -> None:
+        """The files this message carried, a chip each; ``coverage``: each file's share the model was given."""
+        if self.attachment_chips is None:
+            if not attachments:
+                return
+            self.attachment_chips = AttachmentChips(self)
+            self._layout.insertWidget(1, self.attachment_chips)  # under the title, above the text
+        self.attachment_chips.set_attachments(attachments, coverage)
+        self.attachment_chips.setVisible(bool(attachments))
+
+    def set_sources(self, sources: ReplySources | None) -> None:
+        """The passages of the attached files this reply was given, under "Sources (n)" (None or none: no section)."""
+        shown = sources is not None and bool(sources.citations)
+        if self.sources_section is None:
+            if not shown:
+                return
+            after = self.last_in_tab_order()
+            self.sources_section = SourcesSection(self)
+            self._layout.insertWidget(self._layout.indexOf(self.stats_label), self.sources_section)
+            QWidget.setTabOrder(after, self.sources_section.toggle)  # after the text, before the next message
+        if sources is not None:
+            self.sources_section.set_sources(sources)
+        self.sources_section.setVisible(shown)
 
     def set_stats_line(self, line: str) -> None:
         self.stats_label.setText(line)

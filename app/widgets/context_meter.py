@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
+
 from PySide6.QtCore import QSize, Qt
 from PySide6.QtGui import QColor, QPalette, QResizeEvent, QShowEvent
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QSizePolicy, QWidget
@@ -19,6 +22,7 @@ class ElidingLabel(QLabel):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self._full = ""
+        self._more = ""  # said in the tooltip after the text, elided or not
         self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Preferred)
 
     def set_full_text(self, text: str) -> None:
@@ -28,6 +32,11 @@ class ElidingLabel(QLabel):
 
     def full_text(self) -> str:
         return self._full
+
+    def set_tooltip_extra(self, extra: str) -> None:
+        """More than the line has room for, said in its tooltip after the text (e.g. " · files: a.pdf 100%")."""
+        self._more = extra
+        self._elide()
 
     def is_elided(self) -> bool:
         return self.text() != self._full
@@ -51,7 +60,7 @@ class ElidingLabel(QLabel):
         if self.isVisible():  # laid out: its width is real (a hidden label keeps its whole text)
             shown = self.fontMetrics().elidedText(self._full, Qt.TextElideMode.ElideRight, self.width())
         self.setText(shown)
-        self.setToolTip(self._full if shown != self._full else "")
+        self.setToolTip(self._full + self._more if shown != self._full or self._more else "")
 
 
 class ContextMeter(QWidget):
@@ -77,6 +86,7 @@ class ContextMeter(QWidget):
         self.used: int | None = None
         self.system = 0
         self.warning = False
+        self.documents: dict[str, float] = {}
         self._show()
 
     def set_context(self, n_ctx: int) -> None:
@@ -88,6 +98,17 @@ class ContextMeter(QWidget):
         """Tokens the chat fills (None: not known, e.g. a chat from before this was counted)."""
         self.used, self.system = used, system
         self._show()
+
+    def set_documents(self, coverage: Mapping[str, float]) -> None:
+        """How much of each attached file the model sees ({name: 0..1}; empty: no files), said in the tooltips."""
+        self.documents = dict(coverage)
+        self._show()
+
+    def documents_text(self) -> str:
+        """" · files: manual.pdf 100%, big.txt 12%" ("" without files); a share is never rounded up to 100%."""
+        if not self.documents:
+            return ""
+        return " · files: " + ", ".join(f"{name} {_percent(share)}" for name, share in self.documents.items())
 
     def _show(self) -> None:
         n_ctx, used = self.n_ctx, self.used
@@ -113,4 +134,14 @@ class ContextMeter(QWidget):
         )
         if self.warning:
             tip += " Near the end: the next turns will leave the oldest messages out of what the model sees."
+        files = self.documents_text()
+        if files:
+            tip += "\nAttached files, the share of each the model sees" + files.replace(" · files", "")
         self.setToolTip(tip)
+        self.label.set_tooltip_extra(files)
+
+
+def _percent(share: float) -> str:
+    if 0 < share < 0.01:
+        return "<1%"
+    return f"{math.floor(share * 100 + 1e-9)}%"

@@ -228,6 +228,9 @@ class FittedBrowser(QTextBrowser):
         # Nothing may run off the right edge (there is no sideways scrolling): long words and code lines wrap.
         self.setWordWrapMode(QTextOption.WrapMode.WrapAtWordBoundaryOrAnywhere)
         self.viewport().setAutoFillBackground(False)
+        # Read-only, so a dropped file is not its business: the drop goes on to the chat pane, which attaches it.
+        self.setAcceptDrops(False)
+        self.viewport().setAcceptDrops(False)
         self.document().setUndoRedoEnabled(False)  # read-only: formatting a long reply need not be undoable
         self.document().documentLayout().documentSizeChanged.connect(self._on_document_size_changed)
 

@@ -12,7 +12,8 @@ from ..marks import OWN, SHORT_NAMES, SOURCE_NAMES, TokenMarks, aligned_pieces, 
 from .markdown_view import MarkdownView, keep_line_breaks, palette_is_dark
 
 # One hue per draft source; the model's own tokens are not tinted.
-_HUES = {"prompt": 210, "reply": 120, "history": 275, "other_chats": 30, "kept": 175, "window": 330}
+# Attached files are yellow, as a highlighter on paper.
+_HUES = {"prompt": 210, "document": 55, "reply": 120, "history": 275, "other_chats": 30, "kept": 175, "window": 330}
 
 
 def source_colour(source: str, dark: bool) -> QColor | None:
