@@ -135,3 +135,32 @@ def test_generate_passes_the_sampling_controls_and_stop_strings_to_the_engine():
     stop = greedy["text"][len(greedy["text"]) // 2 :][:3]
     cut = generate("--stop", "never seen §§", "--stop", stop)
     assert cut["text"] == greedy["text"][: greedy["text"].find(stop)] and cut["stop_reason"] == "stop_string"
+
+
+@pytest.mark.model
+def test_generate_with_attached_files_places_them_and_drafts_from_them(tmp_path):
+    notes = tmp_path / "notes.md"
+    notes.write_text("# Pump P7\n\nThe pump P7 starts at 60 percent speed and ramps up over thirty seconds. "
+                     "Its valve closes twenty seconds after it stops.\n", encoding="utf-8")
+    r = engine_cli("generate", "--chat", "--attach", str(notes), "--prompt",
+                   "Copy the attached notes word for word.", "--max-tokens", "40", "--json", "--mode", "auto",
+                   "--threads", "2", LOOKAHEAD_COST_CURVE="flat")  # Auto drafts whenever it has a draft
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["documents"]["whole"] and out["documents"]["seen"] == {"notes.md": 1.0}
+    assert out["documents"]["citations"] == [{"name": "notes.md", "where": "whole file"}]
+    assert out["accepted_by_source"].get("document", 0) > 5, out["accepted_by_source"]
+    assert "attached (whole): notes.md 100%" in r.stderr
+
+
+def test_an_attachment_that_cannot_be_used_ends_with_one_error_line_naming_it(tmp_path):
+    blob = tmp_path / "blob.bin"
+    blob.write_bytes(bytes(range(256)) * 10)
+    r = engine_cli("generate", "--chat", "--attach", str(blob), "--prompt", "What is this?")
+    assert r.returncode == 2
+    last = r.stderr.strip().splitlines()[-1]
+    assert last == f"error: cannot attach {blob}: this is not a text file (it holds binary data)"
+    empty = tmp_path / "empty-folder"
+    empty.mkdir()
+    r = engine_cli("bench", "--attach-dir", str(empty))
+    assert r.returncode == 2 and "no files to attach" in r.stderr
