@@ -68,6 +68,7 @@ class AppSettings:
     last_model_folder: str = ""  # where Model → Open model… starts ("" = the Downloads folder)
     show_chat_list: bool = True  # View → Chats list (a narrow window may still put it away for a while)
     show_decoding_panel: bool = True  # View → Decoding panel
+    open_panel_sections: list[str] = field(default_factory=list)  # the panel's foldable sections shown unfolded
     per_model: dict[str, dict[str, object]] = field(default_factory=dict)  # model path -> PER_MODEL_FIELDS
     geometry: str = ""  # QWidget.saveGeometry(), base64
     splitter_state: str = ""

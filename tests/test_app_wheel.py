@@ -40,7 +40,7 @@ def wheel_over(widget: QWidget, delta: QPoint = WHEEL_DOWN) -> None:
 @pytest.fixture
 def small_window(qtbot, make_window, fake_engine):
     """The main window at a laptop size, its decoding panel scrolled so Top-k is in view with more below."""
-    window = make_window(quick_settings())
+    window = make_window(quick_settings(open_panel_sections=["sampling", "model", "system_prompt"]))
     window.resize(1024, 600)
     qtbot.waitExposed(window)
     qtbot.waitActive(window)

@@ -28,6 +28,7 @@ from engine import LookaheadConfig, SamplingConfig, StepEvent, StopConfig
 from engine.settings import DEFAULT_LOOKAHEAD, MAX_REPEAT_LAST_N, MAX_REPEAT_PENALTY, MAX_TOP_K
 
 from ..settings import AppSettings
+from .section import Section
 from .stats_view import LiveStatsView, auto_step_text
 
 # Engine limits (engine/settings.py): the spin boxes cannot leave them.
@@ -154,8 +155,9 @@ class DecodingPanel(QWidget):
         self.stop_edit.setToolTip(STOP_STRINGS_TIP)
         self.stop_edit.setTabChangesFocus(True)
         self.stop_edit.setMaximumHeight(self.fontMetrics().lineSpacing() * 3 + 14)
-        sampling_box = QGroupBox("Sampling (saved with the chat)")
+        sampling_box = QWidget()
         form = QFormLayout(sampling_box)
+        form.setContentsMargins(0, 0, 0, 0)
         form.addRow("Temperature", self.temperature_spin)
         form.addRow("Top-k", self.top_k_spin)
         form.addRow("Top-p", self.top_p_spin)
@@ -173,8 +175,9 @@ class DecodingPanel(QWidget):
         self.threads_spin.setSpecialValueText("auto")
         self.reload_button = QPushButton("Reload model")
         self.reload_button.setToolTip("Load the model again with this context size and thread count")
-        model_box = QGroupBox("Model (applies on next load)")
+        model_box = QWidget()
         form = QFormLayout(model_box)
+        form.setContentsMargins(0, 0, 0, 0)
         form.addRow("Context", self.n_ctx_spin)
         form.addRow("Threads", self.threads_spin)
         form.addRow(self.reload_button)
@@ -184,18 +187,27 @@ class DecodingPanel(QWidget):
         self.system_prompt_edit.setPlaceholderText("System prompt for this chat")
         self.system_prompt_edit.setMaximumHeight(self.fontMetrics().lineSpacing() * 4 + 14)
         self.default_prompt_button = QPushButton("Use for new chats")
-        chat_box = QGroupBox("System prompt (this chat)")
+        chat_box = QWidget()
         chat_layout = QVBoxLayout(chat_box)
+        chat_layout.setContentsMargins(0, 0, 0, 0)
         chat_layout.addWidget(self.system_prompt_edit)
         chat_layout.addWidget(self.default_prompt_button)
+
+        # The settings changed less often fold to a line saying what they are set to, so the live view and
+        # the decoding switches fit a laptop's screen height without scrolling.
+        self.sections = {
+            "sampling": Section("Sampling", sampling_box, note="saved with the chat"),
+            "model": Section("Model", model_box, note="applies on the next load"),
+            "system_prompt": Section("System prompt", chat_box, note="for this chat"),
+        }
 
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(live_box, 1)
         layout.addWidget(la_box)
-        layout.addWidget(sampling_box)
-        layout.addWidget(model_box)
-        layout.addWidget(chat_box)
+        for section in self.sections.values():
+            layout.addWidget(section)
+            section.expandedChanged.connect(self._on_setting_changed)
 
         for box in (self.lookahead_check, self.auto_check):
             box.toggled.connect(self._on_lookahead_controls_changed)
@@ -210,7 +222,10 @@ class DecodingPanel(QWidget):
         self.reload_button.clicked.connect(self.reloadRequested)
         self.system_prompt_edit.textChanged.connect(self._on_system_prompt_changed)
         self.default_prompt_button.clicked.connect(self._on_make_default_prompt)
+        self.settingsChanged.connect(self._update_summaries)
+        self.system_prompt_edit.textChanged.connect(self._update_summaries)
         self._update_enabled()
+        self._update_summaries()
 
     @staticmethod
     def _spin(low: int, high: int, tip: str) -> QSpinBox:
@@ -248,8 +263,11 @@ class DecodingPanel(QWidget):
         finally:
             for w in widgets:
                 w.blockSignals(False)
+        for name, section in self.sections.items():
+            section.set_expanded(name in s.open_panel_sections)
         self.load_chat_settings({name: getattr(s, name) for name in CHAT_SETTING_TYPES})
         self._update_enabled()
+        self._update_summaries()
 
     def load_chat_settings(self, values: Mapping[str, Any]) -> None:
         """Show the sampling values a chat was saved with, without emitting change signals.
@@ -279,6 +297,7 @@ class DecodingPanel(QWidget):
         finally:
             for w in widgets:
                 w.blockSignals(False)
+        self._update_summaries()
 
     def chat_settings(self) -> dict[str, Any]:
         """The sampling values to save with a chat (what ``load_chat_settings`` reads back)."""
@@ -298,6 +317,7 @@ class DecodingPanel(QWidget):
             setattr(s, name, value)
         s.n_ctx = self.n_ctx_spin.value()
         s.threads = self.threads_spin.value()
+        s.open_panel_sections = [name for name, section in self.sections.items() if section.is_expanded()]
 
     def lookahead_config(self) -> LookaheadConfig | None:
         """The lookahead setting in effect; None = plain decoding (switched off or unavailable)."""
@@ -344,6 +364,7 @@ class DecodingPanel(QWidget):
         self.system_prompt_edit.blockSignals(True)
         self.system_prompt_edit.setPlainText(text)
         self.system_prompt_edit.blockSignals(False)
+        self._update_summaries()
 
     def system_prompt(self) -> str:
         return self.system_prompt_edit.toPlainText()
@@ -377,6 +398,18 @@ class DecodingPanel(QWidget):
         self.auto_choice.setEnabled(on)
         self._show_auto_choice()
 
+    @Slot()
+    def _update_summaries(self) -> None:
+        """What each folded section is set to, on its header line."""
+        sampling, stop = self.sampling_config(), self.stop_config()
+        self.sections["sampling"].set_summary(sampling_summary(sampling, stop))
+        threads = self.threads_spin.value()
+        self.sections["model"].set_summary(
+            f"context {self.n_ctx_spin.value():,} · threads {threads if threads else 'auto'}"
+        )
+        prompt = " ".join(self.system_prompt().split())
+        self.sections["system_prompt"].set_summary(prompt or "none")
+
     # --- slots ---
 
     @Slot()
@@ -396,6 +429,27 @@ class DecodingPanel(QWidget):
     @Slot()
     def _on_make_default_prompt(self) -> None:
         self.makeDefaultPromptRequested.emit(self.system_prompt())
+
+
+def sampling_summary(sampling: SamplingConfig, stop: StopConfig) -> str:
+    """One line for the folded Sampling section: how tokens are picked, the reply's limit, what stops it."""
+    if sampling.temperature <= 0:
+        parts = ["greedy"]
+    else:
+        parts = [f"temperature {sampling.temperature:g}"]
+        if sampling.top_k:
+            parts.append(f"top-k {sampling.top_k}")
+        if sampling.top_p < 1:
+            parts.append(f"top-p {sampling.top_p:g}")
+        if sampling.min_p > 0:
+            parts.append(f"min-p {sampling.min_p:g}")
+    if sampling.repeat_penalty > 1 and sampling.repeat_last_n:
+        parts.append(f"repeat penalty {sampling.repeat_penalty:g}")
+    parts.append(f"up to {stop.max_tokens:,} tokens")
+    if stop.stop_strings:
+        n = len(stop.stop_strings)
+        parts.append(f"{n} stop string{'s' if n > 1 else ''}")
+    return " · ".join(parts)
 
 
 def _is_a(value: object, kind: type) -> bool:
