@@ -41,6 +41,17 @@ NEW_CHAT_TITLE = "New chat"
 TITLE_LENGTH = 40
 
 
+def chat_title(text: str) -> str:
+    """A new chat's title: the first line of its first message, cut at a word with "…" when long."""
+    line = " ".join((text.strip().splitlines() or [""])[0].split())
+    if len(line) <= TITLE_LENGTH:
+        return line or NEW_CHAT_TITLE
+    cut = line[:TITLE_LENGTH]
+    if " " in cut and line[TITLE_LENGTH] != " ":
+        cut = cut[:cut.rindex(" ")]  # the last whole word (a single long word is cut where it must be)
+    return cut.rstrip(" ,;:") + "…"
+
+
 def file_stem(title: str) -> str:
     """A chat's title as a file name (without the extension) any file system takes."""
     return "".join(c if c.isalnum() or c in " -_" else "_" for c in title).strip() or "chat"
@@ -234,7 +245,7 @@ class ChatController:
         turn.started = True
         if turn.conversation_id is None:
             named = turn.user_text or (turn.attachments[0].name if turn.attachments else "") or NEW_CHAT_TITLE
-            title = named.splitlines()[0][:TITLE_LENGTH].strip() or NEW_CHAT_TITLE
+            title = chat_title(named)
             turn.conversation_id = self.store.create_conversation(title, turn.system_prompt).id
             self.conversation_id = turn.conversation_id
         if turn.chat_settings:  # merged: the chat may keep other settings too

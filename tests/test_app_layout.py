@@ -144,3 +144,37 @@ def test_a_context_line_without_room_is_shortened_with_the_whole_line_as_its_too
     assert label.text().endswith("…") and len(label.text()) > 1
     assert label.toolTip() == "123,456 / 131,072 tokens · system 7,890"
     assert label.fontMetrics().horizontalAdvance(label.text()) <= label.width()
+
+
+def test_a_long_chat_title_ends_in_an_ellipsis_instead_of_scrolling_the_chats_list_sideways(qtbot):
+    from app.store import Conversation
+    from app.widgets.conversation_list import ConversationList
+
+    title = "How do I reverse the words of a sentence in Python while keeping the punctuation in place? " * 3
+    chats = ConversationList()
+    qtbot.addWidget(chats)
+    chats.set_conversations([Conversation(1, title, "", 0.0, 0.0), Conversation(2, "Short", "", 0.0, 0.0)], 1)
+    chats.resize(240, 300)
+    chats.show()
+    qtbot.waitExposed(chats)
+
+    view = chats.list
+    assert not view.horizontalScrollBar().isVisible()
+    assert view.horizontalScrollBar().maximum() == 0
+    assert view.visualItemRect(view.item(0)).right() <= view.viewport().width()
+    assert view.item(0).toolTip() == title
+
+
+@pytest.mark.parametrize(("first_message", "title"), [
+    ("List the planets of the solar system, one per line, with one fact each.",
+     "List the planets of the solar system…"),
+    ("Short question?\nwith a second line", "Short question?"),
+    ("https://example.com/a/very/long/address/that/has/no/spaces/in/it", "https://example.com/a/very/long/address/…"),
+    ("   ", "New chat"),
+    ("Exactly forty characters in this title!!", "Exactly forty characters in this title!!"),
+])
+def test_a_new_chats_title_is_its_first_line_cut_at_a_word(first_message, title):
+    from app.chat_controller import TITLE_LENGTH, chat_title
+
+    assert chat_title(first_message) == title
+    assert len(chat_title(first_message)) <= TITLE_LENGTH + 1

@@ -39,6 +39,10 @@ class ConversationList(QWidget):
         self.list = QListWidget()
         self.list.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
         self.list.setEditTriggers(QAbstractItemView.EditTrigger.EditKeyPressed)
+        # A long title ends in "…" (the whole of it is the tooltip) rather than widening the list sideways.
+        self.list.setTextElideMode(Qt.TextElideMode.ElideRight)
+        self.list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.list.setUniformItemSizes(True)
         self.new_button = QPushButton("New")
         self.new_button.setToolTip("New chat (Ctrl+N)")
         self.rename_button = QPushButton("Rename")
