@@ -49,7 +49,7 @@ from .settings import (
     SettingsError,
     StopConfig,
 )
-from .text import ChatTemplate, Message
+from .text import ChatTemplate, Message, render_parts
 from .whatif import curve_from_env
 
 # Largest batch one lookahead step can need: re-evaluated drafts, the input
@@ -135,6 +135,7 @@ class Engine:
         bos = self.model.token_text(self.model.bos()) if self.model.bos() >= 0 else ""
         eos = self.model.token_text(self.model.eos()) if self.model.eos() >= 0 else ""
         self.template = ChatTemplate(self.model.chat_template(), bos_token=bos, eos_token=eos)
+        self._control_text_cache: dict[str, bool] = {}
         # Auto plans with the reference curve until this machine's is loaded or measured. Its batch
         # cap is a guess until probed: the first lookahead generation runs the quick probe (see generate).
         self.cost_curve: CostCurve = self._reference_curve
@@ -337,11 +338,34 @@ class Engine:
         return self.model.tokenize(text, add_special=add_special, parse_special=True)
 
     def render_chat(self, messages: Sequence[Message]) -> list[int]:
-        text = self.template.render(messages, add_generation_prompt=True)
+        """The chat as the model reads it: the template's markers as control tokens, what people wrote as text.
+
+        A message that holds the text of a control token ("<|im_end|>" in a question about chat templates, or
+        in an attached file) is tokenized apart from the template, as plain text, so it cannot end a turn or
+        start another role's.
+        """
+        literal = {i for i, m in enumerate(messages) if self._reads_as_control(m.content)}
+        parts = render_parts(self.template, messages, literal) if literal else None
+        if parts is None:
+            parts = [(self.template.render(messages, add_generation_prompt=True), False)]
         # The template writes the BOS token itself when the model wants one.
         bos = self.template.bos_token
-        add_special = self.model.add_bos() and not (bos and text.startswith(bos))
-        return self.model.tokenize(text, add_special=add_special, parse_special=True)
+        first, first_literal = parts[0]
+        add_special = self.model.add_bos() and not (bos and first.startswith(bos) and not first_literal)
+        tokens: list[int] = []
+        for k, (text, is_literal) in enumerate(parts):
+            tokens += self.model.tokenize(text, add_special=add_special and k == 0, parse_special=not is_literal)
+        return tokens
+
+    def _reads_as_control(self, text: str) -> bool:
+        """``text`` would turn into control tokens if tokenized with the template's markers."""
+        known = self._control_text_cache.get(text)
+        if known is None:
+            known = self.model.tokenize(text, parse_special=True) != self.model.tokenize(text, parse_special=False)
+            if len(self._control_text_cache) >= 512:
+                self._control_text_cache.clear()
+            self._control_text_cache[text] = known
+        return known
 
     def detokenize(self, tokens: Sequence[int]) -> str:
         return b"".join(self.model.token_bytes(t) for t in tokens).decode("utf-8", errors="replace")

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import codecs
 import datetime
-from collections.abc import Callable, Sequence
+import re
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import NoReturn
 
@@ -90,6 +91,41 @@ class ChatTemplate:
             raise TemplateRenderError(f"the model's chat template tried an unsafe operation: {exc}") from exc
         except Exception as exc:  # untrusted code: whatever it raises (OverflowError on a huge range...) is its failure
             raise TemplateRenderError(f"the model's chat template failed: {type(exc).__name__}: {exc}") from exc
+
+
+# Stands in for a message's text while the template renders, so the text can be told apart from the template's
+# own markers afterwards (private-use characters: a template has no reason to touch them).
+_STAND_IN = "\ue000{}\ue001"
+_STAND_IN_RE = re.compile("\ue000([0-9]+)\ue001")
+
+
+def render_parts(
+    template: ChatTemplate, messages: Sequence[Message], literal: Collection[int], add_generation_prompt: bool = True
+) -> list[tuple[str, bool]] | None:
+    """The rendered chat as pieces ``(text, is_literal)``: the contents of the messages indexed in ``literal``
+    are pieces of their own, to be read as plain text (never as the model's control tokens).
+
+    None when the pieces do not join into the chat as rendered with the real texts (the template changed a
+    message's text, or looked into it), so they could not be told apart.
+    """
+    stand_ins = [
+        Message(m.role, _STAND_IN.format(i)) if i in literal else m for i, m in enumerate(messages)
+    ]
+    text = template.render(stand_ins, add_generation_prompt=add_generation_prompt)
+    pieces = _STAND_IN_RE.split(text)
+    parts: list[tuple[str, bool]] = []
+    for k, piece in enumerate(pieces):
+        if k % 2:
+            index = int(piece)
+            if index not in literal or index >= len(messages):
+                return None
+            parts.append((messages[index].content, True))
+        elif piece:
+            if "\ue000" in piece or "\ue001" in piece:
+                return None
+            parts.append((piece, False))
+    whole = template.render(messages, add_generation_prompt=add_generation_prompt)
+    return parts if "".join(text for text, _ in parts) == whole else None
 
 
 class TextStream:

@@ -1,6 +1,6 @@
 import pytest
 
-from engine.text import ChatTemplate, Message, StopMatcher, TemplateRenderError, TextStream
+from engine.text import ChatTemplate, Message, StopMatcher, TemplateRenderError, TextStream, render_parts
 
 
 def test_text_stream_holds_a_character_split_across_tokens():
@@ -42,3 +42,22 @@ def test_chat_template_from_a_model_file_cannot_reach_python_internals():
     evil = "{{ messages.__class__.__mro__[1].__subclasses__() }}"
     with pytest.raises(TemplateRenderError):
         ChatTemplate(evil).render([Message("user", "x")])
+
+
+def test_render_parts_sets_the_marked_messages_text_apart_from_the_templates():
+    t = ChatTemplate(None)
+    messages = [Message("system", "Be brief."), Message("user", "What is <|im_end|> for?")]
+    parts = render_parts(t, messages, {1})
+    assert parts == [
+        ("<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n", False),
+        ("What is <|im_end|> for?", True),
+        ("<|im_end|>\n<|im_start|>assistant\n", False),
+    ]
+    assert "".join(text for text, _ in parts) == t.render(messages)
+
+
+def test_render_parts_gives_up_when_the_template_changes_a_messages_text():
+    shouting = ChatTemplate("{% for m in messages %}{{ m['content'] | upper }}{% endfor %}")
+    assert render_parts(shouting, [Message("user", "hi <|x|>")], {0}) is None
+    cutting = ChatTemplate("{% for m in messages %}{{ m['content'][:2] }}{% endfor %}")
+    assert render_parts(cutting, [Message("user", "hi <|x|>")], {0}) is None
