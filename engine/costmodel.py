@@ -129,10 +129,17 @@ class LiveCosts:
     accumulate. A 1-token step right after a batch is slower than the others
     (the compute graph changes shape back); what it takes beyond the base is
     charged to that batch, as the measured curve does.
+
+    What the curve gets wrong here it mostly gets wrong alike for every size
+    (a chat's cache deeper than the one the curve was timed at, a clock that
+    changed since): every batch also teaches one shared scale of the curve's
+    cost beyond a 1-token step, which prices the sizes seen rarely or not yet.
     """
 
     SAMPLES = 24  # recent batches kept per size
     PRIOR = 8.0  # the curve's value is worth this many samples
+    SHARED_SAMPLES = 48  # recent batches of any size behind the shared scale
+    SHARED_PRIOR = 6.0  # the curve as measured (scale 1) is worth this many of them
     MAX_SIZE = 32
 
     def __init__(self, curve: CostCurve, learn: bool = True) -> None:
@@ -146,6 +153,8 @@ class LiveCosts:
         # yet never looks cheaper than a smaller one that was (the measured curve may sit below live costs).
         self._floor = [0.0] * (self.MAX_SIZE + 2)
         self._after = 0  # batch size of the step just recorded (0: a 1-token step or none)
+        self._excess: deque[float] = deque(maxlen=self.SHARED_SAMPLES)  # (seen - 1) / (curve - 1) per batch
+        self._scale = 1.0
 
     def record(self, batch_size: int, n_logits: int, seconds: float) -> None:
         if seconds <= 0 or not self.learn:
@@ -155,22 +164,37 @@ class LiveCosts:
             if after and self._singles:  # the batch before made this step slower: charge it there
                 base = float(np.median(self._singles))
                 ratios = self._ratios[after]
-                ratios[-1] += max(seconds - base, 0.0) / base
-                self._update(after)
+                extra = max(seconds - base, 0.0) / base
+                ratios[-1] += extra
+                self._add_excess(after, ratios[-1], replace_last=True)
+                self._update()
             else:
                 self._singles.append(seconds)
             return
         if n_logits != batch_size or batch_size > self.MAX_SIZE or len(self._singles) < 8:
             return
         base = float(np.median(self._singles))
-        self._ratios.setdefault(batch_size, deque(maxlen=self.SAMPLES)).append(seconds / base)
+        ratio = seconds / base
+        self._ratios.setdefault(batch_size, deque(maxlen=self.SAMPLES)).append(ratio)
+        self._add_excess(batch_size, ratio)
         self._after = batch_size
-        self._update(batch_size)
+        self._update()
 
-    def _update(self, batch_size: int) -> None:
-        ratios = self._ratios[batch_size]
-        w = len(ratios) / (len(ratios) + self.PRIOR)
-        self._cost[batch_size] = max((1 - w) * self.curve.cost(batch_size) + w * float(np.median(ratios)), 1.0)
+    def _add_excess(self, batch_size: int, ratio: float, replace_last: bool = False) -> None:
+        if replace_last and self._excess:
+            self._excess.pop()
+        self._excess.append((ratio - 1.0) / max(self.curve.cost(batch_size) - 1.0, 0.05))
+
+    def _scaled(self, curve_cost: float) -> float:
+        """The curve's cost with its part beyond a 1-token step scaled as the batches seen say."""
+        return 1.0 + (curve_cost - 1.0) * self._scale
+
+    def _update(self) -> None:
+        w = len(self._excess) / (len(self._excess) + self.SHARED_PRIOR)
+        self._scale = max((1 - w) + w * float(np.median(self._excess)), 0.0) if self._excess else 1.0
+        for n, ratios in self._ratios.items():
+            w = len(ratios) / (len(ratios) + self.PRIOR)
+            self._cost[n] = max((1 - w) * self._scaled(self.curve.cost(n)) + w * float(np.median(ratios)), 1.0)
         dearest = 0.0
         for n in range(1, len(self._floor)):
             self._floor[n] = dearest
@@ -179,7 +203,11 @@ class LiveCosts:
     def cost(self, n: int, k: int | None = None) -> float:
         if (k is None or k >= n) and n in self._cost:
             return self._cost[n]
-        return max(self.curve.cost(n, k), self._floor[min(max(n, 0), len(self._floor) - 1)])
+        return max(self._scaled(self.curve.cost(n, k)), self._floor[min(max(n, 0), len(self._floor) - 1)])
+
+    def scale(self) -> float:
+        """The shared scale of the curve's cost beyond a 1-token step (1.0: as measured)."""
+        return self._scale
 
     def observed(self) -> dict[int, tuple[float, int]]:
         """Batch size -> (cost in use, samples behind it), for sizes seen while generating."""

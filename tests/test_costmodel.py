@@ -57,8 +57,10 @@ def test_live_costs_move_towards_what_batches_really_cost():
         live.record(2, 2, 0.020)  # a 2-token step really costs 2.0x here
         live.record(4, 1, 0.040)  # not all logits: not what Auto verifies with, ignored
     assert 1.85 < live.cost(2) < 2.0
-    assert live.cost(4, 1) == CURVE.cost(4, 1)
-    assert live.cost(4) == CURVE.cost(4)
+    # The sizes not run are priced on the curve scaled as the ones run say: 2.0 is 1.67x the curve's 0.6 beyond 1.
+    assert 1.5 < live.scale() < 1.67
+    assert live.cost(4, 1) == pytest.approx(1 + (CURVE.cost(4, 1) - 1) * live.scale())
+    assert live.cost(4) == pytest.approx(1 + (CURVE.cost(4) - 1) * live.scale())
     assert live.cost(1) == 1.0
     assert live.observed() == {2: (round(live.cost(2), 3), 24)}
 
@@ -69,7 +71,7 @@ def test_the_slower_step_after_a_batch_is_charged_to_the_batch():
         live.record(2, 2, 0.020)
         live.record(1, 1, 0.015)  # half a step more than the base: the batch's doing
         live.record(1, 1, 0.010)
-    assert 2.2 < live.cost(2) < 2.3  # 2.5 blended with the curve's 1.6; 1.9 if the batch were timed alone
+    assert 2.4 < live.cost(2) < 2.5  # 2.5 blended with the curve's (scaled) 1.6; 1.9 if the batch were timed alone
     # the slow steps did not move the base: a batch at twice the base still reads as about 2.0 more
     live2 = with_base()
     for _ in range(20):
@@ -77,7 +79,8 @@ def test_the_slower_step_after_a_batch_is_charged_to_the_batch():
         live2.record(1, 1, 0.030)
     for _ in range(30):
         live2.record(4, 4, 0.020)
-    assert live2.cost(4) == pytest.approx(0.25 * CURVE.cost(4) + 0.75 * 2.0)
+    assert live2.cost(4) == pytest.approx(0.25 * (1 + (CURVE.cost(4) - 1) * live2.scale()) + 0.75 * 2.0)
+    assert live2.cost(4) < 2.1
 
 
 def test_a_batch_size_not_run_yet_never_looks_cheaper_than_a_smaller_one_that_was():
@@ -86,7 +89,7 @@ def test_a_batch_size_not_run_yet_never_looks_cheaper_than_a_smaller_one_that_wa
         live.record(4, 4, 0.060)  # 6.0x here, far above the curve
     assert live.cost(4) > 4.5
     assert live.cost(5) >= live.cost(4) and live.cost(6, 2) >= live.cost(4)
-    assert live.cost(3) == CURVE.cost(3)  # smaller sizes keep the curve's value
+    assert CURVE.cost(3) < live.cost(3) == pytest.approx(1 + (CURVE.cost(3) - 1) * live.scale())  # scaled alike
 
 
 def test_live_costs_follow_a_cheaper_machine_too():
@@ -94,3 +97,32 @@ def test_live_costs_follow_a_cheaper_machine_too():
     for _ in range(4):
         live.record(2, 2, 0.012)
     assert 1.2 < live.cost(2) < 1.6  # a few samples move it part of the way
+
+
+def test_batches_that_cost_more_than_the_curve_says_raise_the_price_of_sizes_not_run_yet_and_less_lower_it():
+    # A cache deeper than the curve was timed at: every batch costs 25% more beyond a 1-token step.
+    deeper = with_base()
+    for _ in range(12):
+        deeper.record(2, 2, 0.010 * (1 + 0.6 * 1.25))
+        deeper.record(4, 4, 0.010 * (1 + 1.4 * 1.25))
+    assert deeper.scale() == pytest.approx(1 + 0.25 * 24 / (24 + LiveCosts.SHARED_PRIOR))
+    assert deeper.cost(8) == pytest.approx(1 + (CURVE.cost(8) - 1) * deeper.scale())
+    assert CURVE.cost(8) < deeper.cost(8) < 1 + (CURVE.cost(8) - 1) * 1.25
+    # A machine where batches are cheaper than measured: the same, downwards.
+    cheaper = with_base()
+    for _ in range(12):
+        cheaper.record(2, 2, 0.010 * (1 + 0.6 * 0.5))
+    assert cheaper.cost(8) < CURVE.cost(8) and cheaper.cost(8) >= cheaper.cost(2)
+    # One batch moves the shared scale only a little.
+    once = with_base()
+    once.record(4, 4, 0.010 * (1 + 1.4 * 2.0))
+    assert 1.0 < once.scale() < 1.2
+
+
+def test_a_what_if_curve_is_never_scaled():
+    fixed = LiveCosts(CURVE, learn=False)
+    for _ in range(10):
+        fixed.record(1, 1, 0.010)
+    for _ in range(10):
+        fixed.record(4, 4, 0.050)
+    assert fixed.scale() == 1.0 and fixed.cost(8) == CURVE.cost(8)
