@@ -374,6 +374,18 @@ def median_run(runs: Sequence[RunStats]) -> RunStats:
     return ordered[(len(ordered) - 1) // 2]
 
 
+# A run's times are off when its steps whose threads waited for a core took at least this share of its time: one
+# late wake-up (a repaint, a timer elsewhere) in a run of hundreds of steps moves nothing a user would read.
+BUSY_TIME_SHARE = 0.05
+
+
 def ran_busy(events: Iterable[StepEvent]) -> bool:
-    """True when any step's threads waited for a core or ran fewer than the engine may use (another program's load)."""
-    return any(ev.contended or 0 < ev.threads < ev.max_threads for ev in events)
+    """True when another program's load shaped the run: some step ran with fewer threads than the engine may use
+    (the governor gave one up to it), or steps whose threads waited for a core took ``BUSY_TIME_SHARE`` of its time."""
+    total = waited = 0.0
+    for ev in events:
+        if 0 < ev.threads < ev.max_threads:
+            return True
+        total += ev.elapsed_s
+        waited += ev.elapsed_s if ev.contended else 0.0
+    return total > 0 and waited >= BUSY_TIME_SHARE * total
