@@ -153,6 +153,7 @@ class LiveCosts:
         # yet never looks cheaper than a smaller one that was (the measured curve may sit below live costs).
         self._floor = [0.0] * (self.MAX_SIZE + 2)
         self._after = 0  # batch size of the step just recorded (0: a 1-token step or none)
+        self._medians: dict[int, float] = {}  # of _ratios, per size (only the size just recorded changes)
         self._excess: deque[float] = deque(maxlen=self.SHARED_SAMPLES)  # (seen - 1) / (curve - 1) per batch
         self._scale = 1.0
 
@@ -164,10 +165,9 @@ class LiveCosts:
             if after and self._singles:  # the batch before made this step slower: charge it there
                 base = float(np.median(self._singles))
                 ratios = self._ratios[after]
-                extra = max(seconds - base, 0.0) / base
-                ratios[-1] += extra
+                ratios[-1] += max(seconds - base, 0.0) / base
                 self._add_excess(after, ratios[-1], replace_last=True)
-                self._update()
+                self._update(after)
             else:
                 self._singles.append(seconds)
             return
@@ -178,7 +178,7 @@ class LiveCosts:
         self._ratios.setdefault(batch_size, deque(maxlen=self.SAMPLES)).append(ratio)
         self._add_excess(batch_size, ratio)
         self._after = batch_size
-        self._update()
+        self._update(batch_size)
 
     def _add_excess(self, batch_size: int, ratio: float, replace_last: bool = False) -> None:
         if replace_last and self._excess:
@@ -189,12 +189,14 @@ class LiveCosts:
         """The curve's cost with its part beyond a 1-token step scaled as the batches seen say."""
         return 1.0 + (curve_cost - 1.0) * self._scale
 
-    def _update(self) -> None:
+    def _update(self, batch_size: int) -> None:
+        """``batch_size`` has a new or changed sample: its median, the shared scale and every size's cost follow."""
+        self._medians[batch_size] = float(np.median(self._ratios[batch_size]))
         w = len(self._excess) / (len(self._excess) + self.SHARED_PRIOR)
-        self._scale = max((1 - w) + w * float(np.median(self._excess)), 0.0) if self._excess else 1.0
-        for n, ratios in self._ratios.items():
-            w = len(ratios) / (len(ratios) + self.PRIOR)
-            self._cost[n] = max((1 - w) * self._scaled(self.curve.cost(n)) + w * float(np.median(ratios)), 1.0)
+        self._scale = max((1 - w) + w * float(np.median(self._excess)), 0.0)
+        for n, median in self._medians.items():
+            w = len(self._ratios[n]) / (len(self._ratios[n]) + self.PRIOR)
+            self._cost[n] = max((1 - w) * self._scaled(self.curve.cost(n)) + w * median, 1.0)
         dearest = 0.0
         for n in range(1, len(self._floor)):
             self._floor[n] = dearest
