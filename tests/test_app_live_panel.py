@@ -216,6 +216,26 @@ def test_the_chart_ticks_steps_at_round_numbers_and_tokens_at_whole_ones(qtbot):
     assert x.tickInterval() == 200
 
 
+
+def test_the_chart_takes_each_repaints_steps_in_one_update_of_each_series_however_long_the_reply(qtbot):
+    """A series redrawn once per point costs more with every step: a long fast reply froze the window."""
+    chart = StepChart()
+    qtbot.addWidget(chart)
+    chart.append([1] * 1000)
+    series = (chart.bars.upperSeries(), chart.mean)
+    added, replaced = [0, 0], [0, 0]
+    for k, s in enumerate(series):
+        s.pointAdded.connect(lambda _i, k=k: added.__setitem__(k, added[k] + 1))
+        s.pointsReplaced.connect(lambda k=k: replaced.__setitem__(k, replaced[k] + 1))
+    chart.append([2, 3, 1, 4])
+    assert added == [0, 0] and replaced == [1, 1]
+    assert chart.values() == [1] * 1000 + [2, 3, 1, 4]
+    upper = chart.bars.upperSeries().points()
+    assert len(upper) == 1 + 2 * 1004 and (upper[-2].x(), upper[-2].y(), upper[-1].x()) == (1003, 4, 1004)
+    assert chart.mean.points()[-1].y() == pytest.approx((1000 + 10) / 1004)
+    chart.clear()
+    assert chart.values() == [] and len(chart.bars.upperSeries().points()) == 1 and chart.mean.count() == 0
+
 # --- whose reply the numbers are ---
 
 
