@@ -206,9 +206,9 @@ def test_a_stream_of_thousands_of_tokens_a_second_is_drawn_in_batches_without_fr
     assert window.panel.live.chart.values() == [2] * _FakeSession.steps
     assert len(renders) <= elapsed * 30 * 1.5 + 5, f"{len(renders)} renders in {elapsed:.2f} s"
     assert len(renders) < _FakeSession.steps / 5
-    # Real time, as the user feels it: what the window does per repaint (Markdown, tints, chart) is a few ms
-    # here at the end of this reply and does not grow per step (test_app_live_panel.py checks the chart); 250 ms leaves room for a
-    # 3x slower CI machine with its other core busy, whose scheduler also delays the ticks.
+    # Real time, as the user feels it: what the window does per repaint (Markdown, tints, chart) takes a few ms
+    # here at the end of this reply and does not grow per step (test_app_live_panel.py checks the chart); 250 ms
+    # leaves room for a 3x slower CI machine with its other core busy, whose scheduler also delays the ticks.
     assert max(gaps[1:], default=0) < 250, "the event loop was blocked"
 
 
