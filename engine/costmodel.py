@@ -358,10 +358,13 @@ def measure(
     CPU time from it stops it with ``MachineBusy`` (nothing measured is kept).
     """
 
-    def report(fraction: float) -> None:
+    def stop_if_cancelled() -> None:
         if cancel is not None and cancel.is_set():
             engine.reset()
             raise MeasurementCancelled(max_exact_batch)
+
+    def report(fraction: float) -> None:
+        stop_if_cancelled()
         if progress is not None:
             progress(min(max(fraction, 0.0), 1.0))
 
@@ -377,7 +380,7 @@ def measure(
         report(1.0)
         return replace(pinned, max_exact_batch=max_exact_batch, threads_agree=agree)
     with engine.all_threads():
-        return _time_sizes(engine, filler, budget_s, sizes, report, max_exact_batch, agree)
+        return _time_sizes(engine, filler, budget_s, sizes, report, stop_if_cancelled, max_exact_batch, agree)
 
 
 def _time_sizes(
@@ -386,10 +389,15 @@ def _time_sizes(
     budget_s: float,
     sizes: tuple[int, ...],
     report: Callable[[float], None],
+    stop_if_cancelled: Callable[[], None],
     max_exact_batch: int,
     threads_agree: bool,
 ) -> CostCurve:
-    """measure()'s timing part, with every thread; stops with MachineBusy when the decodes waited for cores."""
+    """measure()'s timing part, with every thread; stops with MachineBusy when the decodes waited for cores.
+
+    A cancel is looked at before every decode, not once per pair of three (the middle one up to 64 tokens with
+    all logits): a reply asked for meanwhile waits for one decode at most.
+    """
     from .plan import ALL_SEQS  # local: keeps this module importable without llama.cpp
 
     n_kv = min(160, engine.n_ctx // 4)
@@ -403,6 +411,7 @@ def _time_sizes(
 
     def once(n: int, all_logits: bool) -> float:
         nonlocal timed, contended
+        stop_if_cancelled()
         batch.set_single_seq(filler[n_kv : n_kv + n], n_kv, ALL_SEQS, last_logits=True)
         if all_logits:
             batch.logits[:n] = 1

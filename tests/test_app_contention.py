@@ -10,9 +10,10 @@ from PySide6.QtCore import QElapsedTimer, QTimer
 from app.widgets import measure_status
 from app.widgets.chat_pane import WAITING_LINE
 from app.widgets.chat_view import MessageBubble
-from engine import GenerationControls, StepEvent
+from engine import GenerationControls, StepEvent, native
 from engine.busybench import BusyLoop
 from engine.costmodel import MachineBusy
+from engine.runtime import PREFILL_FIRST_CHUNK
 from tests.app_fixtures import (
     MODEL_LOAD_TIMEOUT_MS,
     OFFSCREEN_NOISE,
@@ -116,15 +117,32 @@ def test_a_measurement_stopped_by_a_busy_pc_says_so_and_is_tried_again_later_not
 
 
 @pytest.mark.model
-def test_a_1000_token_prompt_beside_a_busy_program_shows_progress_within_a_second_and_never_freezes(
-    qtbot, make_window
+def test_a_1000_token_prompt_beside_a_busy_program_shows_progress_after_its_first_short_chunk_and_never_freezes(
+    qtbot, make_window, monkeypatch
 ):
+    """Real time, measured as the parts the app controls: the model's decodes take what this PC gives them.
+
+    The window measures this PC when the model loads (a fresh home has no curve); Send stops that measurement
+    before its next decode, and the prompt's first chunk is short, so the first progress comes after at most
+    two decodes: the measurement's one under way and that chunk. What the app adds around them (queueing,
+    the template, tokenizing a 1000-token message) must stay well under half a second.
+    """
+    decodes: list[tuple[float, float, int]] = []  # (start, end, tokens) on the clock below, on any thread
+    real_decode = native.Context.decode
+
+    def timed_decode(ctx: native.Context, batch: native.Batch) -> None:
+        t0 = clock.elapsed()
+        real_decode(ctx, batch)
+        decodes.append((t0 / 1000, clock.elapsed() / 1000, batch.n_tokens))
+
+    clock = QElapsedTimer()
+    clock.start()
+    monkeypatch.setattr(native.Context, "decode", timed_decode)
     # The engine picks its threads (two here, on a 2-core machine), as it does for a user.
     window = make_window(quick_settings(threads=0, n_ctx=2048, max_tokens=4, lookahead_on=False))
     words = " ".join(f"w{i}" for i in range(480))
     window.input.setPlainText(f"Repeat the last word of this list: {words}")
     progress: list[tuple[float, int, int]] = []
-    clock = QElapsedTimer()
     window.engine.worker.promptProgress.connect(
         lambda _id, done, total: progress.append((clock.elapsed() / 1000, done, total))
     )
@@ -133,7 +151,7 @@ def test_a_1000_token_prompt_beside_a_busy_program_shows_progress_within_a_secon
     ticker.setInterval(10)
     ticker.timeout.connect(lambda: gaps.append(clock.elapsed()))
     with BusyLoop():
-        clock.start()
+        clicked = clock.elapsed() / 1000
         ticker.start()
         with qtbot.waitSignal(window.replyCompleted, timeout=REPLY_TIMEOUT_MS) as blocker:
             window.send_button.click()
@@ -142,6 +160,16 @@ def test_a_1000_token_prompt_beside_a_busy_program_shows_progress_within_a_secon
     assert record.outcome.stop_reason == "max_tokens"
     total = progress[-1][2]
     assert total >= 1000 and progress[-1][1] == total
-    assert progress[0][0] < 1.0, f"first progress after {progress[0][0]:.2f} s"
+    first_at, first_done, _ = progress[0]
+    assert first_done == PREFILL_FIRST_CHUNK
+    before_first = [d for d in decodes if clicked < d[1] <= first_at]
+    assert len(before_first) <= 2, f"{len(before_first)} decodes before the first progress: {before_first}"
+    assert before_first[-1][2] == PREFILL_FIRST_CHUNK  # the last of them read the first chunk
+    if len(before_first) == 2:
+        assert before_first[0][0] < clicked, "the measurement started a decode after Send"
+    in_decodes = sum(end - max(start, clicked) for start, end, _ in before_first)
+    overhead = first_at - clicked - in_decodes
+    assert overhead < 0.5, f"first progress {first_at - clicked:.2f} s after Send, {overhead:.2f} s of it not decoding"
     steps = [b - a for a, b in zip(gaps, gaps[1:], strict=False)]
+    # The GUI thread never decodes; 250 ms leaves room for a slow CI machine with its other core busy.
     assert max(steps) < 250, f"the event loop stood still for {max(steps)} ms"

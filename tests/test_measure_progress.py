@@ -38,3 +38,28 @@ def test_progress_never_goes_back_ends_at_one_and_moves_at_every_pair_of_the_fir
     first_round = seen[last_probe + 1 : last_probe + PAIRS_IN_FIRST_ROUND]
     assert len(first_round) == PAIRS_IN_FIRST_ROUND - 1
     assert all(b > a > 0.1 for a, b in zip(first_round, first_round[1:], strict=False)), first_round
+
+
+def test_a_cancel_stops_the_measurement_before_its_next_decode_even_inside_a_pair(own_engine, monkeypatch):
+    """A reply asked for while this PC is measured waits for one decode at most, not for a pair of three."""
+    import threading
+
+    monkeypatch.setattr(costmodel, "BUSY_SHARE", float("inf"))
+    cancel = threading.Event()
+    timing = threading.Event()  # set once the probe is over: the cache is filled, then the pairs are timed
+    decodes: list[int] = []
+    real_decode = own_engine.ctx.decode
+
+    def decode(batch) -> None:
+        real_decode(batch)
+        if timing.is_set():
+            decodes.append(batch.n_tokens)
+            if batch.n_tokens > 1 and decodes.count(1) >= 4:  # a pair's batch: 3 warm-up steps, its first step
+                cancel.set()
+
+    monkeypatch.setattr(own_engine.ctx, "decode", decode)
+    with pytest.raises(costmodel.MeasurementCancelled):
+        measure(own_engine, budget_s=0.5, sizes=SIZES, cancel=cancel,
+                progress=lambda f: timing.set() if f >= 0.1 else None)
+    assert decodes[-1] > 1 and decodes[-2] == 1, decodes  # the pair's closing step never ran
+    assert own_engine.kv.n == 0  # nothing measured is left in the cache
