@@ -49,9 +49,52 @@ def test_lookahead_text_equals_plain_text_on_the_workloads(engine, workload):
             assert la.text == plain.text
 
 
+# Replies long by construction: each asks for a text of about 200 tokens back, changed a little, so that the
+# reply crosses 256 cached tokens early and goes on well past it, whatever this model's wording.
+_CLASS_TO_DOCUMENT = """class Inventory:
+    def __init__(self):
+        self.items = {}
+
+    def add(self, name, count):
+        if name in self.items:
+            self.items[name] = self.items[name] + count
+        else:
+            self.items[name] = count
+
+    def remove(self, name, count):
+        if name not in self.items:
+            raise KeyError(name)
+        left = self.items[name] - count
+        if left < 0:
+            raise ValueError("not enough " + name)
+        self.items[name] = left
+
+    def total(self):
+        result = 0
+        for name in self.items:
+            result = result + self.items[name]
+        return result
+
+    def report(self):
+        lines = []
+        for name in sorted(self.items):
+            lines.append(name + ": " + str(self.items[name]))
+        return "\\n".join(lines)
+"""
+_TEXT_TO_CORRECT = (
+    "The old lighthouse stood on the rocks at the end of the bay for more then a hundred years. Every night the "
+    "keeper climbed the narrow stairs, lit the lamp and watched the ships pass in the dark. In winter the storms were "
+    "so strong that the waves reached the windows of the small house below, and the keeper's family listened to the "
+    "wind all night. When the lamp was replaced by an automatic light, the keeper left, but the people of the town "
+    "still tell storys about him, about the ship he saved in the great storm, and about the dog that walked with him "
+    "to the tower every evening, whatever the weather was. Today the tower is a small museum. Visitors can climb the "
+    "same stairs, look at the big lens that once turned all night, and read the keeper's log books, where he wrote "
+    "down the weather, the ships he saw and the names of the sailors he helped. Children like the room at the top the "
+    "most, becuase from there they can see the whole bay and, on a clear day, the islands far away."
+)
 LONG_REPLY_PROMPTS = [
-    "Write a Python class Stack with push, pop, peek and is_empty methods.",
-    "Explain how a bicycle works, part by part.",
+    "Add a docstring to every method of this class and return the whole class:\n\n" + _CLASS_TO_DOCUMENT,
+    "Correct the spelling mistakes in this text and return the whole corrected text:\n\n" + _TEXT_TO_CORRECT,
 ]
 
 
@@ -60,11 +103,12 @@ def test_lookahead_text_equals_plain_text_past_256_cached_tokens(engine, prompt_
     """Long replies: with 2 threads, ggml's attention for a 1-token step changes kernels past 256 cache cells."""
     assert engine.n_threads >= 2
     prompt = engine.render_chat([Message("system", "You are a helpful assistant."), Message("user", prompt_text)])
-    plain = run(engine, prompt, None, max_tokens=400)
+    plain = run(engine, prompt, None, max_tokens=128)
+    assert len(prompt) < 256 < len(prompt) + 16, "the reply must start just before 256 cached tokens"
     assert len(prompt) + plain.n_tokens > 300, "the reply must take the cache well past 256 tokens"
     with auto_on_curve(engine, FLAT):  # Auto drafts whenever it has a draft: batches are verified on any CPU
-        auto = run(engine, prompt, DEFAULT_LOOKAHEAD, max_tokens=400)
-    fixed = run(engine, prompt, SHAPES[0], max_tokens=400)
+        auto = run(engine, prompt, DEFAULT_LOOKAHEAD, max_tokens=128)
+    fixed = run(engine, prompt, SHAPES[0], max_tokens=128)
     for name, la in (("auto", auto), ("fixed", fixed)):
         assert la.n_accepted > 0, name
         assert max(n for n, _ in la.shapes) > 2, name
