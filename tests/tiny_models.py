@@ -84,11 +84,14 @@ def write_tiny_mamba(path: Path, context_length: int = 1024) -> Path:
     return _finish(writer, path)
 
 
-def write_tiny_llama(path: Path, context_length: int = 2048, f16: bool = True, n_embd: int = 128) -> Path:
+def write_tiny_llama(path: Path, context_length: int = 2048, weights: str = "f16", n_embd: int = 128) -> Path:
     """A 2-layer llama-architecture model (grouped-query attention, SwiGLU), F16 matrices by default.
 
-    Its greedy text is repetitive, so lookahead has drafts to verify; its
-    matrices take other kernels than the bundled Q4_1 model's.
+    ``weights``: "f16", "f32" or "q4_1" (the bundled model's type: with the patched llama.cpp its batches give
+    1-token logits on every x86 CPU, where F16's are exact on some CPUs and on others at no size at all).
+
+    Its greedy text is repetitive, so lookahead has drafts to verify; in F16 or F32 its matrices take other
+    kernels than the bundled Q4_1 model's.
     """
     import gguf
 
@@ -99,9 +102,18 @@ def write_tiny_llama(path: Path, context_length: int = 2048, f16: bool = True, n
     n_vocab = len(TOKENS)
     w = _random_weights(1)
 
-    def m(*shape: int) -> np.ndarray:
+    file_type, qtype = {
+        "f16": (gguf.LlamaFileType.MOSTLY_F16, None),
+        "f32": (gguf.LlamaFileType.ALL_F32, None),
+        "q4_1": (gguf.LlamaFileType.MOSTLY_Q4_1, gguf.GGMLQuantizationType.Q4_1),
+    }[weights]
+
+    def add_matrix(name: str, *shape: int) -> None:
         x = w(*shape, scale=0.3)
-        return x.astype(np.float16) if f16 else x
+        if qtype is not None:
+            writer.add_tensor(name, gguf.quants.quantize(x, qtype), raw_dtype=qtype)
+        else:
+            writer.add_tensor(name, x.astype(np.float16) if weights == "f16" else x)
 
     writer = gguf.GGUFWriter(str(path), "llama")
     writer.add_name("tiny-llama-test")
@@ -113,19 +125,19 @@ def write_tiny_llama(path: Path, context_length: int = 2048, f16: bool = True, n
     writer.add_head_count_kv(n_head_kv)
     writer.add_rope_dimension_count(head_dim)
     writer.add_layer_norm_rms_eps(1e-5)
-    writer.add_file_type(gguf.LlamaFileType.MOSTLY_F16 if f16 else gguf.LlamaFileType.ALL_F32)
+    writer.add_file_type(file_type)
     _add_byte_vocab(writer)
     writer.add_tensor("token_embd.weight", w(n_vocab, n_embd, scale=1.0))
     writer.add_tensor("output_norm.weight", np.ones(n_embd, dtype=np.float32))
-    writer.add_tensor("output.weight", m(n_vocab, n_embd))
+    add_matrix("output.weight", n_vocab, n_embd)
     for i in range(n_layer):
         writer.add_tensor(f"blk.{i}.attn_norm.weight", np.ones(n_embd, dtype=np.float32))
-        writer.add_tensor(f"blk.{i}.attn_q.weight", m(n_embd, n_embd))
-        writer.add_tensor(f"blk.{i}.attn_k.weight", m(n_head_kv * head_dim, n_embd))
-        writer.add_tensor(f"blk.{i}.attn_v.weight", m(n_head_kv * head_dim, n_embd))
-        writer.add_tensor(f"blk.{i}.attn_output.weight", m(n_embd, n_embd))
+        add_matrix(f"blk.{i}.attn_q.weight", n_embd, n_embd)
+        add_matrix(f"blk.{i}.attn_k.weight", n_head_kv * head_dim, n_embd)
+        add_matrix(f"blk.{i}.attn_v.weight", n_head_kv * head_dim, n_embd)
+        add_matrix(f"blk.{i}.attn_output.weight", n_embd, n_embd)
         writer.add_tensor(f"blk.{i}.ffn_norm.weight", np.ones(n_embd, dtype=np.float32))
-        writer.add_tensor(f"blk.{i}.ffn_gate.weight", m(n_ff, n_embd))
-        writer.add_tensor(f"blk.{i}.ffn_up.weight", m(n_ff, n_embd))
-        writer.add_tensor(f"blk.{i}.ffn_down.weight", m(n_embd, n_ff))
+        add_matrix(f"blk.{i}.ffn_gate.weight", n_ff, n_embd)
+        add_matrix(f"blk.{i}.ffn_up.weight", n_ff, n_embd)
+        add_matrix(f"blk.{i}.ffn_down.weight", n_embd, n_ff)
     return _finish(writer, path)
