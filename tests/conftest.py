@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Sequence
 
 import pytest
 
@@ -40,3 +41,47 @@ def fresh_engine(engine):
     """The shared engine with an empty cache."""
     engine.reset()
     return engine
+
+
+class PlainReference:
+    """Plain greedy decodings of the shared engine, each prompt decoded once per test session.
+
+    Many tests compare lookahead's text with plain decoding's on the same prompts: the plain run is the same
+    whichever test asks (greedy, one token a step), so it is decoded once, at the longest length asked for;
+    a shorter greedy run is its prefix.
+    """
+
+    def __init__(self, engine) -> None:
+        self.engine = engine
+        self._runs: dict[tuple[int, ...], tuple[int, object]] = {}  # prompt -> (max_tokens, RunStats)
+
+    def run(self, prompt: Sequence[int], max_tokens: int):
+        """The plain run of ``prompt`` with exactly this ``max_tokens`` (its RunStats: tokens, text, stop)."""
+        known = self._runs.get(tuple(prompt))
+        if known is not None and known[0] == max_tokens:
+            return known[1]
+        return self._decode(prompt, max_tokens)
+
+    def tokens(self, prompt: Sequence[int], max_tokens: int) -> list[int]:
+        """The first ``max_tokens`` tokens plain decoding gives for ``prompt`` (fewer if it ended)."""
+        known = self._runs.get(tuple(prompt))
+        if known is not None and (known[0] >= max_tokens or known[1].stop_reason != "max_tokens"):
+            return list(known[1].token_ids[:max_tokens])
+        return list(self._decode(prompt, max_tokens).token_ids)
+
+    def _decode(self, prompt: Sequence[int], max_tokens: int):
+        from engine import GenerationControls, RunStats, StopConfig
+
+        self.engine.reset()
+        stats = RunStats.of(self.engine.generate(list(prompt), GenerationControls(lookahead=None),
+                                                 stop=StopConfig(max_tokens=max_tokens)))
+        known = self._runs.get(tuple(prompt))
+        if known is None or known[0] < max_tokens:
+            self._runs[tuple(prompt)] = (max_tokens, stats)
+        return stats
+
+
+@pytest.fixture(scope="session")
+def plain_reference(engine) -> PlainReference:
+    """Plain decoding's runs on the shared engine, shared by every test that compares with them."""
+    return PlainReference(engine)

@@ -18,8 +18,10 @@ from tests.planning import auto_on_curve
 pytestmark = pytest.mark.model
 
 
-def _reply(engine, prompt, lookahead, max_tokens=96) -> RunStats:
-    engine.reset()
+def _reply(engine, prompt, lookahead, max_tokens=96, fresh=True) -> RunStats:
+    """One reply; ``fresh=False`` keeps the cached prefix of ``prompt``, as a chat's next reply does."""
+    if fresh:
+        engine.reset()
     return RunStats.of(engine.generate(prompt, GenerationControls(lookahead=lookahead),
                                        stop=StopConfig(max_tokens=max_tokens)))
 
@@ -77,21 +79,28 @@ def test_the_kept_pool_survives_a_restart_and_is_dropped_when_the_model_file_cha
 
 
 @pytest.mark.auto
-def test_lookahead_equals_plain_on_every_workload_with_every_draft_source_and_a_what_if_curve(memory_engine):
+def test_lookahead_equals_plain_on_the_workloads_with_every_draft_source_and_a_what_if_curve(
+    memory_engine, plain_reference
+):
+    """Each workload's chat is remembered as it ends, so later ones also draft from earlier chats (and from
+    attached files). Every other workload is answered again with lookahead, in turn: Auto on this engine's
+    curve, a fixed shape with both branches, and Auto on a laptop's what-if curve; the other workloads'
+    equality is test_engine_model's."""
     engine = memory_engine
     engine.kept = None
     laptop = load_curve("laptop-8core-llama3.2-3b-q4_k_m")
-    fixed = LookaheadConfig(window=3, ngram=4, guesses=3)
+    runs = [(DEFAULT_LOOKAHEAD, None), (LookaheadConfig(window=3, ngram=4, guesses=3), None),
+            (DEFAULT_LOOKAHEAD, laptop)]
     try:
-        for w in load_workloads():
+        for i, w in enumerate(load_workloads()):
             with workload_prompt(engine, w, max_tokens=64) as (prompt, _seen):  # attached files drafted from too
-                plain = _reply(engine, prompt, None, max_tokens=64)
-                engine.plan_with(None)
-                for shape in (DEFAULT_LOOKAHEAD, fixed):
-                    assert _reply(engine, prompt, shape, max_tokens=64).token_ids == plain.token_ids, (w.id, shape)
-                engine.plan_with(laptop)
-                assert _reply(engine, prompt, DEFAULT_LOOKAHEAD, max_tokens=64).token_ids == plain.token_ids, w.id
-            engine.remember_chat(engine.tokenize(w.prompt, add_special=False) + plain.token_ids)
+                plain = plain_reference.tokens(prompt, 64)
+                if i % 2 == 0:
+                    shape, curve = runs[(i // 2) % len(runs)]
+                    engine.plan_with(curve)
+                    la = _reply(engine, prompt, shape, max_tokens=64, fresh=False)
+                    assert la.token_ids == plain, (w.id, shape, curve)
+            engine.remember_chat(engine.tokenize(w.prompt, add_special=False) + plain)
     finally:
         engine.plan_with(None)
 
