@@ -140,7 +140,7 @@ def test_a_1000_token_prompt_beside_a_busy_program_shows_progress_after_its_firs
     monkeypatch.setattr(native.Context, "decode", timed_decode)
     # The engine picks its threads (two here, on a 2-core machine), as it does for a user.
     window = make_window(quick_settings(threads=0, n_ctx=2048, max_tokens=4, lookahead_on=False))
-    words = " ".join(f"w{i}" for i in range(480))
+    words = " ".join(f"w{i}" for i in range(280))  # ~1050 tokens
     window.input.setPlainText(f"Repeat the last word of this list: {words}")
     progress: list[tuple[float, int, int]] = []
     window.engine.worker.promptProgress.connect(
