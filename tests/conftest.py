@@ -5,8 +5,12 @@ from __future__ import annotations
 import os
 import tempfile
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from engine import RunStats
 
 # Tests never touch the real home: the app's data and the engine's cost-curve
 # cache go to a temp dir (tests that need their own set it per test).
@@ -53,9 +57,9 @@ class PlainReference:
 
     def __init__(self, engine) -> None:
         self.engine = engine
-        self._runs: dict[tuple[int, ...], tuple[int, object]] = {}  # prompt -> (max_tokens, RunStats)
+        self._runs: dict[tuple[int, ...], tuple[int, RunStats]] = {}  # prompt -> (max_tokens, RunStats)
 
-    def run(self, prompt: Sequence[int], max_tokens: int):
+    def run(self, prompt: Sequence[int], max_tokens: int) -> RunStats:
         """The plain run of ``prompt`` with exactly this ``max_tokens`` (its RunStats: tokens, text, stop)."""
         known = self._runs.get(tuple(prompt))
         if known is not None and known[0] == max_tokens:
@@ -69,7 +73,7 @@ class PlainReference:
             return list(known[1].token_ids[:max_tokens])
         return list(self._decode(prompt, max_tokens).token_ids)
 
-    def _decode(self, prompt: Sequence[int], max_tokens: int):
+    def _decode(self, prompt: Sequence[int], max_tokens: int) -> RunStats:
         from engine import GenerationControls, RunStats, StopConfig
 
         self.engine.reset()
