@@ -401,7 +401,7 @@ def _time_sizes(
     from .plan import ALL_SEQS  # local: keeps this module importable without llama.cpp
 
     n_kv = min(160, engine.n_ctx // 4)
-    engine.prefill(filler[:n_kv])
+    engine.prefill(filler[:n_kv], progress=lambda _done, _total: stop_if_cancelled())  # looked at per chunk
     sizes = tuple(s for s in sizes if s + n_kv + 1 < engine.n_ctx and s <= engine.ctx.n_batch)
     batch, ctx = engine.batch, engine.ctx
     ratios: dict[tuple[int, bool], list[float]] = {(n, a): [] for n in sizes for a in (False, True)}
@@ -529,7 +529,7 @@ def _probe_sizes(
     engine.reset()
     for i in range(0, len(prefix), PROBE_CHUNK):  # in pieces, so that a cancel is never far off
         step(1)
-        engine.prefill(prefix[i : i + PROBE_CHUNK])
+        engine.prefill(prefix[i : i + PROBE_CHUNK], progress=lambda _done, _total: step(0))  # a cancel: per chunk
     start = engine.kv.n
     chain: list[np.ndarray] = []  # plain decoding of the tokens after the prefix, one at a time
     for k in range(CHAIN_ROWS):
@@ -537,7 +537,7 @@ def _probe_sizes(
         batch.set_single_seq(filler[start + k : start + k + 1], start + k, ALL_SEQS, last_logits=True)
         ctx.decode(batch)
         chain.append(ctx.logits_rows(1)[0].copy())
-    engine.threads_agree = _threads_agree(engine, filler, start, chain)
+    engine.threads_agree = _threads_agree(engine, filler, start, chain, before_decode=lambda: step(0))
 
     def decode(n: int, drafts: bool) -> np.ndarray:
         step(n / PROBE_CHUNK)  # also where a measurement's cancel takes effect: between two decodes
@@ -562,7 +562,9 @@ def _probe_sizes(
     return best
 
 
-def _threads_agree(engine: Engine, filler: list[int], start: int, chain: list[np.ndarray]) -> bool:
+def _threads_agree(
+    engine: Engine, filler: list[int], start: int, chain: list[np.ndarray], before_decode: Callable[[], None]
+) -> bool:
     """Whether one thread gives the logits ``chain`` holds (decoded with all of them), for a lone token past
     the probe's depth and for a batch of the chain's tokens."""
     from .plan import ALL_SEQS
@@ -574,6 +576,7 @@ def _threads_agree(engine: Engine, filler: list[int], start: int, chain: list[np
         ctx.set_threads(1)
         try:
             for n in (1, CHAIN_ROWS):
+                before_decode()
                 ctx.seq_rm(-1, start, -1)
                 batch.set_single_seq(filler[start : start + n], start, ALL_SEQS, last_logits=False)
                 batch.logits[:n] = 1

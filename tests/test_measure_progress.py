@@ -40,26 +40,42 @@ def test_progress_never_goes_back_ends_at_one_and_moves_at_every_pair_of_the_fir
     assert all(b > a > 0.1 for a, b in zip(first_round, first_round[1:], strict=False)), first_round
 
 
-def test_a_cancel_stops_the_measurement_before_its_next_decode_even_inside_a_pair(own_engine, monkeypatch):
-    """A reply asked for while this PC is measured waits for one decode at most, not for a pair of three."""
+@pytest.mark.parametrize("where", ["probe's prefill", "threads check", "timed pair"])
+def test_a_cancel_stops_the_measurement_before_its_next_decode_wherever_it_is(own_engine, monkeypatch, request, where):
+    """A reply asked for while this PC is measured waits for one decode at most: not for the rest of a prompt
+    piece, of the one-thread check or of a timed pair."""
     import threading
 
     monkeypatch.setattr(costmodel, "BUSY_SHARE", float("inf"))
+    monkeypatch.setattr(own_engine, "n_threads", 2)  # so that the one-thread check runs
+    monkeypatch.setattr(own_engine, "threads_agree", None)
+    request.addfinalizer(lambda: own_engine.ctx.set_threads(1))  # after monkeypatch has put n_threads back
     cancel = threading.Event()
     timing = threading.Event()  # set once the probe is over: the cache is filled, then the pairs are timed
     decodes: list[int] = []
+    after_cancel: list[int] = []
     real_decode = own_engine.ctx.decode
 
+    def cancel_here(batch) -> bool:
+        if where == "probe's prefill":
+            return len(decodes) == 1  # the first of a 50-token piece's chunks
+        if where == "threads check":
+            return own_engine.ctx.n_threads == 1
+        # a pair's batch: after the three warm-up steps and the pair's first step
+        return timing.is_set() and batch.n_tokens > 1 and decodes.count(1) >= 4
+
     def decode(batch) -> None:
+        if cancel.is_set():
+            after_cancel.append(batch.n_tokens)
         real_decode(batch)
-        if timing.is_set():
+        if where != "timed pair" or timing.is_set():
             decodes.append(batch.n_tokens)
-            if batch.n_tokens > 1 and decodes.count(1) >= 4:  # a pair's batch: 3 warm-up steps, its first step
-                cancel.set()
+        if not cancel.is_set() and cancel_here(batch):
+            cancel.set()
 
     monkeypatch.setattr(own_engine.ctx, "decode", decode)
     with pytest.raises(costmodel.MeasurementCancelled):
         measure(own_engine, budget_s=0.5, sizes=SIZES, cancel=cancel,
                 progress=lambda f: timing.set() if f >= 0.1 else None)
-    assert decodes[-1] > 1 and decodes[-2] == 1, decodes  # the pair's closing step never ran
+    assert cancel.is_set() and after_cancel == [], after_cancel
     assert own_engine.kv.n == 0  # nothing measured is left in the cache
