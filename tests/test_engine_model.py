@@ -9,7 +9,7 @@ from engine.bench import load_workloads, workload_prompt
 from engine.plan import ALL_SEQS
 from engine.session import ChatSession
 from engine.settings import DEFAULT_LOOKAHEAD
-from tests.planning import FLAT, STEEP, auto_on_curve
+from tests.planning import FLAT, STEEP, auto_on_curve, tune_here
 
 pytestmark = pytest.mark.model
 
@@ -257,7 +257,7 @@ def test_the_context_policy_drops_the_oldest_turns_and_says_so(model_path):
 
 @pytest.mark.auto
 def test_the_measured_cost_curve_rises_with_batch_size_and_caps_exact_batches(engine):
-    curve = engine.tune()
+    curve = tune_here(engine)
     assert curve.cost(1) == 1.0
     assert curve.cost(8) > curve.cost(2) > 1.0
     assert 2 <= curve.max_exact_batch
@@ -269,7 +269,7 @@ def test_auto_drafts_where_the_reply_copies_the_prompt_and_says_why(engine):
 
     w = next(w for w in load_workloads() if w.id == "code-rename")  # the reply copies code from the prompt
     prompt = engine.render_chat([Message("user", w.prompt)])
-    engine.tune()
+    tune_here(engine)
     # Auto's choices, not this machine's costs, are under test: plan on the reference curves with no live
     # correction and fresh acceptance statistics, so the outcome is the same on every CPU. Even where a batch
     # costs twice a step (STEEP), copying the prompt pays.
@@ -290,7 +290,7 @@ def test_auto_drafts_where_the_reply_copies_the_prompt_and_says_why(engine):
 def test_the_bench_times_short_replies_over_more_runs_and_checks_equality(engine):
     from engine.bench import MAX_RUNS, run_bench
 
-    engine.tune()
+    tune_here(engine)
     workloads = [w for w in load_workloads() if w.id in ("edit-shorten", "struct-csv")]
     report = run_bench(engine, workloads, DEFAULT_LOOKAHEAD, max_tokens=8)
     assert [r.id for r in report.results] == ["edit-shorten", "struct-csv"]
@@ -326,7 +326,7 @@ def test_a_regenerated_reply_drafts_from_the_one_it_replaces(engine):
     assert again.token_ids == first.token_ids  # greedy: the same text, whatever the drafts
     assert again.tokens_per_step > 2.5
     # Auto finds the replaced reply through the history index (not only the n-gram pool), on a pinned curve.
-    engine.tune()
+    tune_here(engine)
     with auto_on_curve(engine, DEFAULT_CURVE):
         auto, choices = reply(DEFAULT_LOOKAHEAD, drafts_from=[first.text])
     assert auto.token_ids == first.token_ids
