@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from bisect import bisect_right
 from collections.abc import Callable
 from functools import lru_cache
@@ -10,9 +11,10 @@ from functools import lru_cache
 from pygments.lexers import get_lexer_by_name
 from pygments.styles import get_style_by_name
 from pygments.util import ClassNotFound
-from PySide6.QtCore import QSize, Qt, QTimer, Signal, Slot
+from PySide6.QtCore import QSize, Qt, QTimer, QUrl, Signal, Slot
 from PySide6.QtGui import (
     QColor,
+    QDesktopServices,
     QFont,
     QGuiApplication,
     QKeyEvent,
@@ -30,6 +32,13 @@ from PySide6.QtGui import (
 from PySide6.QtWidgets import QSizePolicy, QTextBrowser, QToolButton, QWidget
 
 _CODE_LANGUAGE = QTextFormat.Property.BlockCodeLanguage
+# GitHub's Markdown (tables, strikethrough, autolinks) with raw HTML read as text: a reply that mentions <div>,
+# vector<int> or a<b shows those characters, and no reply can restyle the chat or embed anything.
+MARKDOWN_FEATURES = QTextDocument.MarkdownFeature(
+    QTextDocument.MarkdownFeature.MarkdownDialectGitHub.value | QTextDocument.MarkdownFeature.MarkdownNoHTML.value
+)
+# The only links a click opens (in the system's browser or mail program); any other scheme stays text.
+LINK_SCHEMES = frozenset({"http", "https", "mailto"})
 COPIED_MS = 1500  # how long a copy button says "Copied ✓"
 COPIED_TEXT = "Copied ✓"
 
@@ -58,6 +67,37 @@ def keep_line_breaks(text: str) -> str:
         else:
             out.append(line.rstrip() + "  ")
     return "\n".join(out)
+
+
+_IMAGE = re.compile(r"!(\[[^\]]*\]\()")
+
+
+def images_as_links(text: str) -> str:
+    """Markdown images (``![alt](src)``) outside code turned into links: a reply shows an image's alt text and
+    its address, and the app never loads a file or an address a model named."""
+    out = []
+    in_fence = False
+    for line in text.split("\n"):
+        stripped = line.lstrip()
+        if stripped.startswith("```") or stripped.startswith("~~~"):
+            in_fence = not in_fence
+        elif not in_fence and "![" in line:
+            parts = line.split("`")  # even pieces lie outside inline code
+            line = "`".join(_IMAGE.sub(r"\1", p) if i % 2 == 0 else p for i, p in enumerate(parts))
+        out.append(line)
+    return "\n".join(out)
+
+
+def render_markdown(document: QTextDocument, text: str) -> None:
+    """Put ``text`` (a message) into ``document`` as Markdown without HTML or images, single newlines kept."""
+    document.setMarkdown(keep_line_breaks(images_as_links(text)), MARKDOWN_FEATURES)
+
+
+def open_link(url: QUrl) -> bool:
+    """Open a link the user clicked, if it is a web or mail address; returns whether it was opened."""
+    if url.scheme().lower() not in LINK_SCHEMES or not url.isValid():
+        return False
+    return QDesktopServices.openUrl(url)
 
 
 def _is_code(block: QTextBlock) -> bool:
@@ -233,6 +273,14 @@ class FittedBrowser(QTextBrowser):
         self.viewport().setAcceptDrops(False)
         self.document().setUndoRedoEnabled(False)  # read-only: formatting a long reply need not be undoable
         self.document().documentLayout().documentSizeChanged.connect(self._on_document_size_changed)
+        # A click on a link never navigates this view; only web and mail links open, outside the app.
+        self.setOpenLinks(False)
+        self.setOpenExternalLinks(False)
+        self.anchorClicked.connect(open_link)
+
+    def loadResource(self, kind: int, name: QUrl | str) -> object:  # noqa: N802 (Qt name)
+        """Nothing is loaded for a message: an image in a reply shows as its text, never a file or an address."""
+        return None
 
     @Slot()
     def _on_document_size_changed(self) -> None:
@@ -258,7 +306,6 @@ class MarkdownView(FittedBrowser):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("markdownText")  # the style sheet draws its focus ring
-        self.setOpenExternalLinks(True)
         self.setTextInteractionFlags(
             Qt.TextInteractionFlag.TextBrowserInteraction | Qt.TextInteractionFlag.TextSelectableByKeyboard
         )
@@ -274,7 +321,7 @@ class MarkdownView(FittedBrowser):
 
     def set_markdown(self, text: str) -> None:
         self._markdown = text
-        self.setMarkdown(keep_line_breaks(text))
+        render_markdown(self.document(), text)
         self._code = self._code_blocks_shown()
         while len(self.code_buttons) < len(self._code):
             self._make_code_button()

@@ -9,7 +9,7 @@ from PySide6.QtGui import QColor, QHelpEvent, QPalette, QTextCharFormat, QTextDo
 from PySide6.QtWidgets import QLabel, QSizePolicy, QToolTip, QWidget
 
 from ..marks import OWN, SHORT_NAMES, SOURCE_NAMES, TokenMarks, aligned_pieces, rendered_spans
-from .markdown_view import MarkdownView, keep_line_breaks, palette_is_dark
+from .markdown_view import MarkdownView, palette_is_dark, render_markdown
 
 # One hue per draft source; the model's own tokens are not tinted.
 # Attached files are yellow, as a highlighter on paper.
@@ -73,7 +73,7 @@ class MarkedView(MarkdownView):
         self.marks = TokenMarks(list(marks.runs))
         # Where the runs show is worked out on a copy rendered without a view (no layout), so the view itself is
         # rendered and laid out once, tints and all: a long reply streams in at every update.
-        self._scratch.setMarkdown(keep_line_breaks(text))
+        render_markdown(self._scratch, text)
         self.spans = rendered_spans(self.marks.runs, aligned_pieces(text, self._scratch.toPlainText()))
         self._span_starts = [start for start, _end, _k in self.spans]
         dark = palette_is_dark(self.palette())
