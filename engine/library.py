@@ -41,6 +41,7 @@ SOURCE_BUNDLED = "Bundled"
 KIND_TREE = "tree"  # walk for *.gguf
 KIND_HF = "hf"  # the Hugging Face hub cache: models--org--repo/snapshots/<rev>/...
 KIND_OLLAMA = "ollama"  # manifests/<host>/<namespace>/<model>/<tag> naming blobs/sha256-<hex>
+_OLLAMA_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 KIND_FILE = "file"  # one file (the bundled model)
 
 # llama.cpp's llm_arch_is_recurrent / llm_arch_is_hybrid (src/llama-arch.cpp), by the names
@@ -534,7 +535,8 @@ def _ollama_candidates(walk: _Walk, root: LibraryRoot) -> Iterator[_Candidate]:
             walk.skip(manifest, f"not an Ollama manifest ({exc})", root.source)
             continue
         for digest in digests:
-            if not isinstance(digest, str) or not digest.startswith("sha256:"):
+            # A digest names a file inside blobs/ and nothing else: "sha256:" and 64 hex digits, no path.
+            if not isinstance(digest, str) or not _OLLAMA_DIGEST.fullmatch(digest):
                 walk.skip(manifest, f"its model layer has an unknown digest {digest!r}", root.source)
                 continue
             blobs = os.path.join(root.path, "blobs")

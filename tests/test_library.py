@@ -285,6 +285,24 @@ def test_a_scan_lists_every_folder_it_searched_whether_it_exists_and_how_many_mo
     assert searched[str(default_model_path())].exists and searched[str(default_model_path())].models == 1
 
 
+@pytest.mark.parametrize("digest", ["sha256:../../outside.gguf", "sha256:" + "a" * 63, "sha256:" + "A" * 64,
+                                    "sha256-" + "a" * 64, "sha256:" + "a" * 64 + "/../../outside.gguf"])
+def test_an_ollama_digest_that_is_not_64_hex_digits_is_skipped_and_never_leaves_blobs(
+    fake_home, unreadable_as_root, digest
+):
+    ollama = fake_home.home / ".ollama" / "models"
+    (ollama / "outside.gguf").write_bytes(fake_home.ollama_blob.read_bytes())  # what "../.." would reach
+    for name in (digest, digest.replace(":", "-")):  # folders for a "/.." to cross, as both blob spellings
+        (ollama / "blobs" / name.split("/")[0]).mkdir(exist_ok=True)
+    manifest = ollama / "manifests" / "registry.ollama.ai" / "library" / "escape" / "latest"
+    manifest.parent.mkdir(parents=True)
+    manifest.write_text(json.dumps({"layers": [{"mediaType": "application/vnd.ollama.image.model", "digest": digest}]}))
+    result = scan(home_roots(fake_home))
+    assert rows(result) == expected_rows(fake_home)  # the real Ollama model still, nothing outside blobs/
+    assert (str(manifest), f"its model layer has an unknown digest {digest!r}") in {
+        (s.path, s.reason) for s in result.skipped}
+
+
 def test_a_file_reached_twice_is_listed_once(fake_home, unreadable_as_root, tmp_path):
     mine = tmp_path / "mine"
     mine.mkdir()
