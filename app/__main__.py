@@ -8,22 +8,37 @@ and lookahead decoding, replayed side by side, then the speedup. It uses
 a temporary data dir unless ``LOOKAHEAD_CHAT_HOME`` is set, so the user's chats
 are never touched. ``--list-models [--json]`` prints the model library's scan (see
 ``engine/library.py``) without importing Qt, so it works without a display.
+
+Warnings go to stderr and to a size-capped log file in the data folder's ``logs`` (Help → Open log folder),
+with uncaught exceptions' tracebacks: a bundled app has no terminal, and one that fails must leave a trace.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import logging
+import logging.handlers
 import os
+import platform
 import sys
 import tempfile
+import threading
 from pathlib import Path
+from types import TracebackType
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # Qt is imported only when the window opens, so --help and --list-models need no display
     from PySide6.QtWidgets import QApplication
 
 SELF_TEST_PROMPT = "Write a haiku about the sea."
+
+LOG_FILE_NAME = "lookahead-chat.log"
+LOG_MAX_BYTES = 1024 * 1024  # then it rolls over to .1, .2, .3: at most 4 MiB of log on the user's disk
+LOG_BACKUPS = 3
+UNCAUGHT_LOGGER = "app.uncaught"  # writes to the log file only: the default hooks still print to stderr
+
+log = logging.getLogger("app.__main__")  # not __name__: that is "__main__" under python -m app, outside "app"
 
 
 def _parse_args(argv: list[str]) -> argparse.Namespace:
@@ -64,6 +79,67 @@ def _list_models(as_json: bool) -> int:
     return 0
 
 
+def setup_logging(max_bytes: int = LOG_MAX_BYTES, backups: int = LOG_BACKUPS) -> Path | None:
+    """Warnings to stderr and to a rotating log file in ``paths.log_dir()``; uncaught exceptions to the file too.
+
+    The app's own loggers also write INFO (the start record, closing times) to the file. Returns the log file's
+    path, or None when its folder cannot be written: then the app runs on with stderr only, and says so there.
+    """
+    from . import paths
+
+    root = logging.getLogger()
+    root.setLevel(logging.WARNING)
+    if sys.stderr is not None:  # a windowed bundle (PyInstaller on Windows) has no stderr at all
+        console = logging.StreamHandler()
+        console.setLevel(logging.WARNING)
+        console.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+        root.addHandler(console)
+    try:
+        path = paths.log_dir() / LOG_FILE_NAME
+        file = logging.handlers.RotatingFileHandler(path, maxBytes=max_bytes, backupCount=backups, encoding="utf-8")
+    except OSError as exc:  # a read-only or full disk: no log file, but the app must still start
+        log.warning("no log file, logging to stderr only: %s", exc)
+        return None
+    file.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s [%(threadName)s]: %(message)s"))
+    root.addHandler(file)
+    logging.getLogger("app").setLevel(logging.INFO)
+    uncaught = logging.getLogger(UNCAUGHT_LOGGER)
+    uncaught.propagate = False
+    uncaught.addHandler(file)
+    _log_uncaught_exceptions(uncaught)
+    return path
+
+
+def _log_uncaught_exceptions(uncaught: logging.Logger) -> None:
+    """Uncaught exceptions (main thread, Qt slots, other threads) go to the log file, then to the previous hook."""
+    previous_hook, previous_thread_hook = sys.excepthook, threading.excepthook
+
+    def hook(kind: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
+        if not issubclass(kind, KeyboardInterrupt):
+            uncaught.critical("uncaught exception", exc_info=(kind, exc, tb))
+        previous_hook(kind, exc, tb)
+
+    def thread_hook(args: threading.ExceptHookArgs) -> None:
+        if args.exc_value is not None and not issubclass(args.exc_type, SystemExit):  # the default ignores those
+            name = args.thread.name if args.thread is not None else "?"
+            uncaught.critical("uncaught exception in thread %s", name,
+                              exc_info=(args.exc_type, args.exc_value, args.exc_traceback))
+        previous_thread_hook(args)
+
+    sys.excepthook, threading.excepthook = hook, thread_hook
+
+
+def _log_start(qt_version: str, pyside_version: str) -> None:
+    """One line that makes a log useful on its own: which app, on which Python, Qt and system."""
+    try:
+        version = importlib.metadata.version("lookahead-chat")
+    except importlib.metadata.PackageNotFoundError:
+        version = "(development copy)"
+    kind = "bundled" if getattr(sys, "frozen", False) else "from source"
+    log.info("Lookahead Chat %s (%s) starting: Python %s, Qt %s, PySide6 %s, %s", version, kind,
+             platform.python_version(), qt_version, pyside_version, platform.platform())
+
+
 def prepare_application(app: QApplication) -> None:
     """The application's name, icon and style sheet, and the wheel guard (the wheel scrolls, fields keep values)."""
     from PySide6.QtGui import QIcon
@@ -84,20 +160,23 @@ def prepare_application(app: QApplication) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse_args(sys.argv[1:] if argv is None else argv)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    if args.list_models:
-        return _list_models(args.json)
     from . import paths
 
     if args.self_test and not os.environ.get(paths.HOME_ENV):
         os.environ[paths.HOME_ENV] = tempfile.mkdtemp(prefix="lookahead-chat-selftest-")
+    setup_logging()  # after the self-test's home is chosen: its log goes there too
+    if args.list_models:
+        return _list_models(args.json)
 
     # Qt is imported only now, so --help works without a display.
+    from PySide6 import __version__ as pyside_version
+    from PySide6.QtCore import qVersion
     from PySide6.QtWidgets import QApplication
 
     from .main_window import MainWindow
     from .qt_compat import binding_problem
 
+    _log_start(qVersion(), pyside_version)
     problem = binding_problem()
     if problem:
         print(f"lookahead-chat: {problem}", file=sys.stderr)

@@ -22,8 +22,8 @@ from typing import Any
 
 import platformdirs
 from PySide6 import __version__ as pyside_version
-from PySide6.QtCore import QByteArray, QCoreApplication, QEvent, Qt, QTimer, Signal, Slot, qVersion
-from PySide6.QtGui import QAction, QCloseEvent, QIcon, QKeySequence, QResizeEvent
+from PySide6.QtCore import QByteArray, QCoreApplication, QEvent, Qt, QTimer, QUrl, Signal, Slot, qVersion
+from PySide6.QtGui import QAction, QCloseEvent, QDesktopServices, QIcon, QKeySequence, QResizeEvent
 from PySide6.QtWidgets import (
     QFileDialog,
     QMainWindow,
@@ -277,6 +277,7 @@ class MainWindow(QMainWindow):
         help_menu = self.menuBar().addMenu("&Help")
         self.shortcuts_action = help_menu.addAction("&Keyboard shortcuts", self.show_shortcuts)
         self.shortcuts_action.setShortcut(QKeySequence(QKeySequence.StandardKey.HelpContents))
+        self.log_folder_action = help_menu.addAction("Open &log folder", self.open_log_folder)
         self.about_action = help_menu.addAction("&About Lookahead Chat", self.show_about)
 
     def _build_chat_menus(self) -> None:
@@ -403,6 +404,16 @@ class MainWindow(QMainWindow):
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         dialog.open()
         return dialog
+
+    @Slot()
+    def open_log_folder(self) -> None:
+        """Help → Open log folder: the app's log files (warnings, tracebacks) in the system's file manager."""
+        try:
+            folder = paths.log_dir()
+        except OSError as exc:
+            self.statusBar().showMessage(f"Could not open the log folder: {exc}", 8000)
+            return
+        QDesktopServices.openUrl(QUrl.fromLocalFile(str(folder)))
 
     @Slot()
     def show_about(self) -> QMessageBox:

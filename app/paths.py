@@ -38,6 +38,11 @@ def config_dir() -> Path:
     return _private_dir(path)
 
 
+def log_dir() -> Path:
+    """Directory for the app's log files, in the data folder (created on first use; Help → Open log folder)."""
+    return _private_dir(data_dir() / "logs")
+
+
 def _private_dir(path: Path) -> Path:
     """Create ``path`` readable by its owner only; tighten it if an older version made it wider."""
     path.mkdir(parents=True, exist_ok=True, mode=PRIVATE_DIR_MODE)  # the mode is filtered by the umask...

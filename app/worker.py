@@ -167,7 +167,7 @@ class EngineWorker(QObject):
             engine = self._engine_factory(model_path, n_ctx=n_ctx, n_threads=n_threads or None, progress=progress,
                                           summary=probe.summary)
         except Exception as exc:  # every failure becomes a message for the user, with its technical detail
-            log.warning("model load failed: %s", exc)
+            log.warning("model load failed: %s", exc, exc_info=True)
             self.modelFailed.emit(LoadProblem.from_exception(exc, _describe(exc)).as_text())
             return
         old, self._engine, self._session = self._engine, engine, self._session_factory(engine)
@@ -261,7 +261,7 @@ class EngineWorker(QObject):
                 stop_reason = ev.stop_reason or stop_reason
                 self.stepUpdate.emit(StepUpdate(request.request_id, ev, requested, after_stop))
         except Exception as exc:  # every failure becomes a message for the user
-            log.warning("generation failed: %s", exc)
+            log.warning("generation failed: %s", exc, exc_info=True)
             if not started:
                 self.replyFailed.emit(request.request_id, _describe(exc))
             else:
@@ -313,7 +313,7 @@ class EngineWorker(QObject):
             self.measureFinished.emit(request_id, "cancelled", "")
             return
         except Exception as exc:  # a failed measurement only leaves Auto on the reference curve
-            log.warning("cost measurement failed: %s", exc)
+            log.warning("cost measurement failed: %s", exc, exc_info=True)
             self.measureFinished.emit(request_id, "failed", _describe(exc))
             return
         finally:
@@ -346,7 +346,7 @@ class EngineWorker(QObject):
             self._session.engine.set_documents([])  # the Compare tab's prompt has no files: no chat's are drafted from
             result = run_comparison(self._session, request, cancel, on_progress=progress)
         except Exception as exc:  # every failure becomes a message for the user
-            log.warning("comparison failed: %s", exc)
+            log.warning("comparison failed: %s", exc, exc_info=True)
             self.compareFailed.emit(request.request_id, _describe(exc))
             return
         finally:
@@ -371,7 +371,7 @@ class EngineWorker(QObject):
         try:
             run_speed_report(self._session, request, cancel, on_result)
         except Exception as exc:  # every failure becomes a message for the user
-            log.warning("speed report failed: %s", exc)
+            log.warning("speed report failed: %s", exc, exc_info=True)
             error = _describe(exc)
         finally:
             self._end_job()

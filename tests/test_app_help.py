@@ -64,7 +64,8 @@ def test_a_shortcut_added_later_is_in_the_list_without_anyone_editing_it(qtbot, 
 def test_the_help_menu_has_the_shortcuts_and_about_which_names_the_app_and_its_version(qtbot, make_window,
                                                                                        fake_engine):
     window = make_window(quick_settings())
-    assert menu_titled(window, "Help").actions() == [window.shortcuts_action, window.about_action]
+    assert menu_titled(window, "Help").actions() == [window.shortcuts_action, window.log_folder_action,
+                                                     window.about_action]
     box = window.show_about()
     qtbot.waitExposed(box)
     assert "Lookahead Chat" in box.text() and "0." in box.text() and "Fake" in box.text()
