@@ -18,7 +18,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal, Slot
 from PySide6.QtGui import QAction, QKeySequence
-from PySide6.QtWidgets import QFileDialog, QMessageBox, QWidget
+from PySide6.QtWidgets import QFileDialog, QWidget
 
 from engine.contention import busy_notice
 from engine.runtime import PREFILL_CHUNK
@@ -29,6 +29,7 @@ from .coalescer import UpdateCoalescer
 from .requests import DocumentsPlaced, GenerationRequest, ReplyOutcome, StepUpdate
 from .stats import ReplyStats
 from .store import Conversation, SearchHit, StoredMessage
+from .widgets import plain
 from .widgets.chat_pane import WAITING_LINE, ChatPane
 from .widgets.chat_view import MessageBubble
 from .widgets.conversation_list import ConversationList
@@ -179,8 +180,9 @@ class ChatRunner(QObject):
         conv = self.chat.store.conversation(conversation_id)
         if conv is None:
             return
-        answer = QMessageBox.question(self._parent, "Delete chat", f"Delete “{conv.title}” and all its messages?")
-        if answer != QMessageBox.StandardButton.Yes:
+        question = f"Delete “{conv.title}” and all its messages?"
+        yes_no = plain.Button.Yes | plain.Button.No
+        if plain.ask(self._parent, plain.Icon.Question, "Delete chat", question, yes_no) != plain.Button.Yes:
             return
         if self.chat.delete_conversation(conversation_id):
             self.stopRequested.emit()
@@ -288,7 +290,7 @@ class ChatRunner(QObject):
         try:
             path.write_text(backup.export_json(self.chat.store, ids), encoding="utf-8")
         except OSError as exc:
-            QMessageBox.critical(self._parent, "Export failed", f"Could not write {path}: {exc}")
+            plain.show_message(self._parent, plain.Icon.Critical, "Export failed", f"Could not write {path}: {exc}")
             return False
         self.status.emit(f"Exported to {path}")
         return True
@@ -298,7 +300,8 @@ class ChatRunner(QObject):
         try:
             added = backup.import_json(self.chat.store, path.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, backup.BackupError) as exc:
-            QMessageBox.warning(self._parent, "Import failed", f"Nothing was imported from {path}.\n\n{exc}")
+            what = f"Nothing was imported from {path}.\n\n{exc}"
+            plain.show_message(self._parent, plain.Icon.Warning, "Import failed", what)
             return []
         self.refresh_conversations()
         self.status.emit(f"Imported {len(added)} chat{'s' if len(added) != 1 else ''} from {path.name}")
@@ -481,7 +484,7 @@ class ChatRunner(QObject):
         self.busyChanged.emit()
         self.turnEnded.emit()
         if outcome.error and not self.closed:
-            QMessageBox.warning(self._parent, "The reply failed", outcome.error)
+            plain.show_message(self._parent, plain.Icon.Warning, "The reply failed", outcome.error)
         self.completed.emit(record)
 
     @Slot(int, str)
@@ -497,7 +500,7 @@ class ChatRunner(QObject):
         self.busyChanged.emit()
         self.turnEnded.emit()
         if not self.closed:
-            QMessageBox.warning(self._parent, "Could not send", message)
+            plain.show_message(self._parent, plain.Icon.Warning, "Could not send", message)
         self.rejected.emit(message)
 
     def close_turn(self) -> None:

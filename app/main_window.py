@@ -22,8 +22,29 @@ from typing import Any
 
 import platformdirs
 from PySide6 import __version__ as pyside_version
-from PySide6.QtCore import QByteArray, QCoreApplication, QEvent, Qt, QTimer, QUrl, Signal, Slot, qVersion
-from PySide6.QtGui import QAction, QCloseEvent, QDesktopServices, QIcon, QKeySequence, QResizeEvent
+from PySide6.QtCore import (
+    QByteArray,
+    QCoreApplication,
+    QEvent,
+    QMargins,
+    QRect,
+    QSize,
+    Qt,
+    QTimer,
+    QUrl,
+    Signal,
+    Slot,
+    qVersion,
+)
+from PySide6.QtGui import (
+    QAction,
+    QCloseEvent,
+    QDesktopServices,
+    QGuiApplication,
+    QIcon,
+    QKeySequence,
+    QResizeEvent,
+)
 from PySide6.QtWidgets import (
     QFileDialog,
     QMainWindow,
@@ -47,6 +68,7 @@ from .requests import LoadedModel
 from .settings import AppSettings
 from .store import ChatStore, Conversation, open_chat_store
 from .wheel_guard import install_wheel_guard
+from .widgets import plain
 from .widgets.chat_pane import ChatPane
 from .widgets.compare_view import CompareView
 from .widgets.comparisons import Comparisons
@@ -65,6 +87,9 @@ __all__ = ["MainWindow", "ReplyRecord"]
 # Below this window width the chat keeps priority: the chats list steps aside and the panel takes its least width.
 NARROW_WINDOW_WIDTH = 1200
 DEFAULT_SPLITTER_SIZES = (220, 760, 380)  # chats list | chat and compare tabs | decoding panel
+DEFAULT_SIZE = QSize(1360, 860)  # the first window's size on a screen with room for it
+# What the window system adds around the window (title bar, borders): it says how much only once the window is shown.
+FRAME_ALLOWANCE = QMargins(8, 32, 8, 8)
 
 
 class MainWindow(QMainWindow):
@@ -183,7 +208,7 @@ class MainWindow(QMainWindow):
         outer_layout.setContentsMargins(6, 6, 6, 0)
         outer_layout.addWidget(self.splitter)
         self.setCentralWidget(outer)
-        self.resize(1360, 860)
+        self.resize(DEFAULT_SIZE)
 
     def _build_menus(self) -> None:
         def menu(title: str, *items: tuple[str, Any, Any] | QMenu | None) -> list[QAction]:
@@ -422,7 +447,7 @@ class MainWindow(QMainWindow):
             version = importlib.metadata.version("lookahead-chat")
         except importlib.metadata.PackageNotFoundError:
             version = "(development copy)"
-        model = f"<p>Model in use: {self.model.display_name}</p>" if self.model else ""
+        model = f"<p>Model in use: {plain.escape(self.model.display_name)}</p>" if self.model else ""
         text = (
             f"<h3>Lookahead Chat {version}</h3>"
             "<p>Chat with a local GGUF model on this computer. Lookahead decoding guesses several tokens ahead "
@@ -489,7 +514,7 @@ class MainWindow(QMainWindow):
     @Slot()
     def _show_store_notice(self) -> None:
         if self.store_notice and not self._closed:
-            QMessageBox.warning(self, "Chat history", self.store_notice)
+            plain.show_message(self, plain.Icon.Warning, "Chat history", self.store_notice)
 
     # --- state ---
 
@@ -612,8 +637,9 @@ class MainWindow(QMainWindow):
     def _on_recent_menu_about_to_show(self) -> None:
         self.recent_menu.clear()
         for path in self.settings.recent_models:
-            action = self.recent_menu.addAction(Path(path).name, functools.partial(self.load_model, path))
-            action.setToolTip(path)
+            name = plain.menu_text(Path(path).name)
+            action = self.recent_menu.addAction(name, functools.partial(self.load_model, path))
+            action.setToolTip(plain.tip(path))
         if not self.settings.recent_models:
             self.recent_menu.addAction("(none)").setEnabled(False)
 
@@ -702,7 +728,7 @@ class MainWindow(QMainWindow):
                 path.write_text(export[1], encoding="utf-8")
                 self.statusBar().showMessage(f"Exported to {path}", 5000)
         except OSError as exc:
-            QMessageBox.critical(self, "Export failed", f"Could not write {path}: {exc}")
+            plain.show_message(self, plain.Icon.Critical, "Export failed", f"Could not write {path}: {exc}")
 
     # --- sending ---
 
@@ -773,13 +799,20 @@ class MainWindow(QMainWindow):
             log.warning("could not save settings: %s", exc)
 
     def _restore_geometry(self) -> None:
+        restored = False
         try:
             if self.settings.geometry:
-                self.restoreGeometry(QByteArray(base64.b64decode(self.settings.geometry)))
+                restored = self.restoreGeometry(QByteArray(base64.b64decode(self.settings.geometry)))
             if self.settings.splitter_state:
                 self.splitter.restoreState(QByteArray(base64.b64decode(self.settings.splitter_state)))
         except ValueError:
             pass  # a damaged value: keep the default layout
+        screen = self.screen() or QGuiApplication.primaryScreen()
+        if screen is None or self.isMaximized() or self.isFullScreen():
+            return
+        fitted = fit_to_screen(self.geometry(), screen.availableGeometry(), self.minimumSizeHint(), centre=not restored)
+        if fitted != self.geometry():
+            self.setGeometry(fitted)
 
     # --- closing ---
 
@@ -805,6 +838,23 @@ class MainWindow(QMainWindow):
             self.store.close()
         log.info("closed in %.2f s", time.perf_counter() - t0)
         event.accept()
+
+
+def fit_to_screen(window: QRect, available: QRect, minimum: QSize, centre: bool) -> QRect:
+    """``window`` (its inside, as ``geometry()``) made to fit the screen's free area with its frame around it: no
+    bigger (but not below ``minimum``) and moved inside; ``centre`` places it in the middle, as for a first window,
+    else it moves only as far as it must."""
+    frame = FRAME_ALLOWANCE
+    room = available.marginsRemoved(frame)
+    fitted = QRect(window.topLeft(), QSize(
+        max(minimum.width(), min(window.width(), room.width())),
+        max(minimum.height(), min(window.height(), room.height())),
+    ))
+    if centre:
+        fitted.moveCenter(room.center())
+    fitted.moveLeft(max(room.left(), min(fitted.left(), room.right() + 1 - fitted.width())))
+    fitted.moveTop(max(room.top(), min(fitted.top(), room.bottom() + 1 - fitted.height())))
+    return fitted
 
 
 def _downloads_folder() -> str:

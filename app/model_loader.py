@@ -6,13 +6,15 @@ from dataclasses import replace
 from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal, Slot
-from PySide6.QtWidgets import QLabel, QMainWindow, QMessageBox, QProgressBar
+from PySide6.QtWidgets import QMainWindow, QMessageBox, QProgressBar
 
 from engine.models import LoadProblem
 
 from .requests import LoadedModel
 from .widgets import model_info
 from .widgets.model_info import FALLBACK_NOTE, format_params
+from .widgets.plain import Label
+from .widgets.plain import tip as plain_tip
 from .worker import EngineThread
 
 
@@ -42,8 +44,8 @@ class ModelLoader(QObject):
         self.loading_path: str | None = None
         self.closed = False
         self.error_box: QMessageBox | None = None
-        self.model_label = QLabel("No model")
-        self.lookahead_label = QLabel()
+        self.model_label = Label("No model")
+        self.lookahead_label = Label()
         self.progress = QProgressBar()
         self.progress.setRange(0, 1000)
         self.progress.setMaximumWidth(220)
@@ -102,10 +104,10 @@ class ModelLoader(QObject):
         if model.template_is_fallback:
             tip += ["", FALLBACK_NOTE]
         tip += ["", "Model → Chat template… shows the template in use."]
-        self.model_label.setToolTip("\n".join(tip))
+        self.model_label.setToolTip(plain_tip("\n".join(tip)))
         blocked = model.lookahead_block_reason
         self.lookahead_label.setText("lookahead unavailable" if blocked else "lookahead available")
-        self.lookahead_label.setToolTip(blocked or "")
+        self.lookahead_label.setToolTip(plain_tip(blocked or ""))
         self._window.statusBar().showMessage(f"Loaded {model.display_name} in {model.load_s:.2f} s{checked}", 5000)
         self.loadingChanged.emit()
         self.loaded.emit(model, requested)

@@ -73,6 +73,18 @@ def dialogs(monkeypatch: pytest.MonkeyPatch) -> DialogLog:
     monkeypatch.setattr(QMessageBox, "information", staticmethod(recorder("information", ok)))
     monkeypatch.setattr(QMessageBox, "question", staticmethod(recorder("question", QMessageBox.StandardButton.Yes)))
 
+    from app.widgets import plain
+
+    kinds = {plain.Icon.Critical: "critical", plain.Icon.Warning: "warning", plain.Icon.Information: "information",
+             plain.Icon.Question: "question"}
+
+    def ask(_parent, icon, title, text, buttons=plain.Button.Ok):
+        """The app's plain-text message boxes: recorded as the kind their icon shows, questions answered Yes."""
+        log.shown.append((kinds.get(icon, "message"), title, text))
+        return plain.Button.Yes if icon == plain.Icon.Question else plain.Button.Ok
+
+    monkeypatch.setattr(plain, "ask", ask)
+
     from app.widgets import model_info
 
     real_show_problem = model_info.show_problem

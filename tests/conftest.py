@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -14,8 +16,15 @@ if TYPE_CHECKING:
 
 # Tests never touch the real home: the app's data and the engine's cost-curve
 # cache go to a temp dir (tests that need their own set it per test).
-os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ.setdefault("LOOKAHEAD_CHAT_HOME", tempfile.mkdtemp(prefix="lookahead-chat-tests-"))
+if "QT_QPA_PLATFORM" not in os.environ:
+    # Offscreen Qt's screen is 800×600 unless told otherwise, and the app fits its first window to the screen:
+    # tests get a desktop's (tests/test_app_first_window.py opens windows on laptop screens in their own process).
+    _screen = Path(os.environ["LOOKAHEAD_CHAT_HOME"]) / "offscreen-screen.json"
+    _screen.parent.mkdir(parents=True, exist_ok=True)
+    _screen.write_text(json.dumps({"screens": [{"name": "desktop", "x": 0, "y": 0, "width": 1920, "height": 1200,
+                                                "logicalDpi": 96, "logicalBaseDpi": 96, "dpr": 1}]}))
+    os.environ["QT_QPA_PLATFORM"] = f"offscreen:configfile={_screen}"
 
 # The app's fixtures (windows, dialogs, data dirs, the engine-thread check), for every test module.
 pytest_plugins = ["tests.app_fixtures"]

@@ -84,11 +84,14 @@ def write_tiny_mamba(path: Path, context_length: int = 1024) -> Path:
     return _finish(writer, path)
 
 
-def write_tiny_llama(path: Path, context_length: int = 2048, weights: str = "f16", n_embd: int = 128) -> Path:
+def write_tiny_llama(
+    path: Path, context_length: int = 2048, weights: str = "f16", n_embd: int = 128, name: str = "tiny-llama-test",
+) -> Path:
     """A 2-layer llama-architecture model (grouped-query attention, SwiGLU), F16 matrices by default.
 
     ``weights``: "f16", "f32" or "q4_1" (the bundled model's type: with the patched llama.cpp its batches give
     1-token logits on every x86 CPU, where F16's are exact on some CPUs and on others at no size at all).
+    ``name`` is its ``general.name``.
 
     Its greedy text is repetitive, so lookahead has drafts to verify; in F16 or F32 its matrices take other
     kernels than the bundled Q4_1 model's.
@@ -116,7 +119,7 @@ def write_tiny_llama(path: Path, context_length: int = 2048, weights: str = "f16
             writer.add_tensor(name, x.astype(np.float16) if weights == "f16" else x)
 
     writer = gguf.GGUFWriter(str(path), "llama")
-    writer.add_name("tiny-llama-test")
+    writer.add_name(name)
     writer.add_context_length(context_length)
     writer.add_embedding_length(n_embd)
     writer.add_block_count(n_layer)

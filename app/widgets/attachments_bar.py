@@ -16,7 +16,6 @@ from PySide6.QtGui import QColor, QIcon, QPainter, QPainterPath, QPen, QPixmap
 from PySide6.QtWidgets import (
     QFrame,
     QHBoxLayout,
-    QLabel,
     QLayout,
     QLayoutItem,
     QProgressBar,
@@ -28,6 +27,8 @@ from PySide6.QtWidgets import (
 
 from ..attach_reader import AttachmentReader, ReadResult
 from ..attachments import Attachment
+from .plain import Label
+from .plain import tip as plain_tip
 
 MAX_FILES = 10  # per message: more would not fit any context the app's models have, and the chips would not fit
 
@@ -138,8 +139,7 @@ class AttachmentChip(QFrame):
         self.path = path
         self.job: int | None = None  # the read in progress, if any
         self.attachment: Attachment | None = None
-        self.label = QLabel(name)
-        self.label.setTextFormat(Qt.TextFormat.PlainText)  # a file name is never markup
+        self.label = Label(name)
         self.progress = QProgressBar()
         self.progress.setTextVisible(False)
         self.progress.setFixedSize(56, 6)
@@ -162,9 +162,9 @@ class AttachmentChip(QFrame):
     def _set_reading(self, reading: bool) -> None:
         self.progress.setVisible(reading)
         what = f"Stop reading {self.name}" if reading else f"Remove {self.name} from the message"
-        self.close_button.setToolTip(what)
+        self.close_button.setToolTip(plain_tip(what))
         self.close_button.setAccessibleName(what)
-        self.setToolTip(self.path)
+        self.setToolTip(plain_tip(self.path))
 
     def is_reading(self) -> bool:
         return self.attachment is None
@@ -181,7 +181,7 @@ class AttachmentChip(QFrame):
         self.path = attachment.path or self.path
         self._set_reading(False)
         if not self.path:
-            self.setToolTip(f"{attachment.name} (its text is kept with the message)")
+            self.setToolTip(plain_tip(f"{attachment.name} (its text is kept with the message)"))
 
 
 class AttachmentsBar(QWidget):
@@ -206,8 +206,7 @@ class AttachmentsBar(QWidget):
 
         self.notice = QFrame()
         self.notice.setObjectName("attachNotice")
-        self.notice_label = QLabel()
-        self.notice_label.setTextFormat(Qt.TextFormat.PlainText)  # file names and reasons are shown as they are
+        self.notice_label = Label()
         self.notice_label.setWordWrap(True)
         self.notice_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.dismiss_button = QToolButton()
@@ -286,7 +285,7 @@ class AttachmentsBar(QWidget):
         """One more line in the notice (the technical detail, if any, is its tooltip)."""
         self._notes.append((text, detail))
         self.notice_label.setText("\n".join(t for t, _d in self._notes))
-        self.notice_label.setToolTip("\n".join(d for _t, d in self._notes if d))
+        self.notice_label.setToolTip(plain_tip("\n".join(d for _t, d in self._notes if d)))
         self.notice.setVisible(True)
 
     @Slot()

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QEvent, QObject, Qt, Signal, Slot
 from PySide6.QtGui import QAction, QDragEnterEvent, QDragMoveEvent, QDropEvent, QKeySequence, QPalette
-from PySide6.QtWidgets import QFileDialog, QHBoxLayout, QLabel, QPushButton, QToolButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QFileDialog, QHBoxLayout, QPushButton, QToolButton, QVBoxLayout, QWidget
 
 from engine.documents import SUPPORTED_SUFFIXES
 
@@ -20,6 +20,7 @@ from .chat_input import ChatInput
 from .chat_view import ChatView, MessageBubble
 from .context_meter import ContextMeter
 from .marked_text import MarksLegend
+from .plain import Label
 
 WAITING_LINE = "Reading the prompt…"
 ATTACH_SHORTCUT = "Ctrl+Shift+A"
@@ -76,7 +77,7 @@ class ChatPane(QWidget):
         self.edit_banner = QWidget()
         banner = QHBoxLayout(self.edit_banner)
         banner.setContentsMargins(0, 0, 0, 0)
-        banner_text = QLabel("Editing an earlier message: sending adds the new one beside it (‹ › flips back).")
+        banner_text = Label("Editing an earlier message: sending adds the new one beside it (‹ › flips back).")
         banner_text.setWordWrap(True)  # a narrow chat wraps it rather than growing wider than the window
         banner.addWidget(banner_text, 1)
         self.cancel_edit_button = QPushButton("Cancel edit")

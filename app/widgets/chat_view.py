@@ -22,6 +22,8 @@ from ..marks import TokenMarks
 from .attachments_bar import FlowLayout
 from .markdown_view import ActionButton, CopyButton, MarkdownView
 from .marked_text import MarkedView
+from .plain import Label
+from .plain import tip as plain_tip
 
 _ROLE_TITLES = {"user": "You", "assistant": "Assistant", "system": "System"}
 FLASH_MS = 1500  # how long a message found by a search stays outlined
@@ -35,13 +37,8 @@ def seen_text(fraction: float) -> str:
     return f"seen {math.floor(fraction * 100 + 1e-9)}%"
 
 
-def plain_label(text: str, object_name: str = "") -> QLabel:
-    """A label that shows ``text`` as it is: a document's ``<b>`` or ``<script>`` is text, never markup."""
-    label = QLabel()
-    label.setTextFormat(Qt.TextFormat.PlainText)
-    label.setText(text)
-    if object_name:
-        label.setObjectName(object_name)
+def _named(label: Label, object_name: str) -> Label:
+    label.setObjectName(object_name)
     return label
 
 
@@ -67,8 +64,8 @@ class AttachmentChips(QWidget):
                 tip += f"\nThe model was given {seen_text(seen)[5:]} of it: the passages that best match the question."
             elif seen is not None:
                 tip += "\nThe model was given all of it."
-            chip = plain_label(text, "messageAttachmentChip")
-            chip.setToolTip(tip)
+            chip = _named(Label(text), "messageAttachmentChip")
+            chip.setToolTip(plain_tip(tip))
             chip.setAccessibleName(f"Attached file: {text}")
             self.chips.append(chip)
             self._flow.addWidget(chip)
@@ -91,7 +88,7 @@ class SourcesSection(QWidget):
         self._body_layout = QVBoxLayout(self.body)
         self._body_layout.setContentsMargins(16, 0, 0, 0)
         self._body_layout.setSpacing(2)
-        self.note = plain_label("", "sourcesNote")
+        self.note = _named(Label(""), "sourcesNote")
         self.note.setWordWrap(True)
         self.note.setEnabled(False)  # a quiet line, like the stats line
         self._body_layout.addWidget(self.note)
@@ -133,7 +130,7 @@ class SourcesSection(QWidget):
             if len(text) > PASSAGE_SHOWN_CHARS:
                 more = len(text) - PASSAGE_SHOWN_CHARS
                 text = text[:PASSAGE_SHOWN_CHARS] + f"\n… ({more:,} more characters)"
-            passage = plain_label(text, "sourcePassage")
+            passage = _named(Label(text), "sourcePassage")
             passage.setWordWrap(True)
             passage.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
             passage.setVisible(False)
@@ -208,7 +205,7 @@ class MessageBubble(QFrame):
         self.setObjectName("userBubble" if role == "user" else "assistantBubble")
         self.setFrameShape(QFrame.Shape.StyledPanel)
 
-        self.title = QLabel(_ROLE_TITLES.get(role, role))
+        self.title = Label(_ROLE_TITLES.get(role, role))
         font = self.title.font()
         font.setBold(True)
         self.title.setFont(font)
@@ -218,7 +215,7 @@ class MessageBubble(QFrame):
         self.alternatives: list[int] = []
         self.previous_button = self._tool_button("‹", "The previous alternative", self._on_previous)
         self.previous_button.setAccessibleName("Previous alternative")
-        self.alternative_label = QLabel()
+        self.alternative_label = Label()
         self.next_button = self._tool_button("›", "The next alternative", self._on_next)
         self.next_button.setAccessibleName("Next alternative")
         self.edit_button = self._tool_button("Edit", "Edit and resend (the original stays)", self._on_edit)
@@ -250,7 +247,7 @@ class MessageBubble(QFrame):
         self._show_marks = False
         self.is_left_out = False
 
-        self.stats_label = QLabel()
+        self.stats_label = Label()
         self.stats_label.setObjectName("statsLine")
         self.stats_label.setWordWrap(True)
         self.stats_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
@@ -456,7 +453,7 @@ class ChatView(QScrollArea):
         self._layout = QVBoxLayout(self._container)
         self._layout.setContentsMargins(12, 12, 12, 12)
         self._layout.setSpacing(10)
-        self._empty = QLabel(
+        self._empty = Label(
             "Ask anything.\n\nLookahead decoding guesses several tokens ahead and checks them in one "
             "forward pass: the chart on the right shows how many tokens each pass produced."
         )
@@ -541,7 +538,7 @@ class ChatView(QScrollArea):
             bubble.set_left_out(k < count)
         if count <= 0:
             return
-        self.left_out_line = QLabel(
+        self.left_out_line = Label(
             f"The model no longer sees the {count} message{'s' if count != 1 else ''} above: the chat outgrew its "
             "context (see the meter below). They stay saved and exported."
         )

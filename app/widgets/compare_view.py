@@ -14,7 +14,6 @@ from PySide6.QtGui import QColor, QFont, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import (
     QGroupBox,
     QHBoxLayout,
-    QLabel,
     QPlainTextEdit,
     QProgressBar,
     QPushButton,
@@ -31,6 +30,8 @@ from ..marks import TokenMarks
 from .chat_input import ChatInput
 from .markdown_view import palette_is_dark
 from .marked_text import MarksLegend, source_colour
+from .plain import Label
+from .plain import tip as plain_tip
 from .stats_view import StepChart
 
 DIVERGENCE_COLOUR = QColor(255, 170, 0, 150)  # amber: readable on light and dark bases
@@ -48,7 +49,7 @@ class ComparePane(QGroupBox):
 
     def __init__(self, title: str, parent: QWidget | None = None) -> None:
         super().__init__(title, parent)
-        self.clock = QLabel()
+        self.clock = Label()
         font = QFont(self.clock.font())
         font.setPointSizeF(font.pointSizeF() * 1.6)
         font.setBold(True)
@@ -56,8 +57,8 @@ class ComparePane(QGroupBox):
         self.clock.setToolTip(
             "This decoder's own clock: its measured steps (the prompt's evaluation, the same for both, is left out)"
         )
-        self.state = QLabel()
-        self.numbers = QLabel()
+        self.state = Label()
+        self.numbers = Label()
         self.numbers.setWordWrap(True)  # two panes side by side must not widen the window
         self.text = QPlainTextEdit()
         self.text.setReadOnly(True)
@@ -152,7 +153,7 @@ class ComparePane(QGroupBox):
         cursor.setPosition(end, QTextCursor.MoveMode.KeepAnchor)
         fmt = QTextCharFormat()
         fmt.setBackground(DIVERGENCE_COLOUR)
-        fmt.setToolTip(tip)
+        fmt.setToolTip(plain_tip(tip))
         selection = QTextEdit.ExtraSelection()
         selection.cursor = cursor
         selection.format = fmt
@@ -194,9 +195,9 @@ class CompareView(QWidget):
         self._ready = False
         self.replay_speed = 1.0  # 1 = the measured pace
 
-        self.note = QLabel(FAIRNESS_NOTE)
+        self.note = Label(FAIRNESS_NOTE)
         self.note.setWordWrap(True)
-        self.status = QLabel("Type a prompt and press Compare.")
+        self.status = Label("Type a prompt and press Compare.")
         self.progress = QProgressBar()
         self.progress.setMaximumWidth(200)
         self.progress.setToolTip("The planned runs of both decoders (it may end early once their times agree)")
@@ -216,7 +217,7 @@ class CompareView(QWidget):
         panes.addWidget(self.plain_pane, 1)
         panes.addWidget(self.lookahead_pane, 1)
 
-        self.verdict = QLabel()
+        self.verdict = Label()
         self.verdict.setWordWrap(True)
         verdict_font = QFont(self.verdict.font())
         verdict_font.setPointSizeF(verdict_font.pointSizeF() * 1.15)

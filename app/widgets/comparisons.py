@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from PySide6.QtCore import QObject, Signal, Slot
-from PySide6.QtWidgets import QMessageBox, QWidget
+from PySide6.QtWidgets import QWidget
 
 from engine import LookaheadConfig
 from engine.bench import Workload, load_workloads
@@ -13,6 +13,7 @@ from engine.text import conversation_messages
 
 from ..compare import CompareRequest, CompareResult, SpeedReportOutcome, SpeedReportProgress, SpeedReportRequest
 from ..worker import EngineThread
+from . import plain
 from .compare_view import CompareView, lookahead_title
 from .decoding_panel import DecodingPanel
 from .speed_report import SpeedReportDialog
@@ -88,7 +89,7 @@ class Comparisons(QObject):
         """True (after saying why) when no comparison can run now."""
         reason = self._block_reason()
         if reason:
-            QMessageBox.information(parent, "Nothing to compare", reason)
+            plain.show_message(parent, plain.Icon.Information, "Nothing to compare", reason)
             return True
         return False
 
@@ -123,7 +124,7 @@ class Comparisons(QObject):
         self.view.on_failed(request_id, message)
         self.finished.emit()
         if not self.closed:
-            QMessageBox.warning(self._parent, "Could not compare", message)
+            plain.show_message(self._parent, plain.Icon.Warning, "Could not compare", message)
 
     @Slot()
     def open_speed_report(self) -> SpeedReportDialog | None:
@@ -132,7 +133,7 @@ class Comparisons(QObject):
             try:
                 workloads = load_workloads()
             except (OSError, ValueError) as exc:
-                QMessageBox.critical(self._parent, "No benchmark prompts", str(exc))
+                plain.show_message(self._parent, plain.Icon.Critical, "No benchmark prompts", str(exc))
                 return None
             self.report_dialog = SpeedReportDialog(workloads, self._parent)
             self.report_dialog.runRequested.connect(self.start_speed_report)

@@ -9,6 +9,9 @@ from PySide6.QtCore import QSize, Qt
 from PySide6.QtGui import QColor, QPalette, QResizeEvent, QShowEvent
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QSizePolicy, QWidget
 
+from .plain import Label
+from .plain import tip as plain_tip
+
 # At this share of the context the meter turns to the warning colour: the next turns will push out old ones.
 WARN_AT = 0.85
 
@@ -60,7 +63,7 @@ class ElidingLabel(QLabel):
         if self.isVisible():  # laid out: its width is real (a hidden label keeps its whole text)
             shown = self.fontMetrics().elidedText(self._full, Qt.TextElideMode.ElideRight, self.width())
         self.setText(shown)
-        self.setToolTip(self._full + self._more if shown != self._full or self._more else "")
+        self.setToolTip(plain_tip(self._full + self._more if shown != self._full or self._more else ""))
 
 
 class ContextMeter(QWidget):
@@ -78,7 +81,7 @@ class ContextMeter(QWidget):
         layout = QHBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addStretch(1)
-        layout.addWidget(QLabel("Context"))
+        layout.addWidget(Label("Context"))
         layout.addWidget(self.bar, 1)
         layout.addWidget(self.label, 4)
         self._normal = self.bar.palette()
@@ -137,7 +140,7 @@ class ContextMeter(QWidget):
         files = self.documents_text()
         if files:
             tip += "\nAttached files, the share of each the model sees" + files.replace(" · files", "")
-        self.setToolTip(tip)
+        self.setToolTip(plain_tip(tip))
         self.label.set_tooltip_extra(files)
 
 

@@ -15,6 +15,7 @@ from PySide6.QtWidgets import (
 )
 
 from ..store import Conversation
+from .plain import tip as plain_tip
 
 _ID_ROLE = Qt.ItemDataRole.UserRole
 
@@ -71,7 +72,7 @@ class ConversationList(QWidget):
             for conv in conversations:
                 item = QListWidgetItem(conv.title)
                 item.setData(_ID_ROLE, conv.id)
-                item.setToolTip(conv.title)
+                item.setToolTip(plain_tip(conv.title))
                 item.setFlags(item.flags() | Qt.ItemFlag.ItemIsEditable)
                 self.list.addItem(item)
                 if conv.id == current_id:

@@ -15,7 +15,6 @@ from PySide6.QtWidgets import (
     QFormLayout,
     QGroupBox,
     QHBoxLayout,
-    QLabel,
     QPlainTextEdit,
     QPushButton,
     QSpinBox,
@@ -28,6 +27,8 @@ from engine import LookaheadConfig, SamplingConfig, StepEvent, StopConfig
 from engine.settings import DEFAULT_LOOKAHEAD, MAX_REPEAT_LAST_N, MAX_REPEAT_PENALTY, MAX_TOP_K
 
 from ..settings import AppSettings
+from .plain import Label
+from .plain import tip as plain_tip
 from .section import Section
 from .stats_view import LiveStatsView, auto_step_text
 
@@ -99,19 +100,19 @@ class DecodingPanel(QWidget):
         self.window_spin = self._spin(*WINDOW_RANGE, WINDOW_TIP)
         self.ngram_spin = self._spin(*NGRAM_RANGE, NGRAM_TIP)
         self.guesses_spin = self._spin(*GUESSES_RANGE, GUESSES_TIP)
-        self.block_label = QLabel()
+        self.block_label = Label()
         self.block_label.setWordWrap(True)
         self.block_label.setVisible(False)
         manual_shape = QWidget()
         shape = QHBoxLayout(manual_shape)
         shape.setContentsMargins(0, 0, 0, 0)
         for name, spin in (("W", self.window_spin), ("N", self.ngram_spin), ("G", self.guesses_spin)):
-            name_label = QLabel(name)
+            name_label = Label(name)
             name_label.setToolTip(spin.toolTip())
             shape.addWidget(name_label)
             shape.addWidget(spin, 1)
         # Under Auto the spin boxes give way to what Auto chose: greyed manual values there read as if in use.
-        self.auto_choice = QLabel()
+        self.auto_choice = Label()
         self.auto_choice.setWordWrap(True)
         self.auto_choice.setToolTip(AUTO_CHOICE_TIP)
         self._last_auto_step: StepEvent | None = None
@@ -383,7 +384,8 @@ class DecodingPanel(QWidget):
             return
         shape = f"W{ev.window} N{ev.ngram} G{ev.guesses}, " if ev.n_drafted or ev.window else ""
         self.auto_choice.setText(f"W, N, G: set by Auto each step. Last step: {shape}{auto_step_text(ev)}")
-        self.auto_choice.setToolTip(f"{AUTO_CHOICE_TIP}\n\nWhy: {ev.choice}" if ev.choice else AUTO_CHOICE_TIP)
+        why = f"\n\nWhy: {ev.choice}" if ev.choice else ""
+        self.auto_choice.setToolTip(plain_tip(AUTO_CHOICE_TIP + why))
 
     def _update_enabled(self) -> None:
         available = self._block_reason is None

@@ -18,7 +18,6 @@ from PySide6.QtWidgets import (
     QFileDialog,
     QHBoxLayout,
     QHeaderView,
-    QLabel,
     QLineEdit,
     QListWidget,
     QMessageBox,
@@ -47,6 +46,8 @@ from engine.models import LoadProblem
 from ..worker import LIVE_THREADS
 from . import model_info
 from .model_info import format_params, format_size
+from .plain import Label
+from .plain import tip as plain_tip
 
 COLUMNS = (
     "Name", "Architecture", "Parameters", "Quantisation", "Size", "Trained context", "Chat template", "Lookahead",
@@ -124,7 +125,7 @@ def _cell(text: str, sort_key: object = None, tip: str = "") -> QStandardItem:
     item.setEditable(False)
     item.setData(sort_key if sort_key is not None else text.casefold(), SORT_ROLE)
     if tip:
-        item.setToolTip(tip)
+        item.setToolTip(plain_tip(tip))
     return item
 
 
@@ -234,11 +235,11 @@ class LibraryDialog(QDialog):
         folder_buttons.addWidget(self.remove_folder_button)
         folder_buttons.addStretch(1)
         folders_row = QHBoxLayout()
-        folders_row.addWidget(QLabel("Your folders:"), 0, Qt.AlignmentFlag.AlignTop)
+        folders_row.addWidget(Label("Your folders:"), 0, Qt.AlignmentFlag.AlignTop)
         folders_row.addWidget(self.folder_list, 1)
         folders_row.addLayout(folder_buttons)
 
-        self.status_label = QLabel()
+        self.status_label = Label()
         self.rescan_button = QPushButton("Rescan")
         self.load_button = QPushButton("Load")
         self.load_button.setDefault(True)
@@ -297,7 +298,7 @@ class LibraryDialog(QDialog):
     @Slot(int, str)
     def _on_progress(self, files: int, path: str) -> None:
         self.status_label.setText(f"Scanning… {files} files")
-        self.status_label.setToolTip(path)
+        self.status_label.setToolTip(plain_tip(path))
 
     @Slot(object)
     def _on_found(self, result: ScanResult) -> None:
@@ -345,7 +346,7 @@ class LibraryDialog(QDialog):
         for i, folder in enumerate(searched):
             for j, text in enumerate((folder.path, folder.source, searched_state(folder))):
                 item = QTableWidgetItem(text)
-                item.setToolTip(folder.path)
+                item.setToolTip(plain_tip(folder.path))
                 self.searched_table.setItem(i, j, item)
         present = sum(1 for f in searched if f.exists)
         self.tabs.setTabText(2, f"Searched ({present} of {len(searched)} on this PC)")
@@ -365,7 +366,7 @@ class LibraryDialog(QDialog):
             is_loaded = self.loaded_path is not None and same_file(found.path, self.loaded_path)
             first.setText(f"{found.name}  {LOADED_MARK}" if is_loaded else found.name)
             if found.ok:  # a broken file's tip says why it is broken (and it is never the model in use)
-                first.setToolTip(f"The model in use\n{found.path}" if is_loaded else found.path)
+                first.setToolTip(plain_tip(f"The model in use\n{found.path}" if is_loaded else found.path))
             for column in range(self.model.columnCount()):
                 item = self.model.item(row, column)
                 font = QFont(item.font())

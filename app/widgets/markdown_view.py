@@ -31,6 +31,8 @@ from PySide6.QtGui import (
 )
 from PySide6.QtWidgets import QSizePolicy, QTextBrowser, QToolButton, QWidget
 
+from .plain import tip as plain_tip
+
 _CODE_LANGUAGE = QTextFormat.Property.BlockCodeLanguage
 # GitHub's Markdown (tables, strikethrough, autolinks) with raw HTML read as text: a reply that mentions <div>,
 # vector<int> or a<b shows those characters, and no reply can restyle the chat or embed anything.
@@ -131,7 +133,7 @@ class ActionButton(QToolButton):
     def __init__(self, text: str, tip: str, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setText(text)
-        self.setToolTip(tip)
+        self.setToolTip(plain_tip(tip))
         self.setAutoRaise(True)
         self.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
 

@@ -10,6 +10,7 @@ from PySide6.QtWidgets import QLabel, QSizePolicy, QToolTip, QWidget
 
 from ..marks import OWN, SHORT_NAMES, SOURCE_NAMES, TokenMarks, aligned_pieces, rendered_spans
 from .markdown_view import MarkdownView, palette_is_dark, render_markdown
+from .plain import tip as plain_tip
 
 # One hue per draft source; the model's own tokens are not tinted.
 # Attached files are yellow, as a highlighter on paper.
@@ -112,7 +113,7 @@ class MarkedView(MarkdownView):
         if event.type() == QEvent.Type.ToolTip and isinstance(event, QHelpEvent):
             tip = self.tooltip_at(event.pos())
             if tip:
-                QToolTip.showText(event.globalPos(), tip, self)
+                QToolTip.showText(event.globalPos(), plain_tip(tip), self)
             else:
                 QToolTip.hideText()
             return True

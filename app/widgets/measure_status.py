@@ -11,9 +11,11 @@ import time
 from collections.abc import Callable
 
 from PySide6.QtCore import QTimer, Signal, Slot
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QPushButton, QWidget
+from PySide6.QtWidgets import QHBoxLayout, QProgressBar, QPushButton, QWidget
 
 from ..worker import EngineThread
+from .plain import Label
+from .plain import tip as plain_tip
 
 RESUME_AFTER_MS = 2000  # quiet time after a reply before an interrupted measurement starts again
 RETRY_BUSY_MS = 60_000  # after another program took the CPU from a measurement: try again this much later
@@ -82,7 +84,7 @@ class MeasureStatus(QWidget):
         self.fraction = 0.0
         self.face = ""  # what the widget shows: "running", "result", "measure" (with Measure now), "" = hidden
         self._started_at = 0.0
-        self.label = QLabel()
+        self.label = Label()
         self.progress = QProgressBar()
         self.progress.setRange(0, 1000)
         self.progress.setMaximumWidth(120)
@@ -176,8 +178,8 @@ class MeasureStatus(QWidget):
         or another sentence alone ("result", "waiting")."""
         self.face = face
         self.label.setText(text)
-        self.label.setToolTip(tip)
-        self.setToolTip(tip)
+        self.label.setToolTip(plain_tip(tip))
+        self.setToolTip(plain_tip(tip))
         self.progress.setVisible(face == "running")
         self.skip_button.setVisible(face == "running")
         self.measure_button.setVisible(face == "measure")

@@ -19,6 +19,8 @@ from engine.library import format_params, format_size
 from engine.models import LoadProblem
 
 from ..requests import LoadedModel
+from . import plain
+from .plain import Label
 
 OWN_TEMPLATE_NOTE = "The model's own chat template, from its file."
 FALLBACK_NOTE = (
@@ -35,7 +37,7 @@ def show_problem(
     Opened window-modal without blocking (the app keeps running its engine's answers meanwhile);
     it deletes itself when closed. Returned so that the caller (and tests) can read what it says.
     """
-    box = QMessageBox(icon, title, problem.message, QMessageBox.StandardButton.Ok, parent)
+    box = plain.message_box(parent, icon, title, problem.message)
     if problem.detail and problem.detail != problem.message:
         box.setDetailedText(problem.detail)
     box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
@@ -55,7 +57,7 @@ class ModelInfoDialog(QDialog):
         self.setWindowTitle(f"Chat template — {model.display_name}")
         self.resize(720, 560)
 
-        self.name_label = QLabel(model.display_name)  # the name the status bar and the library show
+        self.name_label = Label(model.display_name)  # the name the status bar and the library show
         bold = QFont(self.name_label.font())
         bold.setBold(True)
         self.name_label.setFont(bold)
@@ -73,13 +75,13 @@ class ModelInfoDialog(QDialog):
             ("File size", format_size(model.size_bytes) if model.size_bytes else "unknown"),
             ("File", model.path),
         ):
-            label = QLabel(value)
+            label = Label(value)
             label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
             label.setWordWrap(name == "File")
             form.addRow(f"{name}:", label)
             self.facts[name] = label
 
-        self.template_note = QLabel(FALLBACK_NOTE if model.template_is_fallback else OWN_TEMPLATE_NOTE)
+        self.template_note = Label(FALLBACK_NOTE if model.template_is_fallback else OWN_TEMPLATE_NOTE)
         self.template_note.setWordWrap(True)
         if model.template_is_fallback:
             self.template_note.setFont(bold)  # the palette's own text colour: readable light or dark

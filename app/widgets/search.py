@@ -12,7 +12,6 @@ from PySide6.QtWidgets import (
     QApplication,
     QCheckBox,
     QDialog,
-    QLabel,
     QLineEdit,
     QListWidget,
     QListWidgetItem,
@@ -24,6 +23,7 @@ from PySide6.QtWidgets import (
 )
 
 from ..store import MATCH_END, MATCH_START, SearchHit
+from .plain import Label
 
 _ID_ROLE = Qt.ItemDataRole.UserRole
 _ROLE_NAMES = {"user": "You", "assistant": "Assistant", "system": "System"}
@@ -106,7 +106,7 @@ class SearchDialog(QDialog):
         self.results = QListWidget()
         self.results.setItemDelegate(_RichTextDelegate(self.results))
         self.results.setWordWrap(True)
-        self.status = QLabel()
+        self.status = Label()
         self.status.setEnabled(False)  # the palette's quiet text colour
 
         layout = QVBoxLayout(self)

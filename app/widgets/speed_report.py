@@ -13,8 +13,6 @@ from PySide6.QtWidgets import (
     QFileDialog,
     QHBoxLayout,
     QHeaderView,
-    QLabel,
-    QMessageBox,
     QProgressBar,
     QPushButton,
     QSpinBox,
@@ -42,6 +40,9 @@ from ..compare import (
     report_markdown,
     report_summary,
 )
+from . import plain
+from .plain import Label
+from .plain import tip as plain_tip
 
 DEFAULT_MAX_TOKENS = 64
 
@@ -70,7 +71,7 @@ class SpeedReportDialog(QDialog):
         self._request_id: int | None = None
         self._ready = False
 
-        self.settings_label = QLabel()
+        self.settings_label = Label()
         self.settings_label.setWordWrap(True)
 
         # --- which prompts ---
@@ -89,7 +90,7 @@ class SpeedReportDialog(QDialog):
             item = QTreeWidgetItem(parent_item, [w.id])
             item.setFlags(item.flags() | Qt.ItemFlag.ItemIsUserCheckable)
             item.setCheckState(0, Qt.CheckState.Checked)
-            item.setToolTip(0, w.prompt)
+            item.setToolTip(0, plain_tip(w.prompt))
             self._prompt_items.append((item, w))
         self.tree.expandAll()
         self.all_button = QPushButton("All")
@@ -127,11 +128,11 @@ class SpeedReportDialog(QDialog):
         right = QWidget()
         right_layout = QVBoxLayout(right)
         right_layout.setContentsMargins(0, 0, 0, 0)
-        right_layout.addWidget(QLabel("Per prompt"))
+        right_layout.addWidget(Label("Per prompt"))
         right_layout.addWidget(self.prompt_table, 1)
-        right_layout.addWidget(QLabel("Per category"))
+        right_layout.addWidget(Label("Per category"))
         right_layout.addWidget(self.category_table)
-        self.summary = QLabel()  # report_summary: the measured and the predicted gain over every row
+        self.summary = Label()  # report_summary: the measured and the predicted gain over every row
         self.summary.setWordWrap(True)
         right_layout.addWidget(self.summary)
         splitter = QSplitter(Qt.Orientation.Horizontal)
@@ -144,7 +145,7 @@ class SpeedReportDialog(QDialog):
         self.progress = QProgressBar()
         self.progress.setFormat("%v / %m prompts")
         self._total = len(self.workloads)  # prompts of the running or last report; before one, the selection
-        self.status = QLabel()
+        self.status = Label()
         self.run_button = QPushButton("Run")
         self.run_button.setDefault(True)
         self.run_button.clicked.connect(self._on_run_clicked)
@@ -342,7 +343,7 @@ class SpeedReportDialog(QDialog):
         try:
             self.export(Path(path))
         except OSError as exc:
-            QMessageBox.critical(self, "Export failed", f"Could not write {path}: {exc}")
+            plain.show_message(self, plain.Icon.Critical, "Export failed", f"Could not write {path}: {exc}")
             return
         self.status.setText(f"Exported to {path}")
 

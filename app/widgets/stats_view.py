@@ -12,6 +12,8 @@ from PySide6.QtWidgets import QFormLayout, QHBoxLayout, QLabel, QVBoxLayout, QWi
 from engine import RunStats, StepEvent
 
 from ..stats import ReplyStats
+from .plain import Label
+from .plain import tip as plain_tip
 
 MIN_X_RANGE = 20  # steps shown before the axis starts to grow
 MIN_Y_TOP = 4  # tokens per step shown before the axis starts to grow
@@ -241,29 +243,29 @@ class LiveStatsView(QWidget):
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.caption = QLabel()
+        self.caption = Label()
         self.caption.setWordWrap(True)
         self.caption.setToolTip(TIPS["caption"])
         self.chart = StepChart(self)
         # The headline: what the steps so far predict against plain decoding, and on what it rests.
-        self.speedup = QLabel()
+        self.speedup = Label()
         font = self.speedup.font()
         font.setBold(True)
         font.setPointSizeF(font.pointSizeF() * 1.25)
         self.speedup.setFont(font)
         self.speedup.setToolTip(TIPS["speedup"])
-        self.speedup_note = QLabel("steps priced on this PC's measured costs")
+        self.speedup_note = Label("steps priced on this PC's measured costs")
         self.speedup_note.setWordWrap(True)
         self.speedup_note.setEnabled(False)  # the palette's quieter text
         self.speedup_note.setToolTip(TIPS["speedup"])
-        self.tokens_per_s = QLabel()
-        self.tokens_per_step = QLabel()
-        self.acceptance = QLabel()
-        self.first_token = QLabel()
-        self.tokens = QLabel()
-        self.prompt = QLabel()
-        self.shape = QLabel()
-        self.threads = QLabel()
+        self.tokens_per_s = Label()
+        self.tokens_per_step = Label()
+        self.acceptance = Label()
+        self.first_token = Label()
+        self.tokens = Label()
+        self.prompt = Label()
+        self.shape = Label()
+        self.threads = Label()
         for label in (self.tokens_per_step, self.acceptance, self.prompt, self.shape, self.threads):
             label.setWordWrap(True)
         form = QFormLayout()
@@ -282,7 +284,7 @@ class LiveStatsView(QWidget):
         )
         self.row_names: dict[str, QLabel] = {}  # the names beside the values, by their TIPS key
         for name, value, tip in rows:
-            name_label = QLabel(name)
+            name_label = Label(name)
             name_label.setToolTip(TIPS[tip])
             value.setToolTip(TIPS[tip])
             form.addRow(name_label, value)
@@ -338,7 +340,7 @@ class LiveStatsView(QWidget):
             self.shape.setText(f"lookahead  W{last.window} N{last.ngram} G{last.guesses}  (batch {last.batch_size})")
         elif last is not None and last.mode == "auto":
             self.shape.setText(f"auto  {auto_step_text(last)}  (batch {last.batch_size})")
-            self.shape.setToolTip(last.choice)
+            self.shape.setToolTip(plain_tip(last.choice))
         elif last is not None and last.mode == "plain":
             self.shape.setText(f"plain  (batch {last.batch_size})")
 
