@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
+import psutil
 from gguf.constants import GGUFValueType, LlamaFileType
 
 from .gguf_header import (
@@ -596,25 +597,21 @@ def check_gguf(path: str | os.PathLike[str]) -> GgufSummary:
 # --- memory ----------------------------------------------------------------------------------
 
 
+CGROUP_DIR = Path("/sys/fs/cgroup")  # cgroup v2 as a container sees its own group (tests point it elsewhere)
+
+
 def available_memory_bytes() -> int | None:
-    """Memory this process can still use: MemAvailable, capped by a cgroup limit (None if unknown)."""
-    avail: int | None = None
+    """Memory this process can still use: the system's available memory, capped by a cgroup limit (None if unknown).
+
+    psutil reads it on Linux (MemAvailable), macOS and Windows alike.
+    """
     try:
-        with open("/proc/meminfo", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    avail = int(line.split()[1]) * 1024
-                    break
-    except (OSError, ValueError):
-        pass
-    if avail is None:
-        try:
-            avail = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-        except (ValueError, OSError, AttributeError):
-            return None
+        avail = int(psutil.virtual_memory().available)
+    except (OSError, psutil.Error):
+        return None
     try:  # cgroup v2: a container's limit can be far below the machine's memory
-        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
-        used = int(Path("/sys/fs/cgroup/memory.current").read_text().strip())
+        limit = (CGROUP_DIR / "memory.max").read_text().strip()
+        used = int((CGROUP_DIR / "memory.current").read_text().strip())
         if limit != "max":
             avail = min(avail, max(0, int(limit) - used))
     except (OSError, ValueError):

@@ -185,7 +185,7 @@ def run_probe(
     t0 = time.perf_counter()
     try:
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                env=_child_env(), start_new_session=True)
+                                env=_child_env(), start_new_session=_has_process_groups())
     except OSError as exc:
         raise ModelFileError(f"could not start a process to test-load the model ({exc.strerror or exc}): {p}") from None
     deadline = t0 + limit
@@ -203,7 +203,7 @@ def run_probe(
                         f"the file may be damaged: {p}"
                     ) from None
     except BaseException:  # timeout, cancel, Ctrl+C or a closing app: leave no child behind
-        _kill_group(proc)
+        _stop_child(proc)
         proc.communicate()
         raise
     seconds = time.perf_counter() - t0
@@ -227,11 +227,23 @@ def run_probe(
     raise ModelFileError(f"test-loading the model failed (exit code {rc}): {detail or 'no reason given'}: {p}")
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)  # the child and anything it started
-    except (ProcessLookupError, PermissionError):
-        proc.kill()
+def _has_process_groups() -> bool:
+    """Whether the child can lead a process group that is killed as one (POSIX); Windows has no ``os.killpg``."""
+    return hasattr(os, "killpg")
+
+
+def _stop_child(proc: subprocess.Popen) -> None:
+    """Kill the child now: on POSIX its whole process group, on Windows the child itself (TerminateProcess).
+
+    The child runs llama.cpp in its own process and starts none, so on Windows nothing is left behind.
+    """
+    if _has_process_groups():
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # the child and anything it started
+            return
+        except (ProcessLookupError, PermissionError):
+            pass
+    proc.kill()
 
 
 def ensure_loadable(

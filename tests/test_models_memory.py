@@ -1,0 +1,90 @@
+"""The memory check reads free memory through psutil (Linux, macOS, Windows) and keeps a container's cgroup cap.
+
+psutil's figure is replaced here by a fixed one, and the cgroup v2 files are written to a temp dir, so each
+test knows what the answer must be on any machine.
+"""
+
+from __future__ import annotations
+
+from collections import namedtuple
+
+import psutil
+import pytest
+
+from engine import models
+from engine.models import ContextTooLargeError, available_memory_bytes, check_context_fits, check_gguf
+
+GiB = 2**30
+FakeMemory = namedtuple("FakeMemory", "total available")
+
+
+@pytest.fixture
+def free_memory(monkeypatch):
+    """Set what psutil reports as available memory, in bytes."""
+
+    def set_available(n: int) -> None:
+        monkeypatch.setattr(psutil, "virtual_memory", lambda: FakeMemory(total=64 * GiB, available=n))
+
+    return set_available
+
+
+@pytest.fixture
+def cgroup(tmp_path, monkeypatch):
+    """Write this process's cgroup v2 memory files (limit "max" is none), or point at a folder without them."""
+    monkeypatch.setattr(models, "CGROUP_DIR", tmp_path / "no-cgroup")
+
+    def write(limit: str, current: int) -> None:
+        (tmp_path / "memory.max").write_text(f"{limit}\n")
+        (tmp_path / "memory.current").write_text(f"{current}\n")
+        monkeypatch.setattr(models, "CGROUP_DIR", tmp_path)
+
+    return write
+
+
+def test_free_memory_is_psutils_figure_where_no_cgroup_limits_it(free_memory, cgroup):
+    free_memory(6 * GiB)
+    assert available_memory_bytes() == 6 * GiB  # no cgroup files (Windows, macOS, most desktops)
+    cgroup("max", 1 * GiB)
+    assert available_memory_bytes() == 6 * GiB
+
+
+def test_a_cgroup_limit_below_free_memory_caps_it_at_the_limit_less_what_the_group_uses(free_memory, cgroup):
+    free_memory(6 * GiB)
+    cgroup(str(2 * GiB), GiB // 2)
+    assert available_memory_bytes() == 3 * GiB // 2
+    cgroup(str(2 * GiB), 3 * GiB)
+    assert available_memory_bytes() == 0  # the group is over its limit
+    cgroup(str(64 * GiB), 0)
+    assert available_memory_bytes() == 6 * GiB  # a limit looser than the machine
+
+
+def test_unreadable_cgroup_files_leave_psutils_figure(free_memory, cgroup):
+    free_memory(6 * GiB)
+    cgroup("lots", 0)
+    assert available_memory_bytes() == 6 * GiB
+
+
+def test_free_memory_is_unknown_when_psutil_cannot_read_it(monkeypatch):
+    def fails():
+        raise PermissionError(13, "Permission denied", "/proc/meminfo")
+
+    monkeypatch.setattr(psutil, "virtual_memory", fails)
+    assert available_memory_bytes() is None
+
+
+def test_the_real_machine_reports_some_free_memory():
+    avail = available_memory_bytes()
+    assert avail is not None and avail > 0
+
+
+def test_a_context_is_refused_by_psutils_figure_and_by_the_cgroup_cap(free_memory, cgroup, model_path):
+    summary = check_gguf(model_path)
+    need = summary.kv_cache_bytes(4096)  # about 90 MiB
+    free_memory(need - 1)
+    with pytest.raises(ContextTooLargeError, match="more than this machine's memory allows"):
+        check_context_fits(summary, 4096)
+    free_memory(4 * GiB)
+    check_context_fits(summary, 4096)
+    cgroup(str(need), 1)  # a container with one byte too little left
+    with pytest.raises(ContextTooLargeError):
+        check_context_fits(summary, 4096)
