@@ -36,7 +36,7 @@ CACHE_VERSION = 1
 CACHE_MAX_ENTRIES = 200  # newest kept; an evicted file is only probed again
 
 # The child's exit codes besides 0 (loaded) and a signal.
-EXIT_REFUSED = 3  # llama.cpp refused the file with an error (no crash)
+EXIT_REFUSED = 65  # llama.cpp refused the file with an error (no crash); not 3, which abort() gives on Windows
 EXIT_FAILED = 4  # anything else went wrong in the child
 
 PROBE_TEXT = "Hello, world!\n"  # tokenized (with special tokens) and decoded in the child
@@ -167,6 +167,21 @@ def _signal_name(number: int) -> str:
         return f"signal {number}"
 
 
+def crash_name(rc: int, windows: bool = os.name == "nt") -> str | None:
+    """How the child crashed, from its exit code; None if it exited.
+
+    POSIX gives the signal as a negative code. Windows gives an exception's NTSTATUS as an unsigned code
+    (0xC0000005 for an access violation), and 3 for abort(), which is what a failed GGML_ASSERT calls.
+    """
+    if rc < 0:
+        return _signal_name(-rc)
+    if windows and rc >= 0xC0000000:
+        return f"exception 0x{rc:08X}"
+    if windows and rc == 3:
+        return "abort"
+    return None
+
+
 def run_probe(
     path: str | os.PathLike[str],
     n_ctx: int,
@@ -213,9 +228,9 @@ def run_probe(
     if rc == 0:
         return seconds
     detail = _FUNCTION_PREFIX.sub("", detail.replace(str(p), p.name))
-    if rc < 0:
-        sig = _signal_name(-rc)
-        if -rc == signal.SIGKILL:
+    sig = crash_name(rc)
+    if sig is not None:
+        if sig == "SIGKILL":
             raise ModelFileError(
                 f"the test process loading the model was killed (SIGKILL), most likely for lack of memory; "
                 f"try a smaller context or close other programs: {p}"

@@ -74,3 +74,12 @@ def test_a_cancelled_test_load_stops_its_child_with_or_without_process_groups(st
         probe.run_probe(model_file, n_ctx=256, n_threads=1, command=SLEEPER, cancel=cancel)
     assert time.perf_counter() - t0 < 10
     assert_gone(started)
+
+
+@pytest.mark.parametrize(("rc", "windows", "crash"), [
+    (-11, False, "SIGSEGV"), (-9, False, "SIGKILL"), (0xC0000005, True, "exception 0xC0000005"),
+    (3, True, "abort"), (3, False, None), (probe.EXIT_REFUSED, True, None), (probe.EXIT_REFUSED, False, None),
+    (1, True, None), (0xC0000005, False, None),
+])
+def test_a_crash_is_told_from_an_exit_on_each_os(rc, windows, crash):
+    assert probe.crash_name(rc, windows=windows) == crash
