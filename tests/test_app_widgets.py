@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from PySide6.QtCore import QElapsedTimer, Qt, QTimer  # noqa: E402
+from PySide6.QtCore import QElapsedTimer, Qt  # noqa: E402
 from PySide6.QtGui import QGuiApplication, QTextFormat  # noqa: E402
 
 from app.coalescer import UpdateCoalescer  # noqa: E402
@@ -18,6 +18,7 @@ from app.widgets.decoding_panel import DecodingPanel  # noqa: E402
 from app.widgets.markdown_view import MarkdownView, keep_line_breaks  # noqa: E402
 from engine import GenerationControls, LookaheadConfig, StepEvent  # noqa: E402
 from tests.app_fixtures import OFFSCREEN_NOISE, FakeEngineMemory, quick_settings, use_fake_engine
+from tests.event_loop import EventLoopWatch
 
 pytestmark = OFFSCREEN_NOISE
 
@@ -123,10 +124,11 @@ def test_the_coalescer_hands_over_every_item_in_order_at_most_about_30_times_a_s
             coalescer.push(n)
             n += 1
         qtbot.wait(1)
+    burst_s = clock.elapsed() / 1000  # longer than asked when the machine is busy: the batches are counted in it
     coalescer.flush()
     assert [x for b in batches for x in b] == list(range(n))
     assert n > 1000
-    assert len(batches) <= 0.5 * 30 * 1.5 + 3
+    assert len(batches) <= burst_s * 30 * 1.5 + 3, f"{len(batches)} batches in {burst_s:.2f} s"
 
 
 # --- a fast fake engine through the real worker and window ---
@@ -180,20 +182,15 @@ def test_a_stream_of_thousands_of_tokens_a_second_is_drawn_in_batches_without_fr
 
     monkeypatch.setattr(MessageBubble, "set_text", counting)
     window = make_window(quick_settings(max_tokens=4000, show_lookahead=show_lookahead))
-    gaps = []
-    clock = QElapsedTimer()
-    ticker = QTimer()
-    ticker.setInterval(10)
-    ticker.timeout.connect(lambda: (gaps.append(clock.restart())))
+    watch = EventLoopWatch()
 
     window.input.setPlainText("go")
-    clock.start()
-    ticker.start()
+    watch.start()
     started = time.perf_counter()
     with qtbot.waitSignal(window.replyCompleted, timeout=60_000) as blocker:
         window.send_button.click()
     elapsed = time.perf_counter() - started
-    ticker.stop()
+    watch.stop()
     record = blocker.args[0]
 
     assert record.text == "ab" * _FakeSession.steps
@@ -207,9 +204,9 @@ def test_a_stream_of_thousands_of_tokens_a_second_is_drawn_in_batches_without_fr
     assert len(renders) <= elapsed * 30 * 1.5 + 5, f"{len(renders)} renders in {elapsed:.2f} s"
     assert len(renders) < _FakeSession.steps / 5
     # Real time, as the user feels it: what the window does per repaint (Markdown, tints, chart) takes a few ms
-    # here at the end of this reply and does not grow per step (test_app_live_panel.py checks the chart); 250 ms
-    # leaves room for a 3x slower CI machine with its other core busy, whose scheduler also delays the ticks.
-    assert max(gaps[1:], default=0) < 250, "the event loop was blocked"
+    # here at the end of this reply and does not grow per step (test_app_live_panel.py checks the chart): the GUI
+    # thread's own work between two ticks stays under 250 ms however busy the machine; see tests/event_loop.py.
+    watch.assert_kept_running()
 
 
 def test_stop_reaches_a_running_generation_through_the_direct_connection(qtbot, make_window, fake_engine):

@@ -101,12 +101,18 @@ def test_every_bad_model_file_is_refused_with_a_message_that_says_what_is_wrong(
 
 
 def test_the_header_check_is_fast_and_agrees_with_ggufs_own_reader(model_path):
-    best = min(_timed(check_gguf, model_path) for _ in range(3))
-    assert best < 0.3, f"check_gguf took {best:.2f} s"
     from gguf import GGUFReader  # slow (parses everything), but the reference
 
-    summary = check_gguf(model_path)
+    best = min(_timed(check_gguf, model_path) for _ in range(3))
+    t0 = time.perf_counter()
     reader = GGUFReader(str(model_path), "r")
+    reader_s = time.perf_counter() - t0
+    # Real time, against gguf's own reader timed in the same run: check_gguf skips the array contents that the
+    # reader builds (about 0.05 s against seconds). 0.3 s, or a tenth of the reader's time when other programs
+    # slow this machine, still fails a check that parses the vocabulary as the reader does.
+    assert best < max(0.3, reader_s / 10), f"check_gguf took {best:.2f} s, gguf's reader {reader_s:.2f} s"
+
+    summary = check_gguf(model_path)
     assert summary.n_tensors == len(reader.tensors)
     end = max(int(t.data_offset) + int(t.n_bytes) for t in reader.tensors)
     assert end == summary.size_bytes  # the whole file is accounted for by the tensor table

@@ -300,9 +300,17 @@ class LibraryDialog(QDialog):
         self.status_label.setText(f"Scanning… {files} files")
         self.status_label.setToolTip(plain_tip(path))
 
+    def _scan_ended(self) -> None:
+        """A scan has said its last: wait the moment its thread needs to return, so that closing the dialog
+        now cannot delete a thread still running (Qt aborts the process then)."""
+        self._thread = None
+        thread = self.sender()
+        if isinstance(thread, ScanThread):
+            thread.wait()
+
     @Slot(object)
     def _on_found(self, result: ScanResult) -> None:
-        self._thread = None
+        self._scan_ended()
         self.scan_result = result
         self.rescan_button.setEnabled(True)
         self._show(result)
@@ -310,7 +318,7 @@ class LibraryDialog(QDialog):
 
     @Slot(str)
     def _on_failed(self, message: str) -> None:
-        self._thread = None
+        self._scan_ended()
         self.rescan_button.setEnabled(True)
         self.status_label.setText(f"The scan failed: {message}")
 
