@@ -1,4 +1,4 @@
-"""Command line: ``python -m engine generate | bench | chat``.
+"""Command line: ``python -m engine generate | bench | tune | chat | shape``.
 
 Bad input (missing or broken model, prompt too long, invalid settings) ends
 with one line on stderr and a non-zero exit, never a traceback.
@@ -13,6 +13,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, NoReturn
 
+from . import native
 from .bench import (
     BenchReport,
     attached_workloads,
@@ -26,8 +27,9 @@ from .bench import (
     workload_prompt,
 )
 from .busybench import Cell, run_busy_bench
-from .costmodel import CostCurve, MachineBusy, cpu_name
+from .costmodel import EXACT_PROBE_SIZES, CostCurve, MachineBusy, cpu_name
 from .documents import Document, DocumentContext, DocumentError, read_document, with_documents
+from .kernels import explain_exact_limit, matrix_kernels
 from .measure import PromptResult, RunStats, Workload, geomean
 from .models import ModelFileError, default_model_path
 from .native import NativeError
@@ -41,6 +43,7 @@ from .runtime import (
 )
 from .session import ChatSession
 from .settings import DEFAULT_LOOKAHEAD, LookaheadConfig, SamplingConfig, SettingsError, StopConfig
+from .shapes import QUANT_TYPES, SHAPES, build_shape
 from .text import Message, TemplateRenderError, conversation_messages
 from .whatif import CurveFileError, load_curve, save_curve
 
@@ -151,6 +154,15 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--seed", type=int, default=0)
     c.add_argument("--attach", action="append", default=[], metavar="FILE",
                    help="attach a file to the chat (repeatable): given with the first message, drafted from throughout")
+
+    s = sub.add_parser("shape", help="write a model in a real model's shape with random weights, for benchmarks")
+    s.add_argument("name", nargs="?", choices=list(SHAPES), metavar="NAME",
+                   help=f"the shape: {', '.join(SHAPES)} (--list describes them)")
+    s.add_argument("out", nargs="?", metavar="OUT.gguf", help="the file to write")
+    s.add_argument("--type", choices=list(QUANT_TYPES), default="q4_k_m",
+                   help="file type, quantized by llama.cpp as llama-quantize does (default q4_k_m)")
+    s.add_argument("--seed", type=int, default=0, help="seed of the random weights (default 0)")
+    s.add_argument("--list", action="store_true", help="list the shapes and exit")
     return parser
 
 
@@ -468,6 +480,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     with open_engine(args) as eng:
         curve = eng.tune(refresh=not args.cached)
         model = eng.summary.name
+        kernels = matrix_kernels(dict(eng.summary.matrix_types), native.system_features())
     if args.save:
         try:
             save_curve(curve, args.save, model=model, threads=curve.threads)
@@ -475,11 +488,16 @@ def cmd_tune(args: argparse.Namespace) -> int:
             raise CliError(f"cannot write {args.save}: {exc.strerror or exc}") from None
     plan = auto_plan(curve)
     if args.json:
-        print(json.dumps({"curve": curve.to_json(), "auto": plan}))
+        print(json.dumps({"curve": curve.to_json(), "auto": plan,
+                          "kernels": [{"type": k.ggml_type, "tensors": k.n_tensors, "kernel": k.kernel,
+                                       "exact_up_to": k.exact_up_to} for k in kernels]}))
         return 0
     print(curve.table())
-    print(f"measured in {curve.measured_s:.1f} s; batches up to {curve.max_exact_batch} tokens "
-          "give logits identical to a 1-token step")
+    exact = explain_exact_limit(kernels, curve.max_exact_batch, max(EXACT_PROBE_SIZES))
+    print(f"measured in {curve.measured_s:.1f} s; {exact}")
+    print("Weight matrices, and the kernel that multiplies a batch by them on this build:")
+    for kernel in kernels:
+        print(f"  {kernel.describe}")
     print("A draft of L tokens beats a plain step only if each of its tokens lands with probability at least:")
     for L, p in plan["min_p_for_draft_len"].items():
         print(f"  L={L}: p >= {p:.2f}" if p is not None else f"  L={L}: never pays")
@@ -532,11 +550,30 @@ def cmd_chat(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_shape(args: argparse.Namespace) -> int:
+    if args.list:
+        for shape in SHAPES.values():
+            print(f"{shape.name:<14} {shape.arch:<7} {shape.n_params / 1e6:>6.0f}M parameters  {shape.description}")
+        return 0
+    if args.name is None or args.out is None:
+        raise CliError("shape needs a shape NAME and an OUT.gguf file (or --list)")
+    try:
+        built = build_shape(SHAPES[args.name], args.out, args.type, seed=args.seed,
+                            progress=lambda message: print(f"note: {message}…", file=sys.stderr))
+    except OSError as exc:
+        raise CliError(f"cannot write {args.out}: {exc.strerror or exc}", EXIT_FAILED) from None
+    types = ", ".join(f"{name} {count}" for name, count in built.tensor_types.items())
+    print(f"wrote {built.path}: {built.size_bytes / 1e6:.1f} MB, {built.quant_type.upper()}, "
+          f"{built.n_tensors} tensors ({types}) in {built.seconds:.1f} s")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
-        handler = {"generate": cmd_generate, "bench": cmd_bench, "chat": cmd_chat, "tune": cmd_tune}[args.command]
+        handler = {"generate": cmd_generate, "bench": cmd_bench, "chat": cmd_chat, "tune": cmd_tune,
+                   "shape": cmd_shape}[args.command]
         return handler(args)
     except CliError as exc:
         print(f"error: {exc}", file=sys.stderr)

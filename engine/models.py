@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import ClassVar
 
 import psutil
-from gguf.constants import GGUFValueType, LlamaFileType
+from gguf.constants import GGMLQuantizationType, GGUFValueType, LlamaFileType
 
 from .gguf_header import (
     GGUF_MAGIC,
@@ -240,6 +240,7 @@ class GgufSummary:
     has_chat_template: bool
     kv_bytes_per_token: int = 0  # f16 K+V cache of one token over all layers (0: unknown or no attention cache)
     n_params: int = 0  # elements of all tensors, as llama.cpp counts a model's parameters
+    matrix_types: tuple[tuple[str, int], ...] = ()  # (ggml type, how many) of the weight matrices (2-D and up)
 
     def kv_cache_bytes(self, n_ctx: int) -> int:
         """Estimated size of a KV cache of ``n_ctx`` tokens (f16, the llama.cpp default)."""
@@ -591,7 +592,20 @@ def check_gguf(path: str | os.PathLike[str]) -> GgufSummary:
         has_chat_template="tokenizer.chat_template" in meta,
         kv_bytes_per_token=_kv_bytes_per_token(meta, arch),
         n_params=sum(math.prod(t.dims) for t in header.tensors),
+        matrix_types=_matrix_types(header),
     )
+
+
+def _matrix_types(header: Header) -> tuple[tuple[str, int], ...]:
+    counts: dict[str, int] = {}
+    for t in header.tensors:
+        if sum(d > 1 for d in t.dims) >= 2:
+            try:
+                name = GGMLQuantizationType(t.ggml_type).name
+            except ValueError:
+                name = f"type {t.ggml_type}"
+            counts[name] = counts.get(name, 0) + 1
+    return tuple(sorted(counts.items()))
 
 
 # --- memory ----------------------------------------------------------------------------------

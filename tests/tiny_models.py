@@ -1,6 +1,6 @@
 """Tiny GGUF models written with gguf's GGUFWriter: other architectures and shapes than the bundled model.
 
-Random weights, a byte-level SPM vocabulary (bytes plus a-z), in the tensor
+Random weights, a byte-level SPM vocabulary (bytes plus ▁ and a-z, engine/shapes.py's), in the tensor
 shapes llama.cpp expects (numpy shape = llama.cpp's ne reversed).
 """
 
@@ -11,17 +11,9 @@ from pathlib import Path
 
 import numpy as np
 
-TOKENS = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)] + ["▁"] + [chr(c) for c in range(97, 123)]
+from engine.shapes import add_byte_vocab, byte_vocab
 
-
-def _add_byte_vocab(writer) -> None:
-    writer.add_tokenizer_model("llama")
-    writer.add_token_list(TOKENS)
-    writer.add_token_scores([0.0] * 259 + [-float(i) for i in range(27)])
-    writer.add_token_types([2, 3, 3] + [6] * 256 + [1] * 27)  # unknown, control, byte, normal
-    writer.add_bos_token_id(1)
-    writer.add_eos_token_id(2)
-    writer.add_unk_token_id(0)
+TOKENS = byte_vocab(3 + 256 + 27)  # <unk> <s> </s>, the bytes, then ▁ and a-z
 
 
 def _random_weights(seed: int) -> Callable[..., np.ndarray]:
@@ -66,7 +58,7 @@ def write_tiny_mamba(path: Path, context_length: int = 1024) -> Path:
     writer.add_ssm_dt_b_c_rms(False)
     writer.add_layer_norm_rms_eps(1e-5)
     writer.add_file_type(gguf.LlamaFileType.ALL_F32)
-    _add_byte_vocab(writer)
+    add_byte_vocab(writer, len(TOKENS))
     writer.add_tensor("token_embd.weight", w(n_vocab, n_embd))
     writer.add_tensor("output_norm.weight", np.ones(n_embd, dtype=np.float32))
     writer.add_tensor("output.weight", w(n_vocab, n_embd))
@@ -129,7 +121,7 @@ def write_tiny_llama(
     writer.add_rope_dimension_count(head_dim)
     writer.add_layer_norm_rms_eps(1e-5)
     writer.add_file_type(file_type)
-    _add_byte_vocab(writer)
+    add_byte_vocab(writer, len(TOKENS))
     writer.add_tensor("token_embd.weight", w(n_vocab, n_embd, scale=1.0))
     writer.add_tensor("output_norm.weight", np.ones(n_embd, dtype=np.float32))
     add_matrix("output.weight", n_vocab, n_embd)

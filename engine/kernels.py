@@ -1,0 +1,93 @@
+"""Which llama.cpp matmul kernel serves a model's batches on this build, and what that means for lookahead.
+
+A step keeps a guessed token only if its row of logits is bit for bit the one a 1-token step gives, so the
+batches a step may use are those whose matmuls keep the 1-token arithmetic. Which those are depends on the
+weights' types and the CPU: our llama.cpp patch (packaging/llama-cpp-small-batch.patch) gives Q4_1, Q4_K and
+Q6_K kernels whose rows never depend on the batch size; other types keep llama.cpp's, and some of those switch
+to another float order at some batch size. The exact-batch probe (``costmodel.probe_exact_batch``) measures
+what holds for a model; this module names why, for ``engine tune`` and the app's model info.
+"""
+
+from __future__ import annotations
+
+import platform
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+EVERY_SIZE = None  # ``exact_up_to`` of a kernel that keeps the 1-token arithmetic at every batch size
+
+
+@dataclass(frozen=True)
+class MatrixKernel:
+    """How the weight matrices of one type are multiplied by a batch on this build."""
+
+    ggml_type: str  # "Q4_K"
+    n_tensors: int
+    kernel: str  # what runs, in a few words
+    exact_up_to: int | None  # the largest batch known to give 1-token results, or EVERY_SIZE; 0: not known
+
+    @property
+    def describe(self) -> str:
+        if self.exact_up_to is EVERY_SIZE:
+            exact = "every batch size gives 1-token results"
+        elif self.exact_up_to == 0:
+            exact = "batches are checked on the model"
+        else:
+            exact = f"batches of more than {self.exact_up_to} tokens round differently"
+        return f"{self.ggml_type} ({self.n_tensors}): {self.kernel}; {exact}"
+
+
+# llama.cpp's own x86 kernels for the types the patch leaves alone, as in the vendored version:
+# the K-quants and i-quants below take its tiled path from 8 tokens (another float order than vec_dot's).
+_TILED_FROM_8 = {"Q2_K", "Q3_K", "Q5_K", "IQ4_XS", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ1_S", "IQ1_M"}
+
+
+def _x86_kernel(ggml_type: str, avx512: bool, avx2: bool) -> tuple[str, int | None]:
+    if ggml_type == "Q4_1" and avx2:
+        return "one-pass tile kernel (patched)", EVERY_SIZE
+    if ggml_type in ("Q4_K", "Q6_K") and avx512:
+        return "one-pass tile kernel (patched)", EVERY_SIZE
+    if ggml_type == "Q4_K" and avx2:
+        return "repacked 4-row kernel in the 1-token order (patched)", EVERY_SIZE
+    if ggml_type == "Q6_K":
+        return "one row at a time up to 256 tokens (patched)", EVERY_SIZE
+    if ggml_type == "Q4_0" and avx2:
+        return "llama.cpp's repacked kernel", EVERY_SIZE
+    if ggml_type in _TILED_FROM_8:
+        return "llama.cpp's tiled kernel from 8 tokens", 7
+    if ggml_type == "IQ4_NL":
+        return "llama.cpp's kernels", 1
+    return "llama.cpp's kernels", 0
+
+
+def matrix_kernels(
+    type_counts: Mapping[str, int], features: Mapping[str, str], machine: str | None = None,
+) -> list[MatrixKernel]:
+    """The kernel of each weight type in ``type_counts`` (matrices only) on a build with these CPU ``features``
+    (``native.system_features()``), most tensors first."""
+    machine = (machine or platform.machine()).lower()
+    x86 = machine in ("x86_64", "amd64", "i686", "x86")
+    avx512 = features.get("AVX512") == "1"
+    avx2 = features.get("AVX2") == "1" and features.get("FMA") == "1"
+    out = []
+    for ggml_type, n in sorted(type_counts.items(), key=lambda kv: (-kv[1], kv[0])):
+        if x86:
+            kernel, exact = _x86_kernel(ggml_type, avx512, avx2)
+        else:
+            kernel, exact = "llama.cpp's kernels (the patch changes x86 only)", 0
+        out.append(MatrixKernel(ggml_type, n, kernel, exact))
+    return out
+
+
+def explain_exact_limit(kernels: list[MatrixKernel], max_exact_batch: int, largest_probed: int) -> str:
+    """One sentence on the largest exact batch the probe found, and which weights set it when they are known to."""
+    if max_exact_batch >= largest_probed:
+        return f"batches up to {max_exact_batch} tokens (all sizes probed) give logits identical to a 1-token step"
+    limiting = [k.ggml_type for k in kernels if k.exact_up_to and k.exact_up_to <= max_exact_batch]
+    if max_exact_batch == 0:
+        head = "no batch gives logits identical to a 1-token step, so lookahead is off for this model"
+    else:
+        head = f"batches up to {max_exact_batch} tokens give logits identical to a 1-token step"
+    if limiting:
+        return f"{head}: llama.cpp's kernels for {', '.join(limiting)} weights round larger batches differently"
+    return f"{head}; larger ones round differently on this CPU"

@@ -1,0 +1,113 @@
+"""The kernels our llama.cpp patch adds or changes (packaging/llama-cpp-small-batch.patch) keep the engine's contract
+on the build in use: a matmul over k tokens gives each token the result of a 1-token matmul, bit for bit, for every k
+a step can have; and a Q4_K_M model, loaded as the app loads it (weights repacked where llama.cpp repacks them),
+has batches exact at every size the engine probes."""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import llama_cpp
+import pytest
+
+from engine import Engine
+from engine.costmodel import EXACT_PROBE_SIZES, probe_exact_batch
+from engine.kernels import EVERY_SIZE, explain_exact_limit, matrix_kernels
+from engine.shapes import SHAPES, build_shape
+
+PACKAGING = Path(__file__).resolve().parent.parent / "packaging"
+CHECK_SOURCE = PACKAGING / "small-batch-check.c"
+LIB_DIR = Path(llama_cpp.__file__).resolve().parent / "lib"
+
+x86_only = pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"),
+                              reason="the patch changes x86 kernels only")
+
+
+def _ggml_headers() -> Path:
+    """The public ggml headers of the llama.cpp the venv was built from (packaging/llama_source.py's folder)."""
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "lookahead-chat" / "src"
+    out = subprocess.run([sys.executable, str(PACKAGING / "llama_source.py"), str(cache)],
+                         capture_output=True, text=True, check=True)
+    return Path(out.stdout.strip()) / "vendor" / "llama.cpp" / "ggml" / "include"
+
+
+@pytest.fixture(scope="module")
+def small_batch_check(tmp_path_factory) -> Path:
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.fail("no C compiler: packaging/system-deps.sh installs one (llama-cpp-python needs it too)")
+    exe = tmp_path_factory.mktemp("kernels") / "small-batch-check"
+    subprocess.run([cc, "-O2", "-std=gnu11", str(CHECK_SOURCE), f"-I{_ggml_headers()}", f"-L{LIB_DIR}",
+                    "-lggml", "-lggml-base", "-lggml-cpu", "-lm", f"-Wl,-rpath,{LIB_DIR}", "-o", str(exe)],
+                   check=True, capture_output=True, text=True)
+    return exe
+
+
+def _run_check(exe: Path, *args: str) -> tuple[int, dict[str, str]]:
+    run = subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=600)
+    assert run.stderr == "", run.stderr
+    lines = {line.split()[0]: line for line in run.stdout.splitlines() if line.strip()}
+    return run.returncode, lines
+
+
+@x86_only
+def test_every_kernel_the_patch_adds_gives_batch_tokens_their_1_token_results(small_batch_check):
+    # Q4_1: the bundled model; Q4_K and Q6_K: a Q4_K_M file. k = 1..32, 48, 63, 64, 96, 128, 232; 1 and 2 threads.
+    code, lines = _run_check(small_batch_check, "--types", "q4_1,q4_K,q6_K", "--shapes", "8")
+    assert set(lines) == {"q4_1", "q4_K", "q6_K"}, lines
+    for line in lines.values():
+        assert " 0 differ" in line and "8 shapes" in line, line
+    assert code == 0
+
+
+@x86_only
+def test_the_check_finds_a_kernel_whose_batches_differ(small_batch_check):
+    # Q5_K keeps llama.cpp's own kernels: vec_dot below 8 tokens, the tiled path (another float order) from 8.
+    code, lines = _run_check(small_batch_check, "--types", "q5_K", "--shapes", "4", "--threads", "1")
+    assert code == 1
+    assert " 0 differ" not in lines["q5_K"] and "first at k = " in lines["q5_K"], lines
+
+
+@x86_only
+def test_a_q4_k_m_model_gives_1_token_logits_at_every_probed_batch_size(tmp_path):
+    # The file llama.cpp's quantizer makes in Q4_K_M: Q4_K matrices, Q6_K output (tied embeddings) and ffn_down.
+    # Loaded as the app loads models, so llama.cpp repacks whatever it repacks on this CPU.
+    model = build_shape(SHAPES["test-256"], tmp_path / "test-256-q4_k_m.gguf", "q4_k_m")
+    assert {"Q4_K", "Q6_K"} <= set(model.tensor_types)
+    with Engine(model.path, n_ctx=1024, n_threads=2) as eng:
+        assert probe_exact_batch(eng) == max(EXACT_PROBE_SIZES)
+
+
+# --- what engine tune and the model info say about a model's kernels (engine/kernels.py), on pinned CPU features ---
+
+AVX512 = {"AVX2": "1", "FMA": "1", "AVX512": "1"}
+AVX2_ONLY = {"AVX2": "1", "FMA": "1", "AVX512": "0"}
+
+
+def test_a_q4_k_m_model_is_exact_at_every_size_on_avx512_and_avx2_builds_alike():
+    types = {"Q4_K": 96, "Q6_K": 17}
+    on_512 = matrix_kernels(types, AVX512, machine="x86_64")
+    on_avx2 = matrix_kernels(types, AVX2_ONLY, machine="x86_64")
+    assert [k.ggml_type for k in on_512] == ["Q4_K", "Q6_K"]  # most tensors first
+    assert all(k.exact_up_to is EVERY_SIZE for k in on_512 + on_avx2)
+    assert "tile" in on_512[0].kernel and "repacked" in on_avx2[0].kernel
+    assert on_512[0].describe == "Q4_K (96): one-pass tile kernel (patched); every batch size gives 1-token results"
+
+
+def test_the_limit_a_probe_finds_is_put_down_to_the_weights_whose_kernels_set_it():
+    kernels = matrix_kernels({"Q5_K": 80, "Q6_K": 30, "F32": 1}, AVX512, machine="x86_64")
+    said = explain_exact_limit(kernels, 7, 128)
+    assert said.startswith("batches up to 7 tokens give logits identical to a 1-token step")
+    assert "Q5_K" in said and "Q6_K" not in said
+    assert "all sizes probed" in explain_exact_limit(kernels, 128, 128)
+    assert "lookahead is off" in explain_exact_limit(matrix_kernels({"F16": 10}, AVX512, machine="x86_64"), 0, 128)
+
+
+def test_other_architectures_are_not_claimed_exact():
+    (kernel,) = matrix_kernels({"Q4_K": 10}, {"NEON": "1"}, machine="aarch64")
+    assert kernel.exact_up_to == 0 and "x86 only" in kernel.kernel
