@@ -38,8 +38,10 @@ from engine import (
 from engine.bench import PromptResult
 from engine.costmodel import CostCurve, MachineBusy, MeasurementCancelled
 from engine.documents import with_documents
+from engine.kernels import matrix_kernels
 from engine.library import friendly_name
 from engine.models import LoadProblem
+from engine.native import system_features
 from engine.probe import ProbeResult, ensure_loadable
 from engine.runtime import default_threads
 
@@ -191,6 +193,7 @@ class EngineWorker(QObject):
             template_is_fallback=engine.template.is_fallback,
             n_ctx_train=s.context_length,
             size_bytes=s.size_bytes,
+            batch_kernels=tuple(k.describe for k in matrix_kernels(dict(s.matrix_types), system_features())),
         )
         self.modelLoaded.emit(loaded)
 

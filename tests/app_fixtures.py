@@ -195,7 +195,7 @@ class FakeEngine(FakeEngineMemory):
             if progress is not None:
                 progress(frac)
         self.summary = SimpleNamespace(name="Fake", architecture="fake", file_type="F16", path=str(path),
-                                       context_length=2048, size_bytes=1000)
+                                       context_length=2048, size_bytes=1000, matrix_types=(("F16", 4),))
         self.template = ChatTemplate(None)
         self.info = SimpleNamespace(n_params=1_000_000)
         self.n_ctx, self.n_threads = n_ctx, n_threads or 1

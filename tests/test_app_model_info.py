@@ -25,6 +25,8 @@ def _model(**overrides) -> LoadedModel:
         path="/models/smol.gguf", display_name="smol", gguf_name="Smol 135M", architecture="llama",
         file_type="Q4_1", n_ctx=2048, n_params=134_515_008, n_threads=2, lookahead_block_reason=None, load_s=0.5,
         template_source=OWN_TEMPLATE, template_is_fallback=False, n_ctx_train=8192, size_bytes=102_958_944,
+        batch_kernels=("Q4_1 (210): one-pass tile kernel (patched); every batch size gives 1-token results",
+                       "Q8_0 (1): llama.cpp's kernels; batches are checked on the model"),
     )
     values.update(overrides)
     return LoadedModel(**values)
@@ -53,6 +55,8 @@ def test_the_dialog_shows_the_models_facts_and_its_own_template_read_only_in_a_f
         "Context in use": "2,048 tokens",
         "File size": "98.2 MiB",
         "File": "/models/smol.gguf",
+        "Batch kernels": "Q4_1 (210): one-pass tile kernel (patched); every batch size gives 1-token results\n"
+                         "Q8_0 (1): llama.cpp's kernels; batches are checked on the model",
     }
     assert dialog.name_label.text() == "smol"  # as the status bar and the library name it
     assert dialog.template_note.text() == OWN_TEMPLATE_NOTE
@@ -83,7 +87,7 @@ def test_the_fallback_template_is_shown_with_a_line_saying_it_is_not_the_models_
 class _TemplatelessEngine(FakeEngineMemory):
     def __init__(self, path, n_ctx=4096, n_threads=None, progress=None, summary=None) -> None:
         self.summary = SimpleNamespace(name="Bare", architecture="gpt2", file_type="F16", path=str(path),
-                                       context_length=1024, size_bytes=250_000_000)
+                                       context_length=1024, size_bytes=250_000_000, matrix_types=(("F16", 48),))
         self.info = SimpleNamespace(n_params=124_000_000)
         self.n_ctx, self.n_threads = n_ctx, n_threads or 1
         self.lookahead_block_reason = None
@@ -169,3 +173,6 @@ def test_the_bundled_model_shows_its_own_template_and_its_header_facts(qtbot, ma
         window.model_label.toolTip())
     assert facts["File size"] == format_size(Path(model_path).stat().st_size)
     assert facts["Context in use"] == f"{window.model.n_ctx:,} tokens"
+    # which kernel multiplies a batch by each weight type here: the bundled model's matrices are Q4_1 (and Q8_0)
+    kernels = facts["Batch kernels"].splitlines()
+    assert kernels and kernels[0].startswith("Q4_1 (") and all(" (" in line and "; " in line for line in kernels)

@@ -74,10 +74,11 @@ class ModelInfoDialog(QDialog):
             ("Context in use", format_tokens(model.n_ctx)),
             ("File size", format_size(model.size_bytes) if model.size_bytes else "unknown"),
             ("File", model.path),
+            ("Batch kernels", "\n".join(model.batch_kernels) or "unknown"),
         ):
             label = Label(value)
             label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-            label.setWordWrap(name == "File")
+            label.setWordWrap(name in ("File", "Batch kernels"))
             form.addRow(f"{name}:", label)
             self.facts[name] = label
 
