@@ -478,7 +478,11 @@ def auto_plan(curve: CostCurve) -> dict:
 
 def cmd_tune(args: argparse.Namespace) -> int:
     with open_engine(args) as eng:
-        curve = eng.tune(refresh=not args.cached)
+        try:
+            curve = eng.tune(refresh=not args.cached)
+        except MachineBusy:
+            raise CliError("another program was using the CPU while this PC was being measured, so nothing was "
+                           "measured: run engine tune again when the PC is quieter", EXIT_FAILED) from None
         model = eng.summary.name
         kernels = matrix_kernels(dict(eng.summary.matrix_types), native.system_features())
     if args.save:

@@ -164,3 +164,18 @@ def test_an_attachment_that_cannot_be_used_ends_with_one_error_line_naming_it(tm
     empty.mkdir()
     r = engine_cli("bench", "--attach-dir", str(empty))
     assert r.returncode == 2 and "no files to attach" in r.stderr
+
+
+@pytest.mark.model
+def test_tune_on_a_busy_pc_ends_with_one_line_saying_so(monkeypatch, capsys, model_path):
+    from engine.cli import main
+    from engine.costmodel import MachineBusy
+    from engine.runtime import Engine
+
+    def busy(self, refresh=True, **kwargs):
+        raise MachineBusy(32)
+
+    monkeypatch.setattr(Engine, "tune", busy)
+    assert main(["tune", "--model", str(model_path), "--threads", "1"]) == 1
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert err[-1].startswith("error: another program was using the CPU") and "Traceback" not in "\n".join(err)
