@@ -264,9 +264,11 @@ def cpu_name() -> str:
 
 
 def cache_key(model_path: str, threads: int) -> str:
+    from .native import build_id  # local: keeps this module importable without llama.cpp
+
     st = os.stat(model_path)
     ident = (f"v{CACHE_VERSION}|{os.path.abspath(model_path)}|{st.st_size}|{int(st.st_mtime)}|{threads}"
-             f"|{cpu_name()}|{os.cpu_count()}")
+             f"|{cpu_name()}|{os.cpu_count()}|{build_id()}")
     return hashlib.sha256(ident.encode()).hexdigest()[:24]
 
 

@@ -66,6 +66,23 @@ def system_features() -> dict[str, str]:
     return features
 
 
+def build_id() -> str:
+    """The llama.cpp build in use, as its libraries' sizes and times: what a step costs and which batches are exact
+    belong to the kernels of one build, so measurements kept for a model are keyed by it."""
+    try:
+        lib_dir = Path(ll.llama_cpp._lib._name).parent
+    except AttributeError:
+        return getattr(ll, "__version__", "unknown")
+    parts = []
+    for lib in sorted(lib_dir.glob("*ggml*")) + sorted(lib_dir.glob("*llama*")):
+        try:
+            st = lib.stat()
+        except OSError:
+            continue
+        parts.append(f"{lib.name}:{st.st_size}:{int(st.st_mtime)}")
+    return ";".join(parts) or getattr(ll, "__version__", "unknown")
+
+
 def check_build() -> None:
     """Refuse a llama.cpp with AMX compiled in: its matmul dies with SIGILL on the first batch (llama.cpp PR #26954).
 

@@ -26,6 +26,26 @@ def test_curves_are_cached_per_model_file_and_threads(tmp_path, monkeypatch):
     assert load_cached(str(model), 4) is None
 
 
+def test_a_curve_measured_with_another_llama_cpp_build_is_measured_again(tmp_path, monkeypatch):
+    # new kernels change both what a batch costs and which batches are exact
+    from engine import native
+
+    monkeypatch.setenv("LOOKAHEAD_CHAT_HOME", str(tmp_path))
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF" + b"\0" * 64)
+    monkeypatch.setattr(native, "build_id", lambda: "libggml-cpu.so:1000:1")
+    save_cached(str(model), 2, CURVE)
+    assert load_cached(str(model), 2) == CURVE
+    monkeypatch.setattr(native, "build_id", lambda: "libggml-cpu.so:1200:2")
+    assert load_cached(str(model), 2) is None
+
+
+def test_the_build_id_names_the_libraries_in_use():
+    from engine import native
+
+    assert "ggml-cpu" in native.build_id()
+
+
 def test_oracle_bound_rewards_output_that_copies_the_prompt():
     context = list(range(10, 30)) + [5]
     copied = list(range(10, 30))
