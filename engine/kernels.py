@@ -33,7 +33,7 @@ class MatrixKernel:
         elif self.exact_up_to == 0:
             exact = "batches are checked on the model"
         else:
-            exact = f"batches of more than {self.exact_up_to} tokens round differently"
+            exact = f"batches of more than {self.exact_up_to} tokens can round differently"
         return f"{self.ggml_type} ({self.n_tensors}): {self.kernel}; {exact}"
 
 
@@ -55,8 +55,9 @@ def _x86_kernel(ggml_type: str, avx512: bool, avx2: bool) -> tuple[str, int | No
         return "llama.cpp's repacked kernel", EVERY_SIZE
     if ggml_type in _TILED_FROM_8:
         return "llama.cpp's tiled kernel from 8 tokens", 7
-    if ggml_type == "IQ4_NL":
-        return "llama.cpp's kernels", 1
+    if ggml_type in ("IQ4_NL", "F16", "BF16", "F32"):
+        # one token takes vec_dot, two or more llama.cpp's tinyBLAS (or its repacked IQ4_NL kernels): another order
+        return "llama.cpp's kernels (one for a token, another for a batch)", 1
     return "llama.cpp's kernels", 0
 
 
@@ -83,7 +84,7 @@ def explain_exact_limit(kernels: list[MatrixKernel], max_exact_batch: int, large
     """One sentence on the largest exact batch the probe found, and which weights set it when they are known to."""
     if max_exact_batch >= largest_probed:
         return f"batches up to {max_exact_batch} tokens (all sizes probed) give logits identical to a 1-token step"
-    limiting = [k.ggml_type for k in kernels if k.exact_up_to and k.exact_up_to <= max_exact_batch]
+    limiting = [k.ggml_type for k in kernels if k.exact_up_to == max_exact_batch]
     if max_exact_batch == 0:
         head = "no batch gives logits identical to a 1-token step, so lookahead is off for this model"
     else:

@@ -242,8 +242,8 @@ int main(int argc, char ** argv) {
         const int64_t block = ggml_blck_size(type);
         struct type_result res = {0};
         for (int s = 0; s < n_shapes; ++s) {
-            // row lengths of 1..16 blocks (up to 4096 values for K-quants), row counts 1..160 (odd ones included)
-            const int64_t row_len = block * (1 + (int64_t) (rng_next() % (block >= 256 ? 16 : 64)));
+            // row lengths of up to 4096 values (as a model's hidden size), row counts 1..160 (odd ones included)
+            const int64_t row_len = block * (1 + (int64_t) (rng_next() % (uint64_t) (4096 / block)));
             const int64_t n_rows  = s % 3 == 0 ? 8 * (1 + (int64_t) (rng_next() % 20)) : 1 + (int64_t) (rng_next() % 160);
             check_shape(type, n_rows, row_len, threads, n_threads_opts, &res);
         }

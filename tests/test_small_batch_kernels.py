@@ -105,7 +105,10 @@ def test_the_limit_a_probe_finds_is_put_down_to_the_weights_whose_kernels_set_it
     assert said.startswith("batches up to 7 tokens give logits identical to a 1-token step")
     assert "Q5_K" in said and "Q6_K" not in said
     assert "all sizes probed" in explain_exact_limit(kernels, 128, 128)
-    assert "lookahead is off" in explain_exact_limit(matrix_kernels({"F16": 10}, AVX512, machine="x86_64"), 0, 128)
+    f16 = matrix_kernels({"F16": 10}, AVX512, machine="x86_64")
+    assert "lookahead is off" in explain_exact_limit(f16, 0, 128)
+    assert "F16" in explain_exact_limit(f16, 1, 128)  # one token vec_dot, a batch tinyBLAS
+    assert "F16" not in explain_exact_limit(f16, 7, 128)  # a limit the kernels do not explain is not put on them
 
 
 def test_other_architectures_are_not_claimed_exact():
