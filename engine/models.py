@@ -8,6 +8,7 @@ import mmap
 import os
 import re
 import stat
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
@@ -22,6 +23,7 @@ from .gguf_header import (
     TOKENS_KEY,
     Corrupt,
     Header,
+    TensorInfo,
     Truncated,
     UnsupportedVersion,
     parse_header,
@@ -592,20 +594,28 @@ def check_gguf(path: str | os.PathLike[str]) -> GgufSummary:
         has_chat_template="tokenizer.chat_template" in meta,
         kv_bytes_per_token=_kv_bytes_per_token(meta, arch),
         n_params=sum(math.prod(t.dims) for t in header.tensors),
-        matrix_types=_matrix_types(header),
+        matrix_types=tuple(sorted(tensor_type_counts(header.tensors, matrices_only=True).items())),
     )
 
 
-def _matrix_types(header: Header) -> tuple[tuple[str, int], ...]:
-    counts: dict[str, int] = {}
-    for t in header.tensors:
-        if sum(d > 1 for d in t.dims) >= 2:
-            try:
-                name = GGMLQuantizationType(t.ggml_type).name
-            except ValueError:
-                name = f"type {t.ggml_type}"
-            counts[name] = counts.get(name, 0) + 1
-    return tuple(sorted(counts.items()))
+def tensor_type_counts(tensors: list[TensorInfo], matrices_only: bool = False) -> dict[str, int]:
+    """How many of ``tensors`` have each ggml type (by name: "Q4_K", "F32"), most first; ``matrices_only``:
+    only tensors of two or more dimensions longer than 1 (the weight matrices)."""
+    counts: Counter[str] = Counter()
+    for t in tensors:
+        if matrices_only and sum(d > 1 for d in t.dims) < 2:
+            continue
+        try:
+            counts[GGMLQuantizationType(t.ggml_type).name] += 1
+        except ValueError:
+            counts[f"type {t.ggml_type}"] += 1
+    return dict(counts.most_common())
+
+
+def read_tensor_type_counts(path: str | os.PathLike[str]) -> dict[str, int]:
+    """``tensor_type_counts`` of every tensor of the GGUF file at ``path``."""
+    p = Path(path)
+    return tensor_type_counts(_read_header(p, p.stat().st_size).tensors)
 
 
 # --- memory ----------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ message. Everything above this module works with Python ints and numpy arrays.
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import threading
 import time
@@ -66,6 +67,7 @@ def system_features() -> dict[str, str]:
     return features
 
 
+@functools.cache
 def build_id() -> str:
     """The llama.cpp build in use, as its libraries' sizes and times: what a step costs and which batches are exact
     belong to the kernels of one build, so measurements kept for a model are keyed by it."""
@@ -81,6 +83,20 @@ def build_id() -> str:
             continue
         parts.append(f"{lib.name}:{st.st_size}:{int(st.st_mtime)}")
     return ";".join(parts) or getattr(ll, "__version__", "unknown")
+
+
+def quantize_model(src: str | os.PathLike[str], dst: str | os.PathLike[str], ftype: str, threads: int) -> None:
+    """Quantize the GGUF ``src`` to ``dst`` with llama.cpp's own quantizer (llama-quantize's rules); ``ftype``
+    names a file type (``"LLAMA_FTYPE_MOSTLY_Q4_K_M"``)."""
+    _ensure_backend()  # llama.cpp's log goes to the engine's hook, which errors quote
+    params = ll.llama_model_quantize_default_params()
+    params.nthread = threads
+    params.ftype = getattr(ll, ftype)
+    status = ll.llama_model_quantize(os.fsencode(src), os.fsencode(dst), params)
+    if status != 0:
+        detail = last_log_error()
+        raise NativeError(f"llama.cpp could not quantize {src} to {ftype} (code {status})"
+                          + (f": {detail}" if detail else ""))
 
 
 def check_build() -> None:

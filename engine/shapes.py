@@ -19,13 +19,14 @@ import itertools
 import os
 import string
 import time
-from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from .models import read_tensor_type_counts
 
 WEIGHT_SCALE = 0.02  # normal(0, 0.02): activations stay finite through every layer; norms are 1
 
@@ -249,34 +250,10 @@ def write_f16(shape: ModelShape, path: Path, seed: int = 0) -> Path:
 
 def quantize(src: Path, dst: Path, quant_type: str, threads: int | None = None) -> None:
     """Quantize the GGUF ``src`` to ``dst`` with llama.cpp's own quantizer (llama-quantize's rules)."""
-    import llama_cpp as ll
-
     from .cpus import cpu_report
-    from .native import NativeError, _ensure_backend, last_log_error
+    from .native import quantize_model
 
-    _ensure_backend()  # llama.cpp's log goes to the engine's hook, which errors quote
-    params = ll.llama_model_quantize_default_params()
-    params.nthread = threads or cpu_report().logical
-    params.ftype = getattr(ll, QUANT_TYPES[quant_type])
-    status = ll.llama_model_quantize(os.fsencode(src), os.fsencode(dst), params)
-    if status != 0:
-        detail = last_log_error()
-        raise NativeError(f"llama.cpp could not quantize {src} to {quant_type} (code {status})"
-                          + (f": {detail}" if detail else ""))
-
-
-def tensor_type_counts(path: Path) -> dict[str, int]:
-    """How many tensors of each ggml type ``path`` holds, from its header (engine/gguf_header.py)."""
-    import mmap
-
-    from gguf.constants import GGMLQuantizationType
-
-    from .gguf_header import parse_header
-
-    with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-        header = parse_header(mm, len(mm))
-    counts = Counter(GGMLQuantizationType(t.ggml_type).name for t in header.tensors)
-    return dict(counts.most_common())
+    quantize_model(src, dst, QUANT_TYPES[quant_type], threads or cpu_report().logical)
 
 
 def build_shape(
@@ -306,5 +283,5 @@ def build_shape(
     finally:
         if f16 != out:
             f16.unlink(missing_ok=True)
-    return BuiltModel(out, shape, quant_type, out.stat().st_size, tensor_type_counts(out),
+    return BuiltModel(out, shape, quant_type, out.stat().st_size, read_tensor_type_counts(out),
                       time.perf_counter() - start)
