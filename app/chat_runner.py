@@ -454,10 +454,9 @@ class ChatRunner(QObject):
         steps = [u.event for u in updates if u.event.mode != "none"]
         if steps:
             self._panel.show_step(steps[-1])
-        reduced = 0 < last.threads < last.max_threads
-        if reduced and not self._threads_reduced:
-            self.status.emit(busy_notice(last.threads, last.max_threads))
-        self._threads_reduced = reduced
+        if last.reduced and not self._threads_reduced:
+            self.status.emit(busy_notice(last.kept_threads, last.max_threads))
+        self._threads_reduced = last.reduced
 
     @Slot(object)
     def _on_reply_finished(self, outcome: ReplyOutcome) -> None:

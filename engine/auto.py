@@ -136,6 +136,11 @@ def expected_tokens(p: float, length: int) -> float:
     return sum(p**i for i in range(length + 1))
 
 
+def least_paying_p(curve: CostCurve | LiveCosts) -> float:
+    """The least per-token acceptance that makes a draft of any length pay."""
+    return min(break_even_p(curve, L) for L in range(1, MAX_AUTO_DRAFT + 1))
+
+
 def break_even_p(curve: CostCurve | LiveCosts, length: int) -> float:
     """The per-token acceptance above which a draft of ``length`` tokens beats a plain step (1.0: never)."""
     need = curve.cost(1 + length) / curve.cost(1)
@@ -182,11 +187,16 @@ class AutoPolicy:
 
     def __init__(self, sources: DraftSources, curve: CostCurve | LiveCosts, stats: AcceptanceStats) -> None:
         self.sources = sources
-        self.curve = curve
         self.stats = stats
+        self.curve = curve
         # The least per-token acceptance that makes any draft length pay: n-gram drafts
         # are not even looked up below it (they cost a lookup per step).
-        self.min_p = min(break_even_p(curve, L) for L in range(1, MAX_AUTO_DRAFT + 1))
+        self.min_p = least_paying_p(curve)
+
+    def use_costs(self, curve: CostCurve | LiveCosts) -> None:
+        """Price steps with ``curve`` from now on (another thread count's, say)."""
+        if curve is not self.curve:
+            self.curve, self.min_p = curve, least_paying_p(curve)
 
     def _drafts(self, token: int, cfg: LookaheadConfig, max_len: int) -> list[Draft]:
         count = min(cfg.guesses, MAX_GUESSES)

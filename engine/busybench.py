@@ -2,12 +2,13 @@
 
 ``engine bench --busy`` runs the same prompts idle and beside a busy loop that
 it starts, pins to the last CPU this process may use and stops again by its
-PID: plain decoding and Auto, each with the thread governor (contention.py) and
-with the thread count fixed as it was before the governor (every thread, no
-adapting). Conditions are interleaved round by round so that drift in the
+PID: plain decoding and Auto, each with the thread governor (contention.py),
+with every thread fixed (as before the governor), and with one thread fixed
+(what one thread alone achieves: the bar the governor must reach when a core is
+taken). Conditions are interleaved round by round so that drift in the
 machine's speed reaches all of them; each is timed by its total over the
 rounds. The ratios busy / idle are what the user feels when another program
-takes a core.
+takes a core; the governor's thread counts step by step show what it did.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from .settings import LookaheadConfig, StopConfig
 from .text import Message
 
 MODES = ("plain", "auto")
-POLICIES = ("governor", "fixed")
+POLICIES = ("governor", "fixed", "one")  # adapting threads; every thread kept; one thread kept
 
 
 class BusyLoop:
@@ -60,6 +61,9 @@ class Cell:
     steps: int = 0
     threads_seen: set[int] = field(default_factory=set)
     texts: list[str] = field(default_factory=list)
+    # Per reply, the thread count of every step, run-length coded: [(threads, steps), ...].
+    timelines: list[list[tuple[int, int]]] = field(default_factory=list)
+    busy_steps: int = 0  # steps judged to have waited for cores (StepEvent.contended)
 
     @property
     def tokens_per_s(self) -> float:
@@ -83,6 +87,19 @@ class BusyReport:
         b = self.cells[(den, mode, den_policy or policy)].tokens_per_s
         return a / b if b > 0 else 0.0
 
+    def ratios(self) -> dict[str, float]:
+        """The figures the governor is judged by, per mode (all tokens per second over the same run)."""
+        out: dict[str, float] = {}
+        for mode in MODES:
+            out |= {
+                f"{mode}_busy_vs_idle_governor": self.ratio(mode, "governor", "busy", "idle", "fixed"),
+                f"{mode}_busy_vs_idle_fixed": self.ratio(mode, "fixed", "busy", "idle", "fixed"),
+                f"{mode}_busy_governor_vs_one_thread": self.ratio(mode, "governor", "busy", "busy", "one"),
+                f"{mode}_one_thread_vs_idle": self.ratio(mode, "one", "idle", "idle", "fixed"),
+                f"{mode}_idle_governor_vs_fixed": self.ratio(mode, "governor", "idle", "idle", "fixed"),
+            }
+        return {k: round(v, 3) for k, v in out.items()}
+
     def identical(self) -> bool:
         """Whether every run of every cell wrote the text plain decoding wrote for that prompt."""
         reference = self.cells[("idle", "plain", "fixed")].texts
@@ -99,33 +116,37 @@ class BusyReport:
                 {"load": load, "mode": mode, "policy": policy, "tokens": c.tokens, "seconds": round(c.seconds, 3),
                  "tokens_per_s": round(c.tokens_per_s, 2), "prompt_tokens_per_s": round(c.prompt_tokens_per_s, 1),
                  "tokens_per_step": round(c.tokens / c.steps, 3) if c.steps else 0.0,
-                 "threads_seen": sorted(c.threads_seen)}
+                 "threads_seen": sorted(c.threads_seen), "busy_steps": c.busy_steps,
+                 "timelines": c.timelines}
                 for (load, mode, policy), c in self.cells.items()
             ],
-            "ratios": {
-                f"{mode}_busy_vs_idle_{policy}": round(self.ratio(mode, policy), 3)
-                for mode in MODES
-                for policy in POLICIES
-            }
-            | {f"{mode}_idle_governor_vs_fixed": round(self.ratio(mode, "governor", "idle", "idle", "fixed"), 3)
-               for mode in MODES},
+            "ratios": self.ratios(),
         }
 
     def table(self) -> str:
         head = f"{'load':<5} {'mode':<6} {'threads':<9} {'tok/s':>7} {'prompt tok/s':>12} {'tok/step':>8}"
-        rows = [f"{head} threads used"]
+        rows = [f"{head} {'busy steps':>10}  threads used"]
         for (load, mode, policy), c in self.cells.items():
             per_step = c.tokens / c.steps if c.steps else 0.0
             used = ",".join(str(t) for t in sorted(c.threads_seen))
             rows.append(f"{load:<5} {mode:<6} {policy:<9} {c.tokens_per_s:>7.1f} {c.prompt_tokens_per_s:>12.1f} "
-                        f"{per_step:>8.2f} {used}")
+                        f"{per_step:>8.2f} {c.busy_steps:>10}  {used}")
+        rows += ["", "the governor's threads, reply by reply (threads x steps, in step order):"]
+        for (load, mode, policy), c in self.cells.items():
+            if policy == "governor":
+                replies = " | ".join(" ".join(f"{t}x{n}" for t, n in line) for line in c.timelines)
+                rows.append(f"{load:<5} {mode:<6} {replies}")
+        r = self.ratios()
         rows.append("")
         for mode in MODES:
-            rows.append(f"{mode}: busy/idle {self.ratio(mode, 'governor'):.2f}x with the governor, "
-                        f"{self.ratio(mode, 'fixed'):.2f}x with {self.threads} fixed threads; "
-                        f"idle governor/fixed {self.ratio(mode, 'governor', 'idle', 'idle', 'fixed'):.3f}x")
+            rows.append(
+                f"{mode}: busy/idle {r[f'{mode}_busy_vs_idle_governor']:.2f}x with the governor, "
+                f"{r[f'{mode}_busy_vs_idle_fixed']:.2f}x with {self.threads} fixed threads; "
+                f"busy governor/one thread {r[f'{mode}_busy_governor_vs_one_thread']:.2f}x; "
+                f"one thread idle/idle {r[f'{mode}_one_thread_vs_idle']:.2f}x; "
+                f"idle governor/fixed {r[f'{mode}_idle_governor_vs_fixed']:.3f}x")
         if not self.governor_on:
-            rows.append("the thread governor is off for this model or thread setting: both policies are fixed")
+            rows.append("the thread governor is off for this model or thread setting: it runs as 'fixed'")
         rows.append(f"text identical in every run: {self.identical()}")
         return "\n".join(rows)
 
@@ -175,7 +196,7 @@ def _round(
             # Each condition starts from every thread, as a reply does after a quiet while.
             engine.governor.adapt = adapt and policy == "governor"
             engine.governor.reset()
-            engine.ctx.set_threads(engine.n_threads)
+            engine.ctx.set_threads(1 if policy == "one" else engine.n_threads)
             lookahead = LookaheadConfig(auto=True) if mode == "auto" else None
             for chat in chats:
                 _generate(engine, chat, lookahead, max_tokens, cell)
@@ -189,11 +210,17 @@ def _generate(
     engine.reset()
     first_end = last_end = 0.0
     parts: list[str] = []
+    timeline: list[tuple[int, int]] = []
     for ev in engine.generate(prompt, GenerationControls(lookahead=lookahead), stop=StopConfig(max_tokens=max_tokens)):
         last_end = time.perf_counter()
         parts.append(ev.text)
         if ev.threads:
             cell.threads_seen.add(ev.threads)
+            if timeline and timeline[-1][0] == ev.threads:
+                timeline[-1] = (ev.threads, timeline[-1][1] + 1)
+            else:
+                timeline.append((ev.threads, 1))
+        cell.busy_steps += ev.contended
         if ev.step == 0:
             first_end = last_end
             cell.prompt_tokens += ev.prefill_tokens
@@ -203,3 +230,4 @@ def _generate(
             cell.steps += 1
     cell.seconds += last_end - first_end
     cell.texts.append("".join(parts))
+    cell.timelines.append(timeline)

@@ -134,7 +134,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="draft from each prompt alone, not also from the prompts before it and their replies")
     b.add_argument("--busy", action="store_true",
                    help="run plain and Auto idle and beside a busy loop on one core (started and stopped here), "
-                        "with the thread governor and with fixed threads, and print the speed ratios")
+                        "with the thread governor, every thread fixed and one thread fixed, and print the speed "
+                        "ratios and the governor's thread counts step by step")
     b.add_argument("--rounds", type=int, default=2, help="with --busy: idle/busy rounds (default 2)")
     b.add_argument("--curve", help="plan and price on a what-if cost curve (a file from tune --save, or the name "
                                    "of one in engine/data/curves); speedups are simulated")

@@ -3,42 +3,63 @@
 ggml splits every graph node among its threads and makes them meet at a barrier
 after it, about a thousand times per token. When another program takes one of
 the cores, the thread that shares it waits for its next time slice at every
-barrier, and a 2-thread decode runs slower than a 1-thread one. Step times
+barrier, and a 2-thread decode can run slower than a 1-thread one. Step times
 alone cannot say why a step is slow (a long chat makes attention dearer too);
 the process's CPU time can: during a decode every llama.cpp thread either
 computes or spins at a barrier, so CPU time is wall time × threads unless a
-thread was waiting for a core. ``ThreadGovernor`` watches that share over the
-last few decodes, drops a thread when it stays low, tries one more again later
-and keeps it only if decodes got faster.
+thread was waiting for a core.
+
+How far below 1.0 that share falls on a quiet PC is the PC's own: a VM whose
+host takes its vCPUs now and then, a worker thread that wakes late. It is
+learned while the cost curve is measured (``RestProfile``, kept with the curve),
+and a window of decodes counts as busy only when it falls well below that.
+
+``ThreadGovernor`` then does not guess which thread count is best, it tries: a
+busy window starts a trial of one thread fewer, kept only if its decodes are
+faster (on some CPUs one thread alone is slower than two sharing a core). While
+reduced it tries one thread more once the OS says a core is free again
+(``CpuLoad``: other programs' use of this process's CPUs), or now and then when
+the OS cannot tell. Decodes are compared by their time per 1-token step of the
+thread count they ran with (``DecodeSample.cost``, priced on that count's curve),
+so a trial that happened to run bigger batches is not taken for a slower one.
 
 Changing the thread count does not change any result: each output of a node is
 computed by one thread whatever their number (checked per model by the
 exact-batch probe, see costmodel.probe_exact_batch; the governor is off for a
-model where it would).
+model where it would not be).
 """
 
 from __future__ import annotations
 
+import math
+import os
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import psutil
 
-# A decode ran contended when its threads had their cores for less than this share of its wall time.
-# Measured on 2 cores, bundled model: idle, the median is 1.00 and 1% of decodes fall to 0.85 (a worker that
-# slept between steps wakes late); with one core busy, 2 threads get ~0.75 (0.53..0.78).
+# A decode waited for a core when its threads had it for less than this share of its wall time. Used alone
+# only where nothing better is known: to stop a measurement that another program disturbs (costmodel.measure).
 BUSY_UTILIZATION = 0.8
-# Shorter decodes are never judged contended: a worker thread waking up late is most of their time (a tiny
-# model's decodes take well under a millisecond), and a model that fast loses little to a busy core anyway.
+# Shorter decodes are never judged: a worker thread waking up late is most of their time (a tiny model's
+# decodes take well under a millisecond), and a model that fast loses little to a busy core anyway.
 MIN_JUDGED_S = 0.003
-WINDOW = 6  # decodes looked at before dropping a thread
-DROP_AFTER = 4  # contended decodes among the last WINDOW that drop a thread
-PROBE_DECODES = 5  # decodes tried with one thread more (the first is not judged: the pool wakes up)
-RETRY_S = 3.0  # first wait before trying one thread more; doubled after each failed try
+# Judged decodes behind each busy/not busy judgment: their CPU time over their wall time × threads. One decode
+# alone says little: the OS credits a running thread's CPU time at its timer ticks (every 1-10 ms), so a 7 ms
+# decode's share reads 0.8 or 1.06 on a quiet PC; over 8 decodes that evens out.
+WINDOW = 8
+PROBE_DECODES = 5  # decodes run on trial (the first is not compared: the thread pool changes size)
+FASTER = 0.95  # a trial's thread count is kept when its decodes take at most this share of the time
+RETRY_S = 3.0  # first wait before trying again after a change or a failed trial; doubled after each failure
 MAX_RETRY_S = 30.0
-FASTER = 0.95  # one thread more is kept when its decodes take at most this share of the time
+# Cores' worth of CPU time other programs (and a VM's host, as steal) must take beyond what this process's
+# threads leave free of its CPUs for a thread fewer to be tried (idle, daemons take ~0.02); and what must be
+# left free beside its threads for one more.
+TAKEN = 0.25
+FREE = 0.5
 
 
 def busy_notice(threads: int, max_threads: int) -> str:
@@ -53,7 +74,9 @@ class DecodeSample:
     wall: float
     cpu: float
     threads: int
-    cost: float  # what the cost curve says it costs, in 1-token steps (normalises times of different batches)
+    # What the decode costs in 1-token steps of ``threads`` threads (that count's cost curve): wall / cost is
+    # the time of a 1-token step as the PC runs now, comparable between thread counts and batch sizes.
+    cost: float
 
     @property
     def utilization(self) -> float:
@@ -61,49 +84,186 @@ class DecodeSample:
         return self.cpu / (self.wall * self.threads) if self.wall > 0 else 1.0
 
     @property
+    def judged(self) -> bool:
+        return self.wall >= MIN_JUDGED_S
+
+    @property
     def contended(self) -> bool:
-        return self.wall >= MIN_JUDGED_S and self.utilization < BUSY_UTILIZATION
+        """This decode alone waited for a core, by the fixed ratio (see ``BUSY_UTILIZATION``)."""
+        return self.judged and self.utilization < BUSY_UTILIZATION
 
     @property
     def per_cost(self) -> float:
         return self.wall / max(self.cost, 1e-9)
 
 
-class ThreadGovernor:
-    """The thread count llama.cpp decodes with: all of ``max_threads`` unless other programs hold cores.
+@dataclass(frozen=True)
+class RestProfile:
+    """How decodes on every thread use their cores on this PC when nothing else runs.
 
-    ``observe`` hears every decode; it returns the thread count to use from the
-    next decode on (the caller applies it: llama_set_n_threads). ``steady`` is
-    True while decodes run as the cost curve was measured (all threads, no
-    contention, no trial): only such steps may teach Auto's live costs.
+    ``floor``: the lowest share of ``WINDOW`` consecutive 1-token decodes seen at
+    rest (its 1st percentile); None until learned. A window counts as busy below
+    ``busy_below``: a margin under that floor, never above ``BUSY_UTILIZATION``
+    (with one core of two taken, two threads get ~0.73 of their cores) and never
+    so low that a busy core could not be seen at all.
     """
 
-    def __init__(self, max_threads: int, adapt: bool = True, clock: Callable[[], float] = time.monotonic) -> None:
-        self.max_threads = max(1, max_threads)
-        self.threads = self.max_threads
-        self.adapt = adapt
+    floor: float | None = None
+
+    MARGIN = 0.1
+    LOWEST = 0.55
+
+    @property
+    def busy_below(self) -> float:
+        if self.floor is None:
+            return BUSY_UTILIZATION
+        return min(max(self.floor - self.MARGIN, self.LOWEST), BUSY_UTILIZATION)
+
+    @staticmethod
+    def learn(samples: Sequence[DecodeSample]) -> RestProfile:
+        """The profile of consecutive decodes timed at rest (the judged ones count); unlearned if too few."""
+        judged = [s for s in samples if s.judged]
+        if len(judged) < 4 * WINDOW:
+            return RestProfile()
+        shares = [share(judged[i : i + WINDOW]) for i in range(len(judged) - WINDOW + 1)]
+        return RestProfile(round(float(np.percentile(shares, 1)), 3))
+
+
+def share(samples: Sequence[DecodeSample]) -> float:
+    """The share of their cores that decodes' threads had, together (1.0: none waited)."""
+    wall = sum(s.wall * s.threads for s in samples)
+    return sum(s.cpu for s in samples) / wall if wall > 0 else 1.0
+
+
+class CpuLoad:
+    """What other programs take of the CPUs this process may use, from the OS's per-CPU times (psutil).
+
+    ``others()`` is the CPUs' worth of time they used (a VM host's steal
+    included) over the last fraction of a second: all busy time on those CPUs
+    less this process's own. None when it cannot be told: a cgroup quota smaller
+    than the CPUs (the throttling is not in these counters), or no fresh reading.
+    """
+
+    MIN_SPAN_S = 0.25  # readings at most this often
+    MAX_SPAN_S = 2.0  # a span longer than this (the app idle between replies) says nothing about now
+
+    def __init__(
+        self,
+        cpus: Sequence[int] | None,
+        read: Callable[[], Sequence[float]] | None = None,
+        own: Callable[[], float] = time.process_time,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """``cpus``: the CPUs' indexes (None: unknown, ``others`` is always None); ``read``: their busy seconds."""
+        self.cpus = tuple(cpus) if cpus else ()
+        self._read = read or (lambda: _busy_seconds(self.cpus))
+        self._own = own
         self._clock = clock
-        self._recent: deque[DecodeSample] = deque(maxlen=WINDOW)
-        self._trial: list[DecodeSample] | None = None  # decodes with one thread more, on trial
-        self._baseline = 0.0  # time per cost unit before the trial
-        self._retry_s = RETRY_S
-        self._next_try = 0.0
+        self._at: tuple[float, float, float] | None = None  # (clock, all busy seconds, own seconds)
+        self._value: float | None = None
+
+    @property
+    def capacity(self) -> int:
+        return len(self.cpus)
+
+    @staticmethod
+    def for_this_process() -> CpuLoad:
+        from .cpus import cpu_report  # local: cpus reads /sys, only needed here
+
+        try:
+            cpus = sorted(psutil.Process().cpu_affinity() or [])
+        except (AttributeError, OSError, psutil.Error):  # macOS has no affinity: every CPU
+            cpus = list(range(os.cpu_count() or 1))
+        quota = cpu_report().quota
+        if quota is not None and math.floor(quota) < len(cpus):
+            return CpuLoad(None)
+        return CpuLoad(cpus)
+
+    def others(self) -> float | None:
+        if not self.cpus:
+            return None
+        now = self._clock()
+        at = self._at
+        if at is not None and now - at[0] < self.MIN_SPAN_S:
+            return self._value
+        try:
+            busy, own = float(sum(self._read())), self._own()
+        except (OSError, psutil.Error, IndexError):
+            self._at, self._value = None, None
+            return None
+        self._at = (now, busy, own)
+        if at is None or now - at[0] > self.MAX_SPAN_S:
+            self._value = None
+        else:
+            self._value = max(0.0, ((busy - at[1]) - (own - at[2])) / (now - at[0]))
+        return self._value
+
+
+def _busy_seconds(cpus: Sequence[int]) -> list[float]:
+    """Each CPU's busy seconds since boot: everything but idle and I/O wait (guest time is in user already)."""
+    times = psutil.cpu_times(percpu=True)
+    out = []
+    for i in cpus:
+        t = times[i]._asdict()
+        spent = sum(t.values()) - t.get("idle", 0.0) - t.get("iowait", 0.0)
+        out.append(spent - t.get("guest", 0.0) - t.get("guest_nice", 0.0))
+    return out
+
+
+class ThreadGovernor:
+    """The thread count llama.cpp decodes with: all of ``max_threads`` unless that is slower beside other programs.
+
+    ``observe`` hears every decode; it returns the thread count for the next one
+    (the caller applies it: llama_set_n_threads). ``threads`` is the count kept;
+    ``trying`` a count on trial. ``busy`` says whether the last window of decodes
+    waited for cores, judged against ``rest``. ``steady`` is True while decodes
+    run as that count's cost curve was measured (no trial, not busy): only such
+    steps may teach Auto's live costs.
+    """
+
+    def __init__(
+        self,
+        max_threads: int,
+        adapt: bool = True,
+        clock: Callable[[], float] = time.monotonic,
+        rest: RestProfile | None = None,
+        load: CpuLoad | None = None,
+    ) -> None:
+        self.max_threads = max(1, max_threads)
+        self.adapt = adapt
+        self.rest = rest or RestProfile()
+        self.load = load or CpuLoad(None)
+        self._clock = clock
+        self.threads = self.max_threads
+        self.trying: int | None = None
+        self.busy = False
         self.last: DecodeSample | None = None
-        self.reductions = 0  # how many times a thread was dropped (for reports)
+        self.reductions = 0  # thread counts given up and kept (for reports)
+        self.trials = 0
+        # (clock, threads) at every change of the count decodes run with, trials included (for the busy bench).
+        self.changes: deque[tuple[float, int]] = deque(maxlen=2000)
+        self._recent: deque[DecodeSample] = deque(maxlen=WINDOW)  # judged decodes at the count running now
+        self._trial: list[DecodeSample] = []
+        self._busy_run = 0  # judged decodes in a row after which the window was busy
+        self._others: float | None = None  # the OS's count at the last decode (CpuLoad.others)
+        self._baseline = 0.0
+        self._wait = {-1: RETRY_S, 1: RETRY_S}  # per direction: the wait after a failed trial
+        self._next = {-1: 0.0, 1: 0.0}
+
+    @property
+    def running(self) -> int:
+        """The thread count decodes run with now."""
+        return self.trying if self.trying is not None else self.threads
 
     @property
     def steady(self) -> bool:
         last = self.last
-        return (
-            self.threads == self.max_threads
-            and self._trial is None
-            and (last is None or (not last.contended and last.threads == self.max_threads))
-        )
+        return self.trying is None and not self.busy and (last is None or last.threads == self.threads)
 
     @property
     def reduced(self) -> bool:
-        """True while fewer threads than the maximum run because cores were busy."""
-        return self.threads < self.max_threads and self._trial is None
+        """True while fewer threads than the maximum are kept because that was faster beside other programs."""
+        return self.threads < self.max_threads
 
     def notice(self) -> str:
         """A sentence for the user while threads are reduced ("" otherwise)."""
@@ -112,50 +272,87 @@ class ThreadGovernor:
     def observe(self, sample: DecodeSample) -> int:
         """Record one decode; returns the thread count for the next one."""
         self.last = sample
+        self._others = self.load.others()  # read from the OS a few times a second, whatever happens next
+        if sample.threads != self.running:
+            return self.running  # ran before the last change took effect
+        if sample.judged:
+            self._recent.append(sample)
+            self.busy = self._judge()
+            self._busy_run = self._busy_run + 1 if self.busy else 0
         if not self.adapt:
-            return self.threads
-        if self._trial is not None:
+            return self.running
+        if self.trying is not None:
             return self._judge_trial(sample)
-        if sample.threads != self.threads:
-            return self.threads  # ran before the last change took effect
-        self._recent.append(sample)
+        if len(self._recent) < WINDOW:
+            return self.threads
         now = self._clock()
-        if self.threads > 1 and sum(s.contended for s in self._recent) >= DROP_AFTER:
-            self.threads -= 1
-            self.reductions += 1
-            self._recent.clear()
-            self._retry_s = RETRY_S
-            self._next_try = now + self._retry_s
-        elif self.threads < self.max_threads and now >= self._next_try and len(self._recent) == WINDOW:
-            self._baseline = float(np.median([s.per_cost for s in self._recent]))
-            self._trial = []
-            return self.threads + 1
-        return self.threads
+        # Fewer threads for waiting the OS puts down to other programs at once; where it cannot tell, only for
+        # waiting that lasts (a window of busy windows): at rest a late wake-up or a VM's host can make one window
+        # look busy now and then, another program holding a core makes them all so.
+        lasting = self._busy_run >= (1 if self._others is not None else WINDOW)
+        if self.busy and lasting and self.threads > 1 and now >= self._next[-1] and self._others_allow(-1):
+            self._start_trial(-1)
+        elif self.threads < self.max_threads and now >= self._next[1] and self._others_allow(1):
+            self._start_trial(1)
+        return self.running
+
+
+    def _judge(self) -> bool:
+        """Whether the last window of decodes waited for cores (not judged before it is full)."""
+        return len(self._recent) == WINDOW and share(self._recent) < self.rest.busy_below
+
+    def _others_allow(self, direction: int) -> bool:
+        """Whether the OS's counts leave room for a thread fewer (-1) or more (+1); unknown counts allow both."""
+        others = self._others
+        if others is None:
+            return True
+        spare = self.load.capacity - self.threads - others  # CPUs' worth left idle beside our threads
+        return spare <= -TAKEN if direction < 0 else spare >= FREE
+
+    def _start_trial(self, direction: int) -> None:
+        self._baseline = float(np.median([s.per_cost for s in self._recent]))
+        self.trying = self.threads + direction
+        self.trials += 1
+        self._trial = []
+        self._recent.clear()
+        self._busy_run = 0
+        self.changes.append((self._clock(), self.trying))
 
     def _judge_trial(self, sample: DecodeSample) -> int:
-        trial = self._trial
-        assert trial is not None
-        trial.append(sample)
-        if len(trial) < PROBE_DECODES:
-            return self.threads + 1
-        judged = trial[1:]
-        self._trial = None
-        self._recent.clear()
-        # Faster is what counts: a PC whose cores are all shared (a VM's host, say) may run faster with
-        # every thread even though they wait.
-        if float(np.median([s.per_cost for s in judged])) <= FASTER * self._baseline:
-            self.threads += 1
-            self._retry_s = RETRY_S
+        self._trial.append(sample)
+        if len(self._trial) < PROBE_DECODES:
+            return self.running
+        assert self.trying is not None
+        direction = 1 if self.trying > self.threads else -1
+        faster = float(np.median([s.per_cost for s in self._trial[1:]])) <= FASTER * self._baseline
+        now = self._clock()
+        if faster:
+            self.threads = self.trying
+            self.reductions += direction < 0
+            self._wait = {-1: RETRY_S, 1: RETRY_S}
+            self._next = {-1: now + RETRY_S, 1: now + RETRY_S}  # the other way not at once: let the load settle
+            self._recent = deque(self._trial[1:], maxlen=WINDOW)
         else:
-            self._retry_s = min(self._retry_s * 2, MAX_RETRY_S)
-        self._next_try = self._clock() + self._retry_s
+            self._next[direction] = now + self._wait[direction]
+            self._wait[direction] = min(self._wait[direction] * 2, MAX_RETRY_S)
+            self._recent.clear()
+            self.changes.append((now, self.threads))
+        self.trying = None
+        self._trial = []
+        self.busy = self._judge()
+        self._busy_run = 0
         return self.threads
 
     def reset(self) -> None:
-        """Start again from all threads (a new model, or the user's own thread count)."""
+        """Start again from all threads (a new model, the user's own thread count, a measurement's end)."""
+        if self.running != self.max_threads:
+            self.changes.append((self._clock(), self.max_threads))
         self.threads = self.max_threads
-        self._recent.clear()
-        self._trial = None
-        self._retry_s = RETRY_S
-        self._next_try = 0.0
+        self.trying = None
+        self.busy = False
         self.last = None
+        self._recent.clear()
+        self._trial = []
+        self._busy_run = 0
+        self._wait = {-1: RETRY_S, 1: RETRY_S}
+        self._next = {-1: 0.0, 1: 0.0}

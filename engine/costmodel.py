@@ -16,12 +16,14 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 import platformdirs
+
+from .contention import DecodeSample, RestProfile
 
 if TYPE_CHECKING:
     from .runtime import Engine
@@ -30,11 +32,13 @@ if TYPE_CHECKING:
 # gemms, a gemv per leftover row, a tiled path from 8), so neither cost nor exactness can be interpolated there.
 SIZES = (*range(1, 17), 24, 32, 48, 64)
 _TABLE = 300
-CACHE_VERSION = 8
+CACHE_VERSION = 9
 EXACT_PROBE_SIZES = (*range(2, 17), 24, 32, 48, 63, 64, 96, 128)
 # Before the first lookahead step of a model whose curve is unknown: cheap (a 300-token prompt, then 191
 # batch tokens), covers every Auto draft and the common fixed shapes; the full probe runs with the measurement.
 QUICK_PROBE_SIZES = (*range(2, 17), 24, 32)
+# The one-thread curve's sizes stop here: steps on fewer threads are Auto's (up to LiveCosts.MAX_SIZE tokens).
+ONE_THREAD_MAX_SIZE = 32
 
 
 @dataclass(frozen=True)
@@ -58,6 +62,12 @@ class CostCurve:
     # Whether decoding with fewer threads gives the same logits (probed with the batch sizes); the thread
     # governor only changes the thread count for a model where it does.
     threads_agree: bool = True
+    # The same model's curve on one thread, measured with this one when the governor may use it: a step run on
+    # fewer threads (another program holds a core) is priced on the curve of the threads it has (for_threads).
+    one_thread: CostCurve | None = None
+    # How this PC's decodes on every thread use their cores at rest (contention.RestProfile), learned while
+    # this curve was timed: below it, decodes wait for cores another program holds.
+    rest_floor: float | None = None
     # cost(n) with all logits and with one, for n < _TABLE: filled in by __post_init__.
     _every: list[float] = field(init=False, repr=False, compare=False)
     _one: list[float] = field(init=False, repr=False, compare=False)
@@ -92,6 +102,34 @@ class CostCurve:
             return every
         return one + (every - one) * (k - 1) / (n - 1)
 
+    @property
+    def rest(self) -> RestProfile:
+        return RestProfile(self.rest_floor)
+
+    def for_threads(self, threads: int) -> CostCurve:
+        """The curve of ``threads`` threads: this one, the one-thread curve, or between the two in proportion to
+        the thread count (counts between are not measured; live step times correct them as they run)."""
+        one = self.one_thread
+        if one is None or threads >= self.threads:
+            return self
+        if threads <= 1:
+            return one
+        w = (threads - 1) / (self.threads - 1)
+
+        def mix(a: float, b: float) -> float:
+            return round(a + (b - a) * w, 3)
+
+        sizes = tuple(sorted(set(self.sizes) | set(one.sizes)))
+        return replace(
+            self,
+            sizes=sizes,
+            last_logit=tuple(mix(one.cost(n, 1), self.cost(n, 1)) for n in sizes),
+            all_logits=tuple(mix(one.cost(n), self.cost(n)) for n in sizes),
+            base_ms=mix(one.base_ms, self.base_ms),
+            threads=threads,
+            one_thread=None,
+        )
+
     def table(self) -> str:
         rows = [f"{'batch':>5} {'1 logit':>8} {'all logits':>10}"]
         for n, a, b in zip(self.sizes, self.last_logit, self.all_logits, strict=False):
@@ -100,10 +138,14 @@ class CostCurve:
         return "\n".join(rows)
 
     def to_json(self) -> dict:
-        return {k: v for k, v in asdict(self).items() if not k.startswith("_")}
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.init}
+        out["one_thread"] = self.one_thread.to_json() if self.one_thread is not None else None
+        return out
 
     @staticmethod
     def from_json(obj: dict) -> CostCurve:
+        one = obj.get("one_thread")
+        rest = obj.get("rest_floor")
         return CostCurve(
             sizes=tuple(obj["sizes"]),
             last_logit=tuple(obj["last_logit"]),
@@ -113,6 +155,8 @@ class CostCurve:
             measured_s=float(obj.get("measured_s", 0.0)),
             max_exact_batch=int(obj.get("max_exact_batch", 32)),
             threads_agree=bool(obj.get("threads_agree", True)),
+            one_thread=CostCurve.from_json(one) if isinstance(one, dict) else None,
+            rest_floor=float(rest) if rest is not None else None,
         )
 
 
@@ -381,8 +425,25 @@ def measure(
     if pinned is not None:
         report(1.0)
         return replace(pinned, max_exact_batch=max_exact_batch, threads_agree=agree)
+    # The one-thread curve, for steps the governor runs on fewer threads, only where it may: it is cheaper
+    # (fewer rounds, none of the largest sizes) and takes a third of what remains of the progress.
+    one_too = agree and engine.n_threads > 1
+    split = _PROBE_SHARE + (1 - _PROBE_SHARE) * (2 / 3 if one_too else 1.0)
+
+    def part(lo: float, hi: float) -> Callable[[float], None]:
+        return lambda f: report(lo + (hi - lo) * f)
+
     with engine.all_threads():
-        return _time_sizes(engine, filler, budget_s, sizes, report, stop_if_cancelled, max_exact_batch, agree)
+        curve, heard = _time_sizes(engine, filler, budget_s, sizes, part(_PROBE_SHARE, split), stop_if_cancelled,
+                                    max_exact_batch, agree)
+        one = None
+        if one_too:
+            engine.ctx.set_threads(1)
+            one_sizes = tuple(n for n in sizes if n <= ONE_THREAD_MAX_SIZE)
+            one, _ = _time_sizes(engine, filler, budget_s / 2, one_sizes, part(split, 1.0), stop_if_cancelled,
+                                 max_exact_batch, agree, min_rounds=2)
+    report(1.0)
+    return replace(curve, one_thread=one, rest_floor=RestProfile.learn(heard).floor)
 
 
 def _time_sizes(
@@ -394,11 +455,13 @@ def _time_sizes(
     stop_if_cancelled: Callable[[], None],
     max_exact_batch: int,
     threads_agree: bool,
-) -> CostCurve:
-    """measure()'s timing part, with every thread; stops with MachineBusy when the decodes waited for cores.
+    min_rounds: int = 3,
+) -> tuple[CostCurve, list[DecodeSample]]:
+    """measure()'s timing part, with the thread count set now; stops with MachineBusy when the decodes waited
+    for cores. Returns the curve and its 1-token decodes as the thread governor heard them.
 
     A cancel is looked at before every decode, not once per pair of three (the middle one up to 64 tokens with
-    all logits): a reply asked for meanwhile waits for one decode at most.
+    all logits): a reply asked for meanwhile waits for one decode at most. ``report`` hears 0..1.
     """
     from .plan import ALL_SEQS  # local: keeps this module importable without llama.cpp
 
@@ -410,6 +473,7 @@ def _time_sizes(
     singles: list[float] = []
     t_start = time.perf_counter()
     timed = contended = 0
+    heard: list[DecodeSample] = []  # the 1-token decodes, as the governor heard them: this PC at rest
 
     def once(n: int, all_logits: bool) -> float:
         nonlocal timed, contended
@@ -423,24 +487,27 @@ def _time_sizes(
         ctx.seq_rm(-1, n_kv, -1)
         last = engine.governor.last
         timed += 1
-        contended += last is not None and last.contended
+        if last is not None:
+            contended += last.contended
+            if n == 1:
+                heard.append(last)
         return dt
 
     def timed_in(round_no: int) -> list[int]:
         """The sizes timed in this round: small ones every round, large ones every third."""
         return [n for n in sizes if n != 1 and not (n > 16 and round_no % 3)]
 
-    # Progress: the share of the first three rounds' work done (each pair weighs its tokens plus the two
+    # Progress: the share of the first min_rounds rounds' work done (each pair weighs its tokens plus the two
     # 1-token steps around it), or of the time budget if that is less; the loop ends once both are spent.
     def weight(n: int) -> float:
         return 2 + n / 8
 
-    work_total = sum(weight(n) for r in range(3) for n in timed_in(r)) * 2 or 1.0
+    work_total = sum(weight(n) for r in range(min_rounds) for n in timed_in(r)) * 2 or 1.0
     work_done = 0.0
 
     def report_timing() -> None:
         share_of_time = (time.perf_counter() - t_start) / budget_s
-        report(_PROBE_SHARE + (1 - _PROBE_SHARE) * min(share_of_time, work_done / work_total, 1.0))
+        report(min(share_of_time, work_done / work_total, 1.0))
 
     for _ in range(3):  # warm-up
         once(1, True)
@@ -456,12 +523,12 @@ def _time_sizes(
                 spent = once(n, a)
                 spent += once(1, True) - one
                 ratios[(n, a)].append(spent / one)
-                work_done += weight(n) if rounds < 3 else 0.0
+                work_done += weight(n) if rounds < min_rounds else 0.0
         rounds += 1
         if contended > BUSY_SHARE * timed:
             engine.reset()
             raise MachineBusy(max_exact_batch)
-        if rounds >= 3 and time.perf_counter() - t_start > budget_s:
+        if rounds >= min_rounds and time.perf_counter() - t_start > budget_s:
             break
         if rounds >= 40:
             break
@@ -476,11 +543,11 @@ def _time_sizes(
         last_logit=tuple(round(float(x), 3) for x in last),
         all_logits=tuple(round(float(x), 3) for x in every),
         base_ms=round(float(np.median(singles)) * 1000, 3),
-        threads=engine.n_threads,
+        threads=engine.ctx.n_threads,
         measured_s=round(time.perf_counter() - t_start, 2),
         max_exact_batch=max_exact_batch,
         threads_agree=threads_agree,
-    )
+    ), heard
 
 
 def probe_exact_batch(

@@ -80,13 +80,21 @@ class StepEvent:
     # possible stop string are held back; the held text comes with a later token). They join to ``text``.
     token_texts: tuple[str, ...] = ()
     # The threads this step's decode ran with, of the ``max_threads`` the engine may use (fewer while another
-    # program holds a core, see contention.py); ``contended``: its threads waited for a core.
+    # program holds a core, see contention.py); ``kept_threads``: the count the thread governor keeps (a step
+    # on trial runs with one more or fewer; 0: not known); ``contended``: the recent decodes' threads waited
+    # for cores, by this PC's measure at rest.
     threads: int = 0
     max_threads: int = 0
+    kept_threads: int = 0
     contended: bool = False
     # This forward pass priced on the engine's live cost curve, in 1-token steps (a plain step costs 1.0; 0.0:
     # no forward pass). Tokens over summed costs is what the steps alone predict against plain decoding.
     cost: float = 0.0
+
+    @property
+    def reduced(self) -> bool:
+        """True when the governor keeps fewer threads than the engine may use (another program holds a core)."""
+        return 0 < self.kept_threads < self.max_threads
 
     @property
     def prompt_cached_tokens(self) -> int:
@@ -211,13 +219,15 @@ class Generation:
         n_drafted = min(out.n_accepted, len(committed))
         sources = (out.accepted_origin or "unknown",) * n_drafted + ("own",) * (len(committed) - n_drafted)
         elapsed = time.perf_counter() - ts
-        # Wall time, not just llama_decode's: a lookahead step's planning and
-        # cache clean-up are part of what it costs. Not a step that ran with fewer threads or waited for a
-        # core: the live costs correct the curve of this PC at rest, not of the PC while it is busy.
+        # Wall time, not just llama_decode's: a lookahead step's planning and cache clean-up are part of what it
+        # costs. Each thread count has its own live costs; a step teaches them only when it ran with the count
+        # the governor keeps and its threads had their cores (not a trial, not waiting for another program).
         governor = engine.governor
-        cost = engine.live_costs.cost(out.batch_size, out.n_logits)  # the price before this step teaches the curve
+        threads = governor.last.threads if governor.last is not None else engine.n_threads
+        live = engine.live_costs_for(threads)
+        cost = live.cost(out.batch_size, out.n_logits)  # the price before this step teaches the curve
         if governor.steady:
-            engine.live_costs.record(out.batch_size, out.n_logits, elapsed)
+            live.record(out.batch_size, out.n_logits, elapsed)
         first = self._n_steps == 0
         event = StepEvent(
             step=self._n_steps,
@@ -245,9 +255,10 @@ class Generation:
             notice=self._notice if first else "",
             choice=choice.reason,
             draft_source=out.accepted_origin,
-            threads=governor.last.threads if governor.last is not None else engine.n_threads,
+            threads=threads,
             max_threads=engine.n_threads,
-            contended=governor.last is not None and governor.last.contended,
+            kept_threads=governor.threads,
+            contended=governor.busy,
             cost=cost,
         )
         self._n_steps += 1
@@ -276,6 +287,8 @@ class Generation:
         indexed = len(self._index) - self._n_history  # the index holds the history, then these
         if indexed < len(self._tokens):  # catch up after plain steps
             self._index.extend(self._tokens[indexed:], "reply")
+        if cfg.auto:
+            self._auto.use_costs(self._engine.live_costs)  # the thread count may have changed since the last step
         policy = self._auto if cfg.auto else self._fixed
         return policy.choose(self._pending[-1], cfg, room, self._confidence)
 

@@ -380,11 +380,11 @@ BUSY_TIME_SHARE = 0.05
 
 
 def ran_busy(events: Iterable[StepEvent]) -> bool:
-    """True when another program's load shaped the run: some step ran with fewer threads than the engine may use
-    (the governor gave one up to it), or steps whose threads waited for a core took ``BUSY_TIME_SHARE`` of its time."""
+    """True when another program's load shaped the run: the governor kept fewer threads than the engine may use
+    during some step, or steps whose threads waited for cores took ``BUSY_TIME_SHARE`` of its time."""
     total = waited = 0.0
     for ev in events:
-        if 0 < ev.threads < ev.max_threads:
+        if ev.reduced:
             return True
         total += ev.elapsed_s
         waited += ev.elapsed_s if ev.contended else 0.0

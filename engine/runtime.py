@@ -21,7 +21,7 @@ import numpy as np
 
 from . import kept as kept_ngrams
 from .auto import AcceptanceStats
-from .contention import DecodeSample, ThreadGovernor
+from .contention import CpuLoad, DecodeSample, ThreadGovernor
 from .costmodel import (
     DEFAULT_CURVE,
     QUICK_PROBE_SIZES,
@@ -124,7 +124,7 @@ class Engine:
         # Whether a decode gives the same logits at fewer threads (None: not probed yet). Until it is known
         # to, the governor keeps every thread: a result that depended on the count would change the text.
         self.threads_agree: bool | None = None
-        self.governor = ThreadGovernor(self.n_threads, adapt=False)
+        self.governor = ThreadGovernor(self.n_threads, adapt=False, load=CpuLoad.for_this_process())
         self.ctx.on_decode = self._after_decode
         self.lookahead_block_reason = self._lookahead_block_reason()
         self.batch = Batch(self.ctx.n_batch)
@@ -141,7 +141,9 @@ class Engine:
         self.cost_curve: CostCurve = self._reference_curve
         # "default" | "quick-probed" | "probed" | "cached" | "measured" | "what-if" | "pinned"
         self.cost_curve_source = "default"
-        self.live_costs = LiveCosts(self.cost_curve, learn=self._pinned_curve is None)
+        self._live: dict[int, LiveCosts] = {}  # per thread count: the curve of that count, corrected as it runs
+        self._machine_curves: dict[int, CostCurve] = {}  # per thread count: what the governor prices decodes on
+        self._live_learn = self._pinned_curve is None
         self._before_what_if = (self.cost_curve, self.cost_curve_source)  # what plan_with(None) goes back to
         self.acceptance = AcceptanceStats()
         # Drafts from beyond one reply: earlier chats with this model, and the n-grams kept from earlier
@@ -164,18 +166,37 @@ class Engine:
     def _use_curve(self, curve: CostCurve, source: str) -> None:
         self.cost_curve = curve
         self.cost_curve_source = source
-        self.live_costs = LiveCosts(curve, learn=source != "what-if" and self._pinned_curve is None)
+        self._live = {}
+        self._machine_curves = {}
+        self._live_learn = source != "what-if" and self._pinned_curve is None
         if source == "cached" and self.threads_agree is None:
             self.threads_agree = curve.threads_agree
+        if curve.rest_floor is not None:
+            self.governor.rest = curve.rest
         self.governor.adapt = bool(self.threads_agree) and self.threads_chosen and self.n_threads > 1
+
+    @property
+    def live_costs(self) -> LiveCosts:
+        """What Auto prices the next step with: the costs of the thread count it will run on."""
+        return self.live_costs_for(self.ctx.n_threads)
+
+    def live_costs_for(self, threads: int) -> LiveCosts:
+        live = self._live.get(threads)
+        if live is None:
+            live = self._live[threads] = LiveCosts(self.cost_curve.for_threads(threads), learn=self._live_learn)
+        return live
 
     def _after_decode(self, batch: Batch, wall: float, cpu: float) -> None:
         """Every decode: tell the governor how it ran, and apply the thread count it asks for."""
         n = batch.n_tokens
         n_logits = int(np.count_nonzero(batch.logits[:n])) if n > 1 else 1
-        cost = self.cost_curve.cost(n, max(n_logits, 1))
-        threads = self.governor.observe(DecodeSample(wall, cpu, self.ctx.n_threads, cost))
-        if threads != self.ctx.n_threads:
+        threads = self.ctx.n_threads
+        curve = self._machine_curves.get(threads)
+        if curve is None:  # this PC's own, also while Auto plans on another machine's (plan_with)
+            own = self._before_what_if[0] if self.cost_curve_source == "what-if" else self.cost_curve
+            curve = self._machine_curves[threads] = own.for_threads(threads)
+        threads = self.governor.observe(DecodeSample(wall, cpu, threads, curve.cost(n, max(n_logits, 1))))
+        if self.governor.adapt and threads != self.ctx.n_threads:  # else the count is the caller's to set
             self.ctx.set_threads(threads)
 
     @property

@@ -48,7 +48,7 @@ class _SlowPromptSession:
                     step=step, mode="none", token_ids=(1,), text="a", n_committed=1, batch_size=1, n_logits=1,
                     n_drafted=0, n_accepted=0, n_reevaluated=0, window=0, ngram=0, guesses=0, elapsed_s=0.01,
                     decode_s=0.01, stop_reason="max_tokens" if step == 5 else None, token_texts=("a",),
-                    threads=2 if step < 2 else 1, max_threads=2, contended=step >= 2,
+                    threads=2 if step < 2 else 1, max_threads=2, kept_threads=2 if step < 2 else 1, contended=step >= 2,
                 )
 
         return events()

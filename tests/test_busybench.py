@@ -48,13 +48,25 @@ def test_a_tiny_busy_bench_fills_every_cell_and_checks_the_text(engine):
     assert len(loops) == 2 and all(loop.proc is None for loop in loops)  # one busy loop per round, all stopped
     assert sorted(report.cells) == sorted((load, m, p) for load in ("idle", "busy") for m in MODES for p in POLICIES)
     assert len(cells_done) == 2 * len(report.cells)
-    for cell in report.cells.values():
+    for (_load, _mode, policy), cell in report.cells.items():
         assert cell.tokens > 0 and cell.seconds > 0 and len(cell.texts) == 2
         assert cell.threads_seen and max(cell.threads_seen) <= engine.n_threads
+        assert len(cell.timelines) == 2  # a reply's steps, its first one included:
+        assert sum(n for line in cell.timelines for _t, n in line) == cell.steps + 2
+        if policy == "one":
+            assert cell.threads_seen == {1}  # the one-thread reference really ran on one thread
+        elif policy == "fixed":
+            assert cell.threads_seen == {engine.n_threads}
     assert report.identical()
     report.cells[("busy", "auto", "fixed")].texts[0] += "!"
     assert not report.identical()  # the check can fail
     summary = report.to_json()
-    assert set(summary["ratios"]) >= {"plain_busy_vs_idle_governor", "auto_busy_vs_idle_fixed"}
-    assert "busy/idle" in report.table()
+    assert set(summary["ratios"]) >= {"plain_busy_vs_idle_governor", "auto_busy_vs_idle_fixed",
+                                      "plain_busy_governor_vs_one_thread", "auto_one_thread_vs_idle"}
+    assert summary["ratios"]["plain_busy_governor_vs_one_thread"] == round(
+        report.cells[("busy", "plain", "governor")].tokens_per_s / report.cells[("busy", "plain", "one")].tokens_per_s,
+        3)
+    table = report.table()
+    assert "busy/idle" in table and "the governor's threads, reply by reply" in table
+    assert f"busy  plain  {engine.n_threads}x" in table or "busy  plain  1x" in table
     assert engine.threads_in_use == engine.n_threads  # every thread again after the bench

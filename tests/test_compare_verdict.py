@@ -106,7 +106,8 @@ class PacedEngine(FakeEngine):
             step=step, mode=mode, token_ids=tuple(tokens), text=self.detokenize(tokens), n_committed=len(tokens),
             batch_size=1 if mode == "plain" else 13, n_logits=1, n_drafted=0, n_accepted=0, n_reevaluated=0,
             window=4, ngram=4, guesses=3, elapsed_s=elapsed, decode_s=elapsed, prefill_s=0.001 if step == 0 else 0.0,
-            stop_reason=reason, threads=1 if pace.busy else 2, max_threads=2, contended=pace.busy and forward,
+            stop_reason=reason, threads=1 if pace.busy else 2, max_threads=2, kept_threads=1 if pace.busy else 2,
+            contended=pace.busy and forward,
             cost=pace.cost if forward else 0.0,
         )
 
@@ -302,9 +303,11 @@ def test_a_run_is_busy_when_its_threads_were_fewer_or_waited_for_a_share_of_its_
     quiet, busy = Pace(1, 0.01, 1.0), Pace(1, 0.01, 1.0, busy=True)
     assert not ran_busy([engine.event(0, "plain", [1], 0.01, quiet)])
     assert ran_busy([engine.event(0, "plain", [1], 0.01, quiet), engine.event(1, "plain", [2], 0.01, busy)])
-    assert ran_busy([replace(engine.event(0, "plain", [1], 0.01, quiet), threads=1)])
+    assert ran_busy([replace(engine.event(0, "plain", [1], 0.01, quiet), threads=1, kept_threads=1)])
+    # A step on trial with fewer threads is not the governor giving one up.
+    assert not ran_busy([replace(engine.event(0, "plain", [1], 0.01, quiet), threads=1)])
     # One step that waited among many is a hiccup, not a busy machine; a few percent of the time is.
-    waited = replace(engine.event(0, "plain", [1], 0.01, busy), threads=2)  # all its threads, but late
+    waited = replace(engine.event(0, "plain", [1], 0.01, busy), threads=2, kept_threads=2)  # all threads, but late
     assert waited.contended
     one_late = [waited] + [engine.event(i, "plain", [i], 0.01, quiet) for i in range(1, 40)]
     assert not ran_busy(one_late)

@@ -164,10 +164,14 @@ def prompt_text(stats: RunStats) -> str:
 
 
 def threads_text(event: StepEvent) -> str:
-    """The threads a step ran with, e.g. ``2`` or ``1 of 2 (another program is busy)``."""
-    if event.threads < event.max_threads:
-        return f"{event.threads} of {event.max_threads} (another program is busy)"
-    return f"{event.threads}"
+    """The threads a step ran with, e.g. ``2`` or ``1 of 2 (another program is busy)``; a step on trial says so."""
+    if event.threads == event.kept_threads or not event.kept_threads:
+        if event.threads < event.max_threads:
+            return f"{event.threads} of {event.max_threads} (another program is busy)"
+        return f"{event.threads}"
+    if event.threads < event.kept_threads:
+        return f"{event.threads} of {event.max_threads} (trying fewer: the cores are busy)"
+    return f"{event.threads} of {event.max_threads} (trying more: a core may be free)"
 
 
 def tokens_per_step_text(stats: ReplyStats) -> str:
