@@ -27,6 +27,7 @@ from .bench import (
     workload_prompt,
 )
 from .busybench import Cell, run_busy_bench
+from .contention import WINDOW
 from .costmodel import EXACT_PROBE_SIZES, CostCurve, MachineBusy, cpu_name
 from .documents import Document, DocumentContext, DocumentError, read_document, with_documents
 from .kernels import explain_exact_limit, matrix_kernels
@@ -500,6 +501,15 @@ def cmd_tune(args: argparse.Namespace) -> int:
     print(curve.table())
     exact = explain_exact_limit(kernels, curve.max_exact_batch, max(EXACT_PROBE_SIZES))
     print(f"measured in {curve.measured_s:.1f} s; {exact}")
+    one = curve.one_thread
+    if one is not None:
+        sizes = [n for n in (2, 4, 8, 16) if n in one.sizes]
+        costs = ", ".join(f"{n}: {one.cost(n):.2f}" for n in sizes)
+        print(f"on one thread (beside a program that holds a core): a 1-token step {one.base_ms:.2f} ms "
+              f"({one.base_ms / curve.base_ms:.2f}x), batches with all logits {costs}")
+    if curve.rest_floor is not None:
+        print(f"at rest, {curve.threads} threads had {curve.rest_floor:.0%} of their cores or more (windows of "
+              f"{WINDOW} 1-token steps); below {curve.rest.busy_below:.0%} another program counts as busy")
     print("Weight matrices, and the kernel that multiplies a batch by them on this build:")
     for kernel in kernels:
         print(f"  {kernel.describe}")

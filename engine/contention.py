@@ -51,7 +51,10 @@ MIN_JUDGED_S = 0.003
 # alone says little: the OS credits a running thread's CPU time at its timer ticks (every 1-10 ms), so a 7 ms
 # decode's share reads 0.8 or 1.06 on a quiet PC; over 8 decodes that evens out.
 WINDOW = 8
-PROBE_DECODES = 5  # decodes run on trial (the first is not compared: the thread pool changes size)
+# Long decodes (a prompt read in chunks) fill a window sooner: this much decode time is as good as WINDOW decodes.
+WINDOW_S = 0.25
+PROBE_DECODES = 5  # decodes run on trial (the first is not compared: the thread pool changes size), or fewer
+# that take WINDOW_S
 FASTER = 0.95  # a trial's thread count is kept when its decodes take at most this share of the time
 RETRY_S = 3.0  # first wait before trying again after a change or a failed trial; doubled after each failure
 MAX_RETRY_S = 30.0
@@ -127,6 +130,11 @@ class RestProfile:
             return RestProfile()
         shares = [share(judged[i : i + WINDOW]) for i in range(len(judged) - WINDOW + 1)]
         return RestProfile(round(float(np.percentile(shares, 1)), 3))
+
+
+def _enough(samples: Sequence[DecodeSample], count: int) -> bool:
+    """Whether ``samples`` say enough to judge by: ``count`` of them, or at least two taking WINDOW_S."""
+    return len(samples) >= count or (len(samples) >= 2 and sum(s.wall for s in samples) >= WINDOW_S)
 
 
 def share(samples: Sequence[DecodeSample]) -> float:
@@ -283,7 +291,7 @@ class ThreadGovernor:
             return self.running
         if self.trying is not None:
             return self._judge_trial(sample)
-        if len(self._recent) < WINDOW:
+        if not self._window_full():
             return self.threads
         now = self._clock()
         # Fewer threads for waiting the OS puts down to other programs at once; where it cannot tell, only for
@@ -299,7 +307,10 @@ class ThreadGovernor:
 
     def _judge(self) -> bool:
         """Whether the last window of decodes waited for cores (not judged before it is full)."""
-        return len(self._recent) == WINDOW and share(self._recent) < self.rest.busy_below
+        return self._window_full() and share(self._recent) < self.rest.busy_below
+
+    def _window_full(self) -> bool:
+        return _enough(self._recent, WINDOW)
 
     def _others_allow(self, direction: int) -> bool:
         """Whether the OS's counts leave room for a thread fewer (-1) or more (+1); unknown counts allow both."""
@@ -320,7 +331,7 @@ class ThreadGovernor:
 
     def _judge_trial(self, sample: DecodeSample) -> int:
         self._trial.append(sample)
-        if len(self._trial) < PROBE_DECODES:
+        if not _enough(self._trial[1:], PROBE_DECODES - 1):
             return self.running
         assert self.trying is not None
         direction = 1 if self.trying > self.threads else -1

@@ -81,6 +81,13 @@ def test_a_busy_core_starts_a_trial_of_one_thread_fewer_kept_because_it_is_faste
     assert not gov.busy and gov.steady  # one thread on the free core has it: its steps may teach its costs
 
 
+def test_a_prompt_read_in_long_chunks_is_judged_after_a_few_of_them():
+    gov = governor(load=1.0)
+    asked = busy_pc(gov, 8, two_ms=150.0, one_ms=100.0)  # 64-token chunks deep in a long chat
+    assert asked[:2] == [2, 1]  # two chunks take WINDOW_S: enough to see them wait
+    assert gov.threads == 1 and gov.reductions == 1  # and three more (the first not compared) to judge the trial
+
+
 def test_where_two_threads_sharing_beat_one_alone_the_trial_is_undone_and_tried_again_only_later():
     clock = Clock()
     gov = governor(load=1.0, clock=clock)
