@@ -5,9 +5,10 @@ it starts, pins to the last CPU this process may use and stops again by its
 PID: plain decoding and Auto, each with the thread governor (contention.py),
 with every thread fixed (as before the governor), and with one thread fixed
 (what one thread alone achieves: the bar the governor must reach when a core is
-taken). Conditions are interleaved round by round so that drift in the
-machine's speed reaches all of them; each is timed by its total over the
-rounds. The ratios busy / idle are what the user feels when another program
+taken). Conditions are interleaved round by round (idle and busy, and the
+policies in turn first) so that drift in the machine's speed reaches all of
+them, after one untimed Auto pass over the prompts (Auto's first replies learn
+how often drafts land); each is timed by its total over the rounds. The ratios busy / idle are what the user feels when another program
 takes a core; the governor's thread counts step by step show what it did.
 """
 
@@ -166,14 +167,19 @@ def run_busy_bench(
     engine.keep_replies = False
     busy_cpu = None
     try:
+        # Not timed: Auto's first replies learn how often drafts land; that would fall on whichever cell ran first.
+        for chat in chats:
+            _generate(engine, chat, LookaheadConfig(auto=True), max_tokens, Cell())
         for r in range(rounds):
+            # Each round starts with another policy, so that no policy always follows the same one.
+            policies = POLICIES[r % len(POLICIES) :] + POLICIES[: r % len(POLICIES)]
             for load in ("idle", "busy") if r % 2 == 0 else ("busy", "idle"):
                 if load == "busy":
                     with busy_loop() as loop:
                         busy_cpu = loop.cpu
-                        _round(engine, chats, max_tokens, load, cells, adapt, on_cell)
+                        _round(engine, chats, max_tokens, load, policies, cells, adapt, on_cell)
                 else:
-                    _round(engine, chats, max_tokens, load, cells, adapt, on_cell)
+                    _round(engine, chats, max_tokens, load, policies, cells, adapt, on_cell)
     finally:
         engine.governor.adapt = adapt
         engine.governor.reset()
@@ -186,12 +192,13 @@ def _round(
     chats: Sequence[list[int]],
     max_tokens: int,
     load: str,
+    policies: Sequence[str],
     cells: dict[tuple[str, str, str], Cell],
     adapt: bool,
     on_cell: Callable[[str, str, str, Cell], None] | None,
 ) -> None:
     for mode in MODES:
-        for policy in POLICIES:
+        for policy in policies:
             cell = cells[(load, mode, policy)]
             # Each condition starts from every thread, as a reply does after a quiet while.
             engine.governor.adapt = adapt and policy == "governor"

@@ -248,8 +248,6 @@ class ThreadGovernor:
         self.last: DecodeSample | None = None
         self.reductions = 0  # thread counts given up and kept (for reports)
         self.trials = 0
-        # (clock, threads) at every change of the count decodes run with, trials included (for the busy bench).
-        self.changes: deque[tuple[float, int]] = deque(maxlen=2000)
         self._recent: deque[DecodeSample] = deque(maxlen=WINDOW)  # judged decodes at the count running now
         self._trial: list[DecodeSample] = []
         self._busy_run = 0  # judged decodes in a row after which the window was busy
@@ -304,7 +302,6 @@ class ThreadGovernor:
             self._start_trial(1)
         return self.running
 
-
     def _judge(self) -> bool:
         """Whether the last window of decodes waited for cores (not judged before it is full)."""
         return self._window_full() and share(self._recent) < self.rest.busy_below
@@ -327,7 +324,6 @@ class ThreadGovernor:
         self._trial = []
         self._recent.clear()
         self._busy_run = 0
-        self.changes.append((self._clock(), self.trying))
 
     def _judge_trial(self, sample: DecodeSample) -> int:
         self._trial.append(sample)
@@ -347,7 +343,6 @@ class ThreadGovernor:
             self._next[direction] = now + self._wait[direction]
             self._wait[direction] = min(self._wait[direction] * 2, MAX_RETRY_S)
             self._recent.clear()
-            self.changes.append((now, self.threads))
         self.trying = None
         self._trial = []
         self.busy = self._judge()
@@ -356,8 +351,6 @@ class ThreadGovernor:
 
     def reset(self) -> None:
         """Start again from all threads (a new model, the user's own thread count, a measurement's end)."""
-        if self.running != self.max_threads:
-            self.changes.append((self._clock(), self.max_threads))
         self.threads = self.max_threads
         self.trying = None
         self.busy = False
