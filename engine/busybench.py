@@ -8,8 +8,9 @@ with every thread fixed (as before the governor), and with one thread fixed
 taken). Conditions are interleaved round by round (idle and busy, and the
 policies in turn first) so that drift in the machine's speed reaches all of
 them, after one untimed Auto pass over the prompts (Auto's first replies learn
-how often drafts land); each is timed by its total over the rounds. The ratios busy / idle are what the user feels when another program
-takes a core; the governor's thread counts step by step show what it did.
+how often drafts land); each is timed by its total over the rounds. The
+ratios busy / idle are what the user feels when another program takes a core;
+the governor's thread counts step by step show what it did.
 """
 
 from __future__ import annotations
