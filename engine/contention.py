@@ -41,8 +41,10 @@ from dataclasses import dataclass
 import numpy as np
 import psutil
 
-# A decode waited for a core when its threads had it for less than this share of its wall time. Used alone
-# only where nothing better is known: to stop a measurement that another program disturbs (costmodel.measure).
+# Decodes waited for cores when their threads had them for less than this share of their wall time. Used alone
+# only where this PC's rest is not known yet: to stop a measurement that another program disturbs
+# (costmodel.measure), and as the bar before the first measurement. With one core of two taken, two threads get
+# about 0.73 of theirs.
 BUSY_UTILIZATION = 0.8
 # Shorter decodes are never judged: a worker thread waking up late is most of their time (a tiny model's
 # decodes take well under a millisecond), and a model that fast loses little to a busy core anyway.
@@ -91,11 +93,6 @@ class DecodeSample:
         return self.wall >= MIN_JUDGED_S
 
     @property
-    def contended(self) -> bool:
-        """This decode alone waited for a core, by the fixed ratio (see ``BUSY_UTILIZATION``)."""
-        return self.judged and self.utilization < BUSY_UTILIZATION
-
-    @property
     def per_cost(self) -> float:
         return self.wall / max(self.cost, 1e-9)
 
@@ -130,6 +127,14 @@ class RestProfile:
             return RestProfile()
         shares = [share(judged[i : i + WINDOW]) for i in range(len(judged) - WINDOW + 1)]
         return RestProfile(round(float(np.percentile(shares, 1)), 3))
+
+
+def waiting_share(samples: Sequence[DecodeSample]) -> float:
+    """The share of windows of WINDOW consecutive judged decodes whose threads had less than BUSY_UTILIZATION of
+    their cores: how much of a run another program shaped, where this PC's rest is not known."""
+    judged = [s for s in samples if s.judged]
+    windows = [judged[i : i + WINDOW] for i in range(len(judged) - WINDOW + 1)]
+    return sum(share(w) < BUSY_UTILIZATION for w in windows) / len(windows) if windows else 0.0
 
 
 def _enough(samples: Sequence[DecodeSample], count: int) -> bool:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import platformdirs
 
-from .contention import DecodeSample, RestProfile
+from .contention import DecodeSample, RestProfile, waiting_share
 
 if TYPE_CHECKING:
     from .runtime import Engine
@@ -361,8 +361,8 @@ class MachineBusy(MeasurementCancelled):
         super().__init__(max_exact_batch, "another program was using the CPU while this PC was being measured")
 
 
-# A measurement stops (MachineBusy) once more than this share of its timed decodes, after the first round,
-# waited for a core (contention.DecodeSample.contended): a curve timed under load makes Auto plan for a
+# A measurement stops (MachineBusy) once more than this share of its windows of decodes waited for cores
+# (contention.waiting_share), checked after every round: a curve timed under load makes Auto plan for a
 # slower machine than this one is, and would be kept for every later start.
 BUSY_SHARE = 0.25
 
@@ -472,11 +472,10 @@ def _time_sizes(
     ratios: dict[tuple[int, bool], list[float]] = {(n, a): [] for n in sizes for a in (False, True)}
     singles: list[float] = []
     t_start = time.perf_counter()
-    timed = contended = 0
+    every: list[DecodeSample] = []  # every decode timed, as the governor heard it
     heard: list[DecodeSample] = []  # the 1-token decodes, as the governor heard them: this PC at rest
 
     def once(n: int, all_logits: bool) -> float:
-        nonlocal timed, contended
         stop_if_cancelled()
         batch.set_single_seq(filler[n_kv : n_kv + n], n_kv, ALL_SEQS, last_logits=True)
         if all_logits:
@@ -486,9 +485,8 @@ def _time_sizes(
         dt = time.perf_counter() - t0
         ctx.seq_rm(-1, n_kv, -1)
         last = engine.governor.last
-        timed += 1
         if last is not None:
-            contended += last.contended
+            every.append(last)
             if n == 1:
                 heard.append(last)
         return dt
@@ -525,7 +523,7 @@ def _time_sizes(
                 ratios[(n, a)].append(spent / one)
                 work_done += weight(n) if rounds < min_rounds else 0.0
         rounds += 1
-        if contended > BUSY_SHARE * timed:
+        if waiting_share(every) > BUSY_SHARE:
             engine.reset()
             raise MachineBusy(max_exact_batch)
         if rounds >= min_rounds and time.perf_counter() - t_start > budget_s:

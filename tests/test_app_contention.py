@@ -208,3 +208,18 @@ def test_a_1000_token_prompt_beside_a_busy_program_shows_progress_after_its_firs
     assert overhead < 0.5, f"first progress {first_at - clicked:.2f} s after Send, {overhead:.2f} s of it not decoding"
     assert decoding_threads and threading.main_thread() not in decoding_threads  # the GUI thread never decodes
     watch.assert_kept_running()  # real time: see tests/event_loop.py
+
+
+def test_the_threads_row_tells_a_kept_reduction_from_a_trial():
+    from dataclasses import replace
+
+    from app.widgets.stats_view import threads_text
+
+    step = StepEvent(step=1, mode="plain", token_ids=(1,), text="a", n_committed=1, batch_size=1, n_logits=1,
+                     n_drafted=0, n_accepted=0, n_reevaluated=0, window=0, ngram=0, guesses=0, elapsed_s=0.01,
+                     decode_s=0.01, threads=2, max_threads=2, kept_threads=2)
+    assert threads_text(step) == "2"
+    assert threads_text(replace(step, threads=1, kept_threads=1)) == "1 of 2 (another program is busy)"
+    assert threads_text(replace(step, threads=1)) == "1 of 2 (trying fewer: the cores are busy)"
+    assert threads_text(replace(step, threads=2, kept_threads=1)) == "2 of 2 (trying more: a core may be free)"
+    assert threads_text(replace(step, threads=1, kept_threads=0)) == "1 of 2 (another program is busy)"  # stored

@@ -19,6 +19,7 @@ from engine.contention import (
     DecodeSample,
     RestProfile,
     ThreadGovernor,
+    waiting_share,
 )
 from engine.costmodel import MachineBusy, MeasurementCancelled, curve_for, load_cached
 from engine.runtime import PREFILL_CHUNK, PREFILL_FIRST_CHUNK
@@ -213,7 +214,15 @@ def test_decodes_too_short_to_judge_never_count_as_contended():
     gov = governor(load=1.0)
     assert set(feed(gov, [sample(2, 0.3, ms=0.5) for _ in range(50)])) == {2}  # a tiny model's late wake-ups
     assert not gov.busy
-    assert sample(2, 0.3, ms=10).contended
+    assert waiting_share([sample(2, 0.3, ms=0.5)] * 50) == 0.0
+    assert waiting_share([sample(2, 0.3, ms=10)] * 50) == 1.0
+
+
+def test_a_measurement_is_called_disturbed_by_windows_of_decodes_not_by_single_ones():
+    rng = np.random.default_rng(2)
+    assert waiting_share(quiet_pc(rng, 2000)) < 0.02  # a third of single decodes read ~0.8 at rest
+    busy = [sample(2, 0.73) for _ in range(100)]
+    assert waiting_share(quiet_pc(rng, 100) + busy) > 0.45
 
 
 def test_one_thread_has_nothing_to_give_up():
