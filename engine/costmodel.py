@@ -472,7 +472,7 @@ def _time_sizes(
     ratios: dict[tuple[int, bool], list[float]] = {(n, a): [] for n in sizes for a in (False, True)}
     singles: list[float] = []
     t_start = time.perf_counter()
-    every: list[DecodeSample] = []  # every decode timed, as the governor heard it
+    decodes: list[DecodeSample] = []  # every decode timed, as the governor heard it
     heard: list[DecodeSample] = []  # the 1-token decodes, as the governor heard them: this PC at rest
 
     def once(n: int, all_logits: bool) -> float:
@@ -486,7 +486,7 @@ def _time_sizes(
         ctx.seq_rm(-1, n_kv, -1)
         last = engine.governor.last
         if last is not None:
-            every.append(last)
+            decodes.append(last)
             if n == 1:
                 heard.append(last)
         return dt
@@ -523,7 +523,7 @@ def _time_sizes(
                 ratios[(n, a)].append(spent / one)
                 work_done += weight(n) if rounds < min_rounds else 0.0
         rounds += 1
-        if waiting_share(every) > BUSY_SHARE:
+        if waiting_share(decodes) > BUSY_SHARE:
             engine.reset()
             raise MachineBusy(max_exact_batch)
         if rounds >= min_rounds and time.perf_counter() - t_start > budget_s:
