@@ -206,6 +206,11 @@ def _round(
             engine.governor.reset()
             engine.ctx.set_threads(1 if policy == "one" else engine.n_threads)
             lookahead = LookaheadConfig(auto=True) if mode == "auto" else None
+            # Not timed: a few steps on this cell's threads first (a core left idle by the cell before may wake
+            # slowly), then the governor starts afresh.
+            _generate(engine, chats[0], lookahead, 16, Cell())
+            engine.governor.reset()
+            engine.ctx.set_threads(1 if policy == "one" else engine.n_threads)
             for chat in chats:
                 _generate(engine, chat, lookahead, max_tokens, cell)
             if on_cell is not None:
