@@ -59,6 +59,7 @@ from PySide6.QtWidgets import (
 )
 
 from engine import ModelFileError, default_model_path
+from engine.library import DRAFTS_ONLY_NOTE
 
 from . import paths
 from .chat_controller import ChatController, ReplyRecord, RequestIds
@@ -595,7 +596,8 @@ class MainWindow(QMainWindow):
         self.settings.model_path = requested  # "" keeps following the bundled model
         self.settings.add_recent_model(model.path)
         self._save_settings()
-        self.panel.set_lookahead_blocked(model.lookahead_block_reason)
+        self.panel.set_lookahead_blocked(
+            model.lookahead_block_reason, DRAFTS_ONLY_NOTE if model.lookahead_kind == "drafts only" else "")
         self.chat_pane.context_meter.set_context(model.n_ctx)
         self._update_actions()
         # Earlier chats with this model, for lookahead to draft from (tokenized on the engine's thread).

@@ -34,6 +34,7 @@ class LoadedModel:
     size_bytes: int = 0  # the model file's size
     # each weight type's matrices and the kernel that multiplies a batch by them here (engine/kernels.py)
     batch_kernels: tuple[str, ...] = ()
+    lookahead_kind: str = "lookahead"  # "lookahead", "drafts only" (one guess per step, no window) or "plain"
 
 
 @dataclass(frozen=True)

@@ -187,6 +187,7 @@ class EngineWorker(QObject):
             n_params=engine.info.n_params,
             n_threads=engine.n_threads,
             lookahead_block_reason=engine.lookahead_block_reason,
+            lookahead_kind=engine.lookahead_kind,
             load_s=time.perf_counter() - t0,
             probe_s=probe.seconds if probe.probed else None,
             template_source=engine.template.source,

@@ -130,11 +130,12 @@ class RestProfile:
 
 
 def waiting_share(samples: Sequence[DecodeSample]) -> float:
-    """The share of windows of WINDOW consecutive judged decodes whose threads had less than BUSY_UTILIZATION of
-    their cores: how much of a run another program shaped, where this PC's rest is not known."""
-    judged = [s for s in samples if s.judged]
-    windows = [judged[i : i + WINDOW] for i in range(len(judged) - WINDOW + 1)]
-    return sum(share(w) < BUSY_UTILIZATION for w in windows) / len(windows) if windows else 0.0
+    """The share of windows of WINDOW consecutive decodes whose threads had less than BUSY_UTILIZATION of their
+    cores: how much of a run another program shaped, where this PC's rest is not known. A window too short to
+    judge (a tiny model's decodes) counts as not waiting."""
+    windows = [samples[i : i + WINDOW] for i in range(len(samples) - WINDOW + 1)]
+    waited = sum(sum(s.wall for s in w) >= WINDOW * MIN_JUDGED_S and share(w) < BUSY_UTILIZATION for w in windows)
+    return waited / len(windows) if windows else 0.0
 
 
 def _enough(samples: Sequence[DecodeSample], count: int) -> bool:

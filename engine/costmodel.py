@@ -463,11 +463,12 @@ def _time_sizes(
     A cancel is looked at before every decode, not once per pair of three (the middle one up to 64 tokens with
     all logits): a reply asked for meanwhile waits for one decode at most. ``report`` hears 0..1.
     """
-    from .plan import ALL_SEQS  # local: keeps this module importable without llama.cpp
-
     n_kv = min(160, engine.n_ctx // 4)
     engine.prefill(filler[:n_kv], progress=lambda _done, _total: stop_if_cancelled())  # looked at per chunk
     sizes = tuple(s for s in sizes if s + n_kv + 1 < engine.n_ctx and s <= engine.ctx.n_batch)
+    seqs = engine.commit_seqs
+    if engine.drafts_only:  # what is timed is taken back after: no more than the memory can take back
+        sizes = tuple(s for s in sizes if s <= engine.rollback)
     batch, ctx = engine.batch, engine.ctx
     ratios: dict[tuple[int, bool], list[float]] = {(n, a): [] for n in sizes for a in (False, True)}
     singles: list[float] = []
@@ -477,13 +478,15 @@ def _time_sizes(
 
     def once(n: int, all_logits: bool) -> float:
         stop_if_cancelled()
-        batch.set_single_seq(filler[n_kv : n_kv + n], n_kv, ALL_SEQS, last_logits=True)
+        batch.set_single_seq(filler[n_kv : n_kv + n], n_kv, seqs, last_logits=True)
         if all_logits:
             batch.logits[:n] = 1
         t0 = time.perf_counter()
         ctx.decode(batch)
         dt = time.perf_counter() - t0
-        ctx.seq_rm(-1, n_kv, -1)
+        # On recurrent memory the state left is not the prefix's (a whole decode cannot be taken back), which
+        # changes no time; engine.reset() clears it after.
+        ctx.seq_rm(seqs[0] if engine.drafts_only else -1, n_kv, -1)
         last = engine.governor.last
         if last is not None:
             decodes.append(last)
@@ -566,8 +569,78 @@ def probe_exact_batch(
     if filler is None:
         filler = engine.tokenize(FILLER_TEXT, add_special=False)
     with engine.all_threads():
-        best = _probe_sizes(engine, filler, progress, sizes)
+        if engine.drafts_only:
+            best = _probe_chain(engine, filler, progress, tuple(n for n in sizes if n <= engine.rollback + 1))
+        else:
+            best = _probe_sizes(engine, filler, progress, sizes)
     engine.reset()
+    return best
+
+
+def _probe_chain(
+    engine: Engine, filler: list[int], progress: Callable[[float], None] | None, sizes: tuple[int, ...]
+) -> int:
+    """probe_exact_batch for a model that verifies one draft at a time (recurrent memory, ``drafts_only``).
+
+    Such a memory cannot forget a whole batch, only take back its tail: so after the prefix, the filler's next
+    tokens are decoded one at a time (the reference), the prefix is read again, and each size's batch starts
+    where the cache ends, all its rows compared with the reference; taking back all but its first token leaves
+    the cache one token further for the next size. A take-back that restored the wrong state shows as a
+    mismatch in the next batch. Last, one batch on one thread decides ``engine.threads_agree``.
+    """
+    seq = engine.commit_seqs[0]
+    batch, ctx = engine.batch, engine.ctx
+    depth = max(0, min(PROBE_DEPTH, engine.n_ctx - 2 * (len(sizes) + max(sizes, default=1)) - CHAIN_ROWS - 2))
+    n_ref = len(sizes) + max(sizes, default=1) + CHAIN_ROWS + 1
+    prefix, ahead = filler[:depth], filler[depth : depth + n_ref]
+    total = 2 * (len(prefix) / PROBE_CHUNK + 1) + len(ahead) + len(sizes) + 1
+    done = 0.0
+
+    def step(amount: float) -> None:
+        nonlocal done
+        if progress is not None:
+            progress(min(done / total, 1.0))
+        done += amount
+
+    def read_prefix() -> None:
+        engine.reset()
+        for i in range(0, len(prefix), PROBE_CHUNK):
+            step(1)
+            engine.prefill(prefix[i : i + PROBE_CHUNK], progress=lambda _done, _total: step(0))
+
+    read_prefix()
+    reference: list[np.ndarray] = []
+    for k, tok in enumerate(ahead):
+        step(1)
+        batch.set_single_seq([tok], depth + k, (seq,), last_logits=True)
+        ctx.decode(batch)
+        reference.append(ctx.logits_rows(1)[0].copy())
+    read_prefix()
+
+    def agrees(at: int, n: int) -> bool:
+        """A batch of ``n`` filler tokens at ``depth + at`` gives the reference's rows; the cache then keeps its
+        first token."""
+        batch.set_single_seq(ahead[at : at + n], depth + at, (seq,), last_logits=False)
+        batch.logits[:n] = 1
+        ctx.decode(batch)
+        rows = ctx.logits_rows(n)
+        same = all(np.array_equal(rows[k], reference[at + k]) for k in range(n))
+        ctx.rollback(seq, depth + at + 1)
+        return same
+
+    best, at = 0, 0
+    for n in sizes:
+        step(1)
+        if n > batch.capacity or not agrees(at, n):
+            break
+        best, at = n, at + 1
+    if engine.n_threads > 1 and best:
+        step(1)
+        ctx.set_threads(1)
+        engine.threads_agree = agrees(at, min(best, CHAIN_ROWS))
+        ctx.set_threads(engine.n_threads)
+    elif engine.n_threads == 1:
+        engine.threads_agree = True
     return best
 
 

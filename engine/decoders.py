@@ -277,6 +277,59 @@ class LookaheadDecoder:
         return in_place
 
 
+class ChainDecoder:
+    """Verification of one draft on a model whose memory keeps one state per sequence (recurrent or hybrid).
+
+    The batch is the pending tokens, then the draft, all in the committed sequence, with logits from the last
+    pending token on. The accepted part of the draft stays in the cache where plain decoding would have put
+    it; the rejected tail is taken back (``Context.rollback``: llama.cpp returns the recurrent state to the
+    one it kept that many tokens back), which the caller keeps within the context's ``n_rs_seq``.
+    """
+
+    name = "drafts"
+
+    def __init__(self, ctx: Context, batch: Batch, drawer: TokenDrawer, seq: int = 0) -> None:
+        self.ctx = ctx
+        self.batch = batch
+        self.drawer = drawer
+        self.seq = seq
+
+    def step(self, kv: KvState, pending: list[int], choice: StepChoice, confidence: bool = False) -> StepOutcome:
+        draft = list(choice.drafts[0].tokens)
+        n_pending = len(pending)
+        self.batch.set_single_seq(pending + draft, kv.n, (self.seq,), last_logits=False)
+        self.batch.logits[n_pending - 1 : n_pending + len(draft)] = 1
+        t0 = time.perf_counter()
+        self.ctx.decode(self.batch)
+        decode_s = time.perf_counter() - t0
+        logits = self.ctx.logits_rows(len(draft) + 1)
+        committed: list[int] = []
+        for k in range(len(draft) + 1):  # the model's own draw at each position, while it agrees with the draft
+            committed.append(self.drawer.draw(n_pending - 1 + k, logits[k]))
+            if k == len(draft) or committed[-1] != draft[k]:
+                break
+        n_accepted = len(committed) - 1
+        if n_accepted < len(draft):
+            self.ctx.rollback(self.seq, kv.n + n_pending + n_accepted)
+        kv.tokens.extend(pending)
+        kv.tokens.extend(draft[:n_accepted])
+        return StepOutcome(
+            committed=committed,
+            batch_size=n_pending + len(draft),
+            n_logits=len(draft) + 1,
+            n_drafted=len(draft),
+            n_accepted=n_accepted,
+            n_reevaluated=n_pending - 1,
+            window=0,
+            ngram=1 + len(draft),
+            guesses=1,
+            n_cached=n_accepted,
+            decode_s=decode_s,
+            accepted_origin=choice.drafts[0].origin if n_accepted else "",
+            confidence=probability(logits[n_accepted], committed[-1]) if confidence else 0.0,
+        )
+
+
 def _origin_of(choice: StepChoice, accepted: list[int]) -> str:
     """The origin of the first-ranked draft that holds the accepted tokens ("" when none were accepted)."""
     if not accepted:

@@ -19,11 +19,11 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from .auto import AutoPolicy, FixedPolicy
-from .decoders import JacobiWindow, LookaheadDecoder, PlainDecoder, TokenDrawer
+from .decoders import ChainDecoder, JacobiWindow, LookaheadDecoder, PlainDecoder, TokenDrawer
 from .drafts import DraftSources, HistoryIndex
 from .native import Sampler
 from .plan import StepChoice
@@ -159,6 +159,7 @@ class Generation:
             self._index.extend(history, "history")
             self._index.extend(prompt, "prompt")
             self._lookahead = LookaheadDecoder(engine.ctx, engine.batch, drawer, self._pool, JacobiWindow(prompt))
+            self._chain = ChainDecoder(engine.ctx, engine.batch, drawer, engine.commit_seqs[0])
             sources = DraftSources(self._index, self._pool, engine.corpus, engine.kept, engine.documents)
             self._fixed = FixedPolicy(sources)
             self._auto = AutoPolicy(sources, engine.live_costs, engine.acceptance)
@@ -198,6 +199,8 @@ class Generation:
         auto = cfg is not None and cfg.auto  # only Auto reads the committed token's probability
         if choice.plain:
             out = self._plain.step(engine.kv, self._pending, confidence=auto)
+        elif engine.drafts_only:
+            out = self._chain.step(engine.kv, self._pending, choice, confidence=auto)
         else:
             out = self._lookahead.step(engine.kv, self._pending, choice, confidence=auto)
         if auto:
@@ -276,10 +279,14 @@ class Generation:
 
     def _choose(self, cfg: LookaheadConfig | None, budget: int) -> StepChoice:
         """This step's shape, kept within the batch size whose logits match a lone decode's."""
-        cap = self._engine.cost_curve.max_exact_batch if self._exact_only else budget
+        engine = self._engine
+        cap = engine.cost_curve.max_exact_batch if self._exact_only else budget
         room = min(budget, cap) - len(self._pending)
         if cfg is None:
             return StepChoice(reason="plain")
+        if engine.drafts_only:  # one draft, no window, no longer than the memory can take back
+            cfg = replace(cfg, window=0, guesses=min(cfg.guesses, 1))
+            room = min(room, engine.rollback)
         if cap < 2:
             return StepChoice(reason="plain: on this CPU no batch gives this model's logits of plain decoding")
         if room < 1:
@@ -288,7 +295,7 @@ class Generation:
         if indexed < len(self._tokens):  # catch up after plain steps
             self._index.extend(self._tokens[indexed:], "reply")
         if cfg.auto:
-            self._auto.use_costs(self._engine.live_costs)  # the thread count may have changed since the last step
+            self._auto.use_costs(engine.live_costs)  # the thread count may have changed since the last step
         policy = self._auto if cfg.auto else self._fixed
         return policy.choose(self._pending[-1], cfg, room, self._confidence)
 

@@ -46,14 +46,24 @@ KIND_FILE = "file"  # one file (the bundled model)
 
 # llama.cpp's llm_arch_is_recurrent / llm_arch_is_hybrid (src/llama-arch.cpp), by the names
 # llama-arch.cpp gives these architectures in GGUF files. Their memory keeps one state per
-# sequence and cannot drop rejected guesses, which is why engine/runtime.py refuses lookahead
-# for them once loaded; the header's architecture says the same before loading.
+# sequence: no lookahead window, and a rejected guess can be dropped only where llama.cpp keeps
+# earlier states to go back to (llm_arch_supports_rs_rollback): those verify one draft per step
+# ("drafts only", engine/runtime.py), the others decode plainly. The header's architecture says
+# which before loading; the loaded engine says the same.
 RECURRENT_ARCHITECTURES = frozenset({"mamba", "mamba2", "rwkv6", "rwkv6qwen2", "rwkv7", "arwkv7"})
 HYBRID_ARCHITECTURES = frozenset({
     "jamba", "falcon-h1", "plamo2", "granitehybrid", "lfm2", "lfm2moe", "nemotron_h", "nemotron_h_moe",
     "qwen3next", "kimi-linear", "bailingmoe3", "kimi-k3", "glm5-next", "qwen35", "qwen35moe", "qwen4exp",
     "deepseek4", "minimax-01",
 })
+ROLLBACK_ARCHITECTURES = frozenset({
+    "kimi-k3", "qwen35", "qwen35moe", "qwen4exp", "deepseek4", "glm5-next", "nemotron_h", "nemotron_h_moe",
+    "lfm2", "lfm2moe", "bailingmoe3",
+})
+DRAFTS_ONLY_NOTE = (
+    "Drafts only: this model's memory is recurrent in part, so each step checks one guessed continuation and "
+    "takes back what is rejected; the lookahead window is not used."
+)
 # GGUF files that are not language models: a vision model's projector (llama.cpp's mtmd "clip").
 NOT_A_LANGUAGE_MODEL = {"clip": "a vision projector (mmproj) for another model, not a language model"}
 NOT_A_LANGUAGE_MODEL_PLAIN = (
@@ -68,9 +78,21 @@ OLLAMA_DEFAULT_NAMESPACE = "library"
 def lookahead_block_reason(architecture: str) -> str | None:
     """Why a model of this architecture cannot run lookahead (None: it can), from its name alone."""
     if architecture in RECURRENT_ARCHITECTURES or architecture in HYBRID_ARCHITECTURES:
+        if architecture in ROLLBACK_ARCHITECTURES:
+            return None
         kind = "recurrent" if architecture in RECURRENT_ARCHITECTURES else "hybrid"
-        return f"its {kind} memory cannot drop rejected guesses from the cache; plain decoding still works"
+        return (f"llama.cpp cannot take back rejected guesses from the {kind} memory of its architecture "
+                f"({architecture}); plain decoding still works")
     return None
+
+
+def lookahead_kind(architecture: str) -> str:
+    """What lookahead a model of this architecture gets: "lookahead", "drafts only" or "plain"."""
+    if lookahead_block_reason(architecture):
+        return "plain"
+    if architecture in RECURRENT_ARCHITECTURES or architecture in HYBRID_ARCHITECTURES:
+        return "drafts only"
+    return "lookahead"
 
 
 # --- the name to show for a model ---------------------------------------------------------------
@@ -281,6 +303,11 @@ class LibraryModel:
     def can_lookahead(self) -> bool:
         return self.lookahead_block_reason is None
 
+    @property
+    def lookahead_kind(self) -> str:
+        """ "lookahead", "drafts only" (one guess per step, no window) or "plain"."""
+        return lookahead_kind(self.architecture) if self.ok else "plain"
+
     def to_json(self) -> dict[str, object]:
         """The row ``lookahead-chat --list-models --json`` prints."""
         return {
@@ -293,6 +320,7 @@ class LibraryModel:
             "context_length": self.context_length,
             "chat_template": self.has_chat_template if self.ok else None,
             "lookahead": self.can_lookahead,
+            "lookahead_kind": self.lookahead_kind,
             "source": self.source,
             "error": self.error,
         }
@@ -694,7 +722,8 @@ def table_row(model: LibraryModel) -> tuple[str, ...]:
     return (
         model.path, model.name, model.architecture, format_params(model.n_params), model.file_type,
         format_size(model.size_bytes), f"{model.context_length:,}" if model.context_length else "",
-        "yes" if model.has_chat_template else "no", "yes" if model.can_lookahead else "no", model.source,
+        "yes" if model.has_chat_template else "no",
+        {"lookahead": "yes", "drafts only": "drafts only"}.get(model.lookahead_kind, "no"), model.source,
     )
 
 

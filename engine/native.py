@@ -399,13 +399,18 @@ KV_TYPES = (("q8_0", ll.GGML_TYPE_Q8_0), ("f16", ll.GGML_TYPE_F16))
 class Context:
     """A llama.cpp context made for lookahead: N_SEQ sequences in one unified KV cache (``kv_type``)."""
 
-    def __init__(self, model: Model, n_ctx: int, n_batch: int, n_threads: int) -> None:
+    def __init__(
+        self, model: Model, n_ctx: int, n_batch: int, n_threads: int, n_seq_max: int = N_SEQ, n_rs_seq: int = 0
+    ) -> None:
+        """``n_rs_seq``: recurrent states kept per sequence, so that a decode's last tokens can be taken back
+        (``rollback``); llama.cpp keeps none for architectures that cannot."""
         self.model = model
         params = ll.llama_context_default_params()
         params.n_ctx = n_ctx
         params.n_batch = n_batch
         params.n_ubatch = n_batch  # one ubatch per step: no split inside a step
-        params.n_seq_max = N_SEQ
+        params.n_seq_max = n_seq_max
+        params.n_rs_seq = n_rs_seq
         params.kv_unified = True
         params.n_threads = n_threads
         params.n_threads_batch = n_threads
@@ -425,6 +430,7 @@ class Context:
             )
         self.n_ctx = int(ll.llama_n_ctx(self._ptr))
         self.n_batch = n_batch
+        self.n_rs_seq = int(ll.llama_n_rs_seq(self._ptr)) if n_rs_seq else 0
         self.n_threads = n_threads
         self._mem = ll.llama_get_memory(self._ptr)
         self.n_vocab = model.n_vocab
@@ -486,6 +492,11 @@ class Context:
     def seq_rm(self, seq: int, p0: int, p1: int) -> None:
         if not ll.llama_memory_seq_rm(self._mem, seq, p0, p1):
             raise NativeError(f"this model's memory cannot remove positions {p0}..{p1} of sequence {seq}")
+
+    def rollback(self, seq: int, p0: int) -> None:
+        """Take back positions ``p0``.. of ``seq``, the tail of the decode just run (at most ``n_rs_seq`` tokens,
+        fewer than that decode held; once per decode): the recurrent state goes back to the one kept there."""
+        self.seq_rm(seq, p0, -1)
 
     def seq_cp(self, src: int, dst: int, p0: int, p1: int) -> None:
         ll.llama_memory_seq_cp(self._mem, src, dst, p0, p1)

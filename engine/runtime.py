@@ -63,6 +63,10 @@ PREFILL_CHUNK = 64
 PREFILL_FIRST_CHUNK = 16
 KEPT_SAVE_INTERVAL_S = 60.0
 DEFAULT_N_CTX = 4096
+# Recurrent states kept back per sequence on models with recurrent memory: the longest draft such a model
+# verifies in one step. Each costs a copy of the recurrent state (small for LFM2's short convolutions, ~1 MB
+# a layer for Qwen3.5's delta-net heads).
+ROLLBACK_TOKENS = 12
 
 
 class PromptTooLongError(ValueError):
@@ -76,11 +80,17 @@ class LookaheadUnsupportedError(RuntimeError):
 def open_context(model: Model, n_ctx: int, n_threads: int) -> Context:
     """The context the engine decodes in: at most the trained length, a batch that fits any step.
 
+    A model with recurrent memory keeps one state per sequence: it gets one sequence, and ROLLBACK_TOKENS
+    states kept back so that a verified draft's rejected tail can be taken back (where llama.cpp can).
     engine/probe.py's child opens the same one, so a file that passes its test load loads here too.
     """
-    n_ctx_train = model.info().n_ctx_train
-    n_ctx = min(n_ctx, n_ctx_train) if n_ctx_train > 0 else n_ctx
-    return Context(model, n_ctx=n_ctx, n_batch=max(PREFILL_BATCH, STEP_BATCH_MAX), n_threads=n_threads)
+    info = model.info()
+    n_ctx = min(n_ctx, info.n_ctx_train) if info.n_ctx_train > 0 else n_ctx
+    n_batch = max(PREFILL_BATCH, STEP_BATCH_MAX)
+    if info.recurrent or info.hybrid:
+        return Context(model, n_ctx=n_ctx, n_batch=n_batch, n_threads=n_threads, n_seq_max=1,
+                       n_rs_seq=ROLLBACK_TOKENS)
+    return Context(model, n_ctx=n_ctx, n_batch=n_batch, n_threads=n_threads)
 
 
 class Engine:
@@ -126,12 +136,16 @@ class Engine:
         self.threads_agree: bool | None = None
         self.governor = ThreadGovernor(self.n_threads, adapt=False, load=CpuLoad.for_this_process())
         self.ctx.on_decode = self._after_decode
+        # Recurrent or hybrid memory keeps one state per sequence and cannot share a token among sequences: such
+        # a model decodes in seq 0 alone and verifies one draft per step, its rejected tail taken back by the
+        # states llama.cpp keeps (``rollback`` tokens at most; 0 where the architecture cannot).
+        self.recurrent = self.info.recurrent or self.info.hybrid
+        self.rollback = self.ctx.n_rs_seq if self.recurrent else 0
+        self.drafts_only = self.recurrent and self.rollback > 0
         self.lookahead_block_reason = self._lookahead_block_reason()
         self.batch = Batch(self.ctx.n_batch)
-        # Committed tokens carry every sequence id so lookahead branches see them;
-        # recurrent/hybrid memory keeps one state per sequence and cannot share a
-        # token among them, so those models (plain decoding only) use seq 0 alone.
-        self.commit_seqs: tuple[int, ...] = ALL_SEQS if self.lookahead_block_reason is None else (0,)
+        # Committed tokens carry every sequence id so lookahead branches see them.
+        self.commit_seqs: tuple[int, ...] = (0,) if self.recurrent else ALL_SEQS
         bos = self.model.token_text(self.model.bos()) if self.model.bos() >= 0 else ""
         eos = self.model.token_text(self.model.eos()) if self.model.eos() >= 0 else ""
         self.template = ChatTemplate(self.model.chat_template(), bos_token=bos, eos_token=eos)
@@ -288,13 +302,20 @@ class Engine:
         return self.cost_curve
 
     def _lookahead_block_reason(self) -> str | None:
-        if self.info.recurrent or self.info.hybrid:
+        if self.recurrent and not self.rollback:
             kind = "recurrent" if self.info.recurrent else "hybrid"
             return (
-                f"lookahead is unavailable for this model: its {kind} memory cannot drop "
-                "rejected guesses from the cache; plain decoding still works"
+                f"lookahead is unavailable for this model: llama.cpp cannot take back rejected guesses from the "
+                f"{kind} memory of its architecture ({self.summary.architecture}); plain decoding still works"
             )
         return None
+
+    @property
+    def lookahead_kind(self) -> str:
+        """What lookahead this model gets: "lookahead" (window and drafts), "drafts only" or "plain"."""
+        if self.lookahead_block_reason:
+            return "plain"
+        return "drafts only" if self.drafts_only else "lookahead"
 
     def use_memory(self) -> None:
         """Draft from earlier chats (fed by ``remember_chat``) and from the n-grams kept on disk for this file."""
@@ -405,7 +426,7 @@ class Engine:
         n = 0
         while n < limit and cached[n] == prompt[n]:
             n += 1
-        if n < len(cached) and self.lookahead_block_reason is not None:
+        if n < len(cached) and self.recurrent:
             self.reset()  # a recurrent state cannot be rewound to an earlier position: start over
             return 0
         if n < len(cached):

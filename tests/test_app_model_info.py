@@ -176,3 +176,36 @@ def test_the_bundled_model_shows_its_own_template_and_its_header_facts(qtbot, ma
     # which kernel multiplies a batch by each weight type here: the bundled model's matrices are Q4_1 (and Q8_0)
     kernels = facts["Batch kernels"].splitlines()
     assert kernels and kernels[0].startswith("Q4_1 (") and all(" (" in line and "; " in line for line in kernels)
+
+
+@pytest.mark.qt_log_ignore(r"This plugin does not support propagateSizeHints\(\)")
+def test_a_hybrid_model_says_it_gets_drafts_only_in_the_panel_model_info_and_library(make_window, qtbot, tmp_path):
+    from app.widgets.library import LibraryDialog
+    from app.widgets.model_info import ModelInfoDialog
+    from engine.library import DRAFTS_ONLY_NOTE
+    from tests.app_fixtures import MODEL_LOAD_TIMEOUT_MS, quick_settings
+    from tests.tiny_models import write_tiny_hybrid
+
+    folder = tmp_path / "models"
+    folder.mkdir()
+    path = str(write_tiny_hybrid("lfm2", folder / "tiny-lfm2.gguf"))
+    window = make_window(quick_settings())
+    window.measure_status.skip()
+    window.modelChanged.connect(lambda _model: window.measure_status.skip())
+    with qtbot.waitSignal(window.modelChanged, timeout=MODEL_LOAD_TIMEOUT_MS):
+        window.load_model(path)
+    assert window.model.lookahead_kind == "drafts only" and window.model.lookahead_block_reason is None
+    panel = window.panel
+    assert panel.block_label.text() == DRAFTS_ONLY_NOTE and not panel.block_label.isHidden()
+    assert panel.lookahead_check.isEnabled()  # lookahead stays on: only its window is left out
+    window.template_action.trigger()
+    info = window.findChild(ModelInfoDialog)
+    assert info is not None and info.facts["Lookahead"].text() == DRAFTS_ONLY_NOTE
+    library = LibraryDialog([str(folder)], loaded_path=path)
+    qtbot.addWidget(library)
+    library.show()
+    with qtbot.waitSignal(library.scanned, timeout=30_000):
+        pass
+    cells = [library.model.item(r, c).text() for r in range(library.model.rowCount())
+             for c in range(library.model.columnCount())]
+    assert "drafts only" in cells

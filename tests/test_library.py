@@ -243,11 +243,13 @@ def test_the_environment_moves_the_folders_as_it_moves_the_apps():
     assert "/h/.local/share/nomic.ai/GPT4All" in relative  # a relative XDG path is ignored, as the spec says
 
 
-def test_recurrent_and_hybrid_architectures_cannot_run_lookahead_by_their_name_alone():
-    assert library.lookahead_block_reason("llama") is None
-    assert "recurrent" in library.lookahead_block_reason("mamba")
-    assert "hybrid" in library.lookahead_block_reason("jamba")
-    assert "hybrid" in library.lookahead_block_reason("lfm2")
+def test_what_lookahead_an_architecture_gets_by_its_name_alone():
+    assert library.lookahead_block_reason("llama") is None and library.lookahead_kind("llama") == "lookahead"
+    assert "recurrent" in library.lookahead_block_reason("mamba") and library.lookahead_kind("mamba") == "plain"
+    assert "hybrid" in library.lookahead_block_reason("jamba") and library.lookahead_kind("jamba") == "plain"
+    # llama.cpp keeps earlier states of these (llm_arch_supports_rs_rollback): one draft per step, no window
+    for arch in ("lfm2", "qwen35", "nemotron_h"):
+        assert library.lookahead_block_reason(arch) is None and library.lookahead_kind(arch) == "drafts only"
 
 
 def test_the_header_counts_parameters_as_llama_cpp_does(engine):

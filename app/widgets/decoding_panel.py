@@ -353,11 +353,13 @@ class DecodingPanel(QWidget):
             stop_strings=tuple(parse_stop_strings(self.stop_edit.toPlainText())),
         )
 
-    def set_lookahead_blocked(self, reason: str | None) -> None:
-        """Disable lookahead for a model that cannot do it, saying why."""
+    def set_lookahead_blocked(self, reason: str | None, note: str = "") -> None:
+        """Disable lookahead for a model that cannot do it, saying why; ``note``: what this model's lookahead
+        leaves out (shown while it is not blocked)."""
         self._block_reason = reason
-        self.block_label.setText(reason or "")
-        self.block_label.setVisible(bool(reason))
+        text = reason or note
+        self.block_label.setText(text)
+        self.block_label.setVisible(bool(text))
         self._update_enabled()
 
     def set_system_prompt(self, text: str) -> None:

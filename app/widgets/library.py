@@ -32,6 +32,7 @@ from PySide6.QtWidgets import (
 )
 
 from engine.library import (
+    DRAFTS_ONLY_NOTE,
     KIND_FILE,
     HeaderCache,
     LibraryModel,
@@ -133,7 +134,9 @@ def _row(model: LibraryModel) -> list[QStandardItem]:
     """A model's cells; a broken file says why on hover, a model without lookahead says why not."""
     if model.ok:
         trained = model.context_length
-        lookahead_tip = model.lookahead_block_reason or "Lookahead decoding works with this model"
+        kind = model.lookahead_kind
+        lookahead_tip = model.lookahead_block_reason or (
+            DRAFTS_ONLY_NOTE if kind == "drafts only" else "Lookahead decoding works with this model")
         cells = [
             _cell(model.name, tip=model.path),
             _cell(model.architecture),
@@ -142,7 +145,7 @@ def _row(model: LibraryModel) -> list[QStandardItem]:
             _cell(format_size(model.size_bytes), model.size_bytes),
             _cell(f"{trained:,}" if trained else "", trained or 0),
             _cell("yes" if model.has_chat_template else "no"),
-            _cell("yes" if model.can_lookahead else "no", tip=lookahead_tip),
+            _cell({"lookahead": "yes", "drafts only": "drafts only"}.get(kind, "no"), tip=lookahead_tip),
         ]
     else:
         error = "\n\n".join(t for t in (model.problem, model.error) if t) or "unknown"

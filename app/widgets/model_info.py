@@ -15,7 +15,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine.library import format_params, format_size
+from engine.library import DRAFTS_ONLY_NOTE, format_params, format_size
 from engine.models import LoadProblem
 
 from ..requests import LoadedModel
@@ -43,6 +43,15 @@ def show_problem(
     box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
     box.open()
     return box
+
+
+def lookahead_text(model: LoadedModel) -> str:
+    """What lookahead this model gets, and why when it is less than all of it."""
+    if model.lookahead_block_reason:
+        return f"no: {model.lookahead_block_reason}"
+    if model.lookahead_kind == "drafts only":
+        return DRAFTS_ONLY_NOTE
+    return "yes: drafts and the lookahead window"
 
 
 def format_tokens(n: int | None) -> str:
@@ -75,10 +84,11 @@ class ModelInfoDialog(QDialog):
             ("File size", format_size(model.size_bytes) if model.size_bytes else "unknown"),
             ("File", model.path),
             ("Batch kernels", "\n".join(model.batch_kernels) or "unknown"),
+            ("Lookahead", lookahead_text(model)),
         ):
             label = Label(value)
             label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-            label.setWordWrap(name in ("File", "Batch kernels"))
+            label.setWordWrap(name in ("File", "Batch kernels", "Lookahead"))
             form.addRow(f"{name}:", label)
             self.facts[name] = label
 
