@@ -200,6 +200,7 @@ class FakeEngine(FakeEngineMemory):
         self.info = SimpleNamespace(n_params=1_000_000)
         self.n_ctx, self.n_threads = n_ctx, n_threads or 1
         self.lookahead_block_reason = None
+        self.lookahead_kind = "lookahead"
 
     def close(self) -> None:
         pass

@@ -57,6 +57,7 @@ def test_the_dialog_shows_the_models_facts_and_its_own_template_read_only_in_a_f
         "File": "/models/smol.gguf",
         "Batch kernels": "Q4_1 (210): one-pass tile kernel (patched); every batch size gives 1-token results\n"
                          "Q8_0 (1): llama.cpp's kernels; batches are checked on the model",
+        "Lookahead": "yes: drafts and the lookahead window",
     }
     assert dialog.name_label.text() == "smol"  # as the status bar and the library name it
     assert dialog.template_note.text() == OWN_TEMPLATE_NOTE
@@ -91,6 +92,7 @@ class _TemplatelessEngine(FakeEngineMemory):
         self.info = SimpleNamespace(n_params=124_000_000)
         self.n_ctx, self.n_threads = n_ctx, n_threads or 1
         self.lookahead_block_reason = None
+        self.lookahead_kind = "lookahead"
         self.template = ChatTemplate(None)  # the engine's own rule: no source, the generic fallback
 
     def close(self) -> None:

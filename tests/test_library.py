@@ -443,7 +443,7 @@ def test_list_models_json_prints_one_row_per_model_found_with_the_environment_of
         "path": str(fake.ollama_blob), "name": "tinyllama:latest", "architecture": "llama",
         "parameters": check_gguf(fake.ollama_blob).n_params, "quantization": "F16",
         "size_bytes": fake.ollama_blob.stat().st_size, "context_length": 4096, "chat_template": False,
-        "lookahead": True, "source": "Ollama", "error": None,
+        "lookahead": True, "lookahead_kind": "lookahead", "source": "Ollama", "error": None,
     }
     assert by_path[str(fake.hf_snapshot)]["lookahead"] is False
     assert by_path[str(fake.truncated)]["error"].startswith("truncated")
