@@ -487,6 +487,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
                            "measured: run engine tune again when the PC is quieter", EXIT_FAILED) from None
         model = eng.summary.name
         kernels = matrix_kernels(dict(eng.summary.matrix_types), native.system_features())
+        drafts_only, rollback = eng.drafts_only, eng.rollback
     if args.save:
         try:
             save_curve(curve, args.save, model=model, threads=curve.threads)
@@ -499,7 +500,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
                                        "exact_up_to": k.exact_up_to} for k in kernels]}))
         return 0
     print(curve.table())
-    exact = explain_exact_limit(kernels, curve.max_exact_batch, max(EXACT_PROBE_SIZES))
+    # A model that verifies one draft at a time is probed only as far as its memory can take back.
+    largest = rollback + 1 if drafts_only else max(EXACT_PROBE_SIZES)
+    exact = explain_exact_limit(kernels, curve.max_exact_batch, largest)
     print(f"measured in {curve.measured_s:.1f} s; {exact}")
     one = curve.one_thread
     if one is not None:
@@ -516,8 +519,12 @@ def cmd_tune(args: argparse.Namespace) -> int:
     print("A draft of L tokens beats a plain step only if each of its tokens lands with probability at least:")
     for L, p in plan["min_p_for_draft_len"].items():
         print(f"  L={L}: p >= {p:.2f}" if p is not None else f"  L={L}: never pays")
-    print(f"A 3-column, N=3 Jacobi window would make a step cost {plan['window_3x2_relative_cost']:.2f}x a plain one; "
-          "Auto runs one only when that is nearly free.")
+    if drafts_only:
+        print(f"this model verifies one draft of up to {rollback} tokens per step (its memory is recurrent in part): "
+              "no Jacobi window")
+    else:
+        print(f"A 3-column, N=3 Jacobi window would make a step cost {plan['window_3x2_relative_cost']:.2f}x a plain "
+              "one; Auto runs one only when that is nearly free.")
     return 0
 
 

@@ -140,3 +140,15 @@ def test_the_library_and_the_engine_name_the_same_kind_of_lookahead(hybrid):
     from engine.library import lookahead_kind
 
     assert lookahead_kind(hybrid.summary.architecture) == hybrid.lookahead_kind == "drafts only"
+
+
+def test_engine_tune_says_how_far_such_a_model_was_probed_and_that_it_has_no_window(hybrid, capsys, monkeypatch,
+                                                                                     tmp_path):
+    from engine.cli import main
+
+    monkeypatch.setenv("LOOKAHEAD_CHAT_HOME", str(tmp_path))
+    monkeypatch.setenv("LOOKAHEAD_COST_CURVE", "flat")  # the probe runs, the costs are pinned: quick on any PC
+    assert main(["tune", "--model", str(hybrid.summary.path), "--threads", "1", "--ctx", "1024"]) == 0
+    out = capsys.readouterr().out
+    assert f"batches up to {ROLLBACK_TOKENS + 1} tokens (all sizes probed)" in out
+    assert f"verifies one draft of up to {ROLLBACK_TOKENS} tokens per step" in out and "Jacobi window would" not in out
