@@ -201,20 +201,24 @@ def _round(
     for mode in MODES:
         for policy in policies:
             cell = cells[(load, mode, policy)]
-            # Each condition starts from every thread, as a reply does after a quiet while.
             engine.governor.adapt = adapt and policy == "governor"
-            engine.governor.reset()
-            engine.ctx.set_threads(1 if policy == "one" else engine.n_threads)
+            threads = 1 if policy == "one" else engine.n_threads
             lookahead = LookaheadConfig(auto=True) if mode == "auto" else None
             # Not timed: a few steps on this cell's threads first (a core left idle by the cell before may wake
-            # slowly), then the governor starts afresh.
+            # slowly). Then the condition starts afresh, as a reply does after a quiet while.
+            _start_cell(engine, threads)
             _generate(engine, chats[0], lookahead, 16, Cell())
-            engine.governor.reset()
-            engine.ctx.set_threads(1 if policy == "one" else engine.n_threads)
+            _start_cell(engine, threads)
             for chat in chats:
                 _generate(engine, chat, lookahead, max_tokens, cell)
             if on_cell is not None:
                 on_cell(load, mode, policy, cell)
+
+
+def _start_cell(engine: Engine, threads: int) -> None:
+    """The governor from its start (every thread it may use), and ``threads`` set for the next decode."""
+    engine.governor.reset()
+    engine.ctx.set_threads(threads)
 
 
 def _generate(

@@ -235,6 +235,17 @@ class ThreadGovernor:
     steps may teach Auto's live costs.
     """
 
+    # Set by reset(): the state a governor starts from.
+    threads: int
+    trying: int | None
+    busy: bool
+    last: DecodeSample | None
+    _recent: deque[DecodeSample]  # judged decodes at the count running now
+    _trial: list[DecodeSample]
+    _busy_run: int  # judged decodes in a row after which the window was busy
+    _wait: dict[int, float]  # per direction: the wait after a failed trial
+    _next: dict[int, float]  # per direction: when a trial may start
+
     def __init__(
         self,
         max_threads: int,
@@ -248,19 +259,11 @@ class ThreadGovernor:
         self.rest = rest or RestProfile()
         self.load = load or CpuLoad(None)
         self._clock = clock
-        self.threads = self.max_threads
-        self.trying: int | None = None
-        self.busy = False
-        self.last: DecodeSample | None = None
         self.reductions = 0  # thread counts given up and kept (for reports)
         self.trials = 0
-        self._recent: deque[DecodeSample] = deque(maxlen=WINDOW)  # judged decodes at the count running now
-        self._trial: list[DecodeSample] = []
-        self._busy_run = 0  # judged decodes in a row after which the window was busy
         self._others: float | None = None  # the OS's count at the last decode (CpuLoad.others)
         self._baseline = 0.0
-        self._wait = {-1: RETRY_S, 1: RETRY_S}  # per direction: the wait after a failed trial
-        self._next = {-1: 0.0, 1: 0.0}
+        self.reset()
 
     @property
     def running(self) -> int:
@@ -361,7 +364,7 @@ class ThreadGovernor:
         self.trying = None
         self.busy = False
         self.last = None
-        self._recent.clear()
+        self._recent = deque(maxlen=WINDOW)
         self._trial = []
         self._busy_run = 0
         self._wait = {-1: RETRY_S, 1: RETRY_S}

@@ -577,6 +577,30 @@ def probe_exact_batch(
     return best
 
 
+class _ProbeSteps:
+    """A probe's progress in steps of a known total (prefill pieces, single decodes, batches): it moves during
+    every part, and a probe that stops early jumps to its end. Called before each step, with that step's weight;
+    each call is also where a measurement's cancel takes effect."""
+
+    def __init__(self, total: float, progress: Callable[[float], None] | None) -> None:
+        self.total = total
+        self.progress = progress
+        self.done = 0.0
+
+    def __call__(self, amount: float) -> None:
+        if self.progress is not None:
+            self.progress(min(self.done / self.total, 1.0))
+        self.done += amount
+
+
+def _read_prefix(engine: Engine, prefix: list[int], step: _ProbeSteps) -> None:
+    """Empty the cache, then read ``prefix`` in PROBE_CHUNK pieces, so that a cancel is never far off."""
+    engine.reset()
+    for i in range(0, len(prefix), PROBE_CHUNK):
+        step(1)
+        engine.prefill(prefix[i : i + PROBE_CHUNK], progress=lambda _done, _total: step(0))  # a cancel: per chunk
+
+
 def _probe_chain(
     engine: Engine, filler: list[int], progress: Callable[[float], None] | None, sizes: tuple[int, ...]
 ) -> int:
@@ -593,29 +617,15 @@ def _probe_chain(
     depth = max(0, min(PROBE_DEPTH, engine.n_ctx - 2 * (len(sizes) + max(sizes, default=1)) - CHAIN_ROWS - 2))
     n_ref = len(sizes) + max(sizes, default=1) + CHAIN_ROWS + 1
     prefix, ahead = filler[:depth], filler[depth : depth + n_ref]
-    total = 2 * (len(prefix) / PROBE_CHUNK + 1) + len(ahead) + len(sizes) + 1
-    done = 0.0
-
-    def step(amount: float) -> None:
-        nonlocal done
-        if progress is not None:
-            progress(min(done / total, 1.0))
-        done += amount
-
-    def read_prefix() -> None:
-        engine.reset()
-        for i in range(0, len(prefix), PROBE_CHUNK):
-            step(1)
-            engine.prefill(prefix[i : i + PROBE_CHUNK], progress=lambda _done, _total: step(0))
-
-    read_prefix()
+    step = _ProbeSteps(2 * (len(prefix) / PROBE_CHUNK + 1) + len(ahead) + len(sizes) + 1, progress)
+    _read_prefix(engine, prefix, step)
     reference: list[np.ndarray] = []
     for k, tok in enumerate(ahead):
         step(1)
         batch.set_single_seq([tok], depth + k, (seq,), last_logits=True)
         ctx.decode(batch)
         reference.append(ctx.logits_rows(1)[0].copy())
-    read_prefix()
+    _read_prefix(engine, prefix, step)
 
     def agrees(at: int, n: int) -> bool:
         """A batch of ``n`` filler tokens at ``depth + at`` gives the reference's rows; the cache then keeps its
@@ -654,22 +664,10 @@ def _probe_sizes(
     # (a context that small never reaches the cache lengths where kernels change).
     prefix = filler[: max(0, min(PROBE_DEPTH, engine.n_ctx - CHAIN_ROWS - sizes[0] - 1))]
     best = 0
-    # Progress counts steps (prefill pieces, chain tokens, then the sizes tried, each as heavy as its batch
-    # over the first chunk's size) so that it moves during every part; a probe that stops early jumps to its end.
+    # Steps: prefill pieces, chain tokens, then the sizes tried, each as heavy as its batch over a chunk's size.
     n_chunks = -(-len(prefix) // PROBE_CHUNK)
-    total = n_chunks + CHAIN_ROWS + sum(n / PROBE_CHUNK for n in sizes) * 2
-    done = 0.0
-
-    def step(amount: float) -> None:
-        nonlocal done
-        if progress is not None:
-            progress(min(done / total, 1.0))
-        done += amount
-
-    engine.reset()
-    for i in range(0, len(prefix), PROBE_CHUNK):  # in pieces, so that a cancel is never far off
-        step(1)
-        engine.prefill(prefix[i : i + PROBE_CHUNK], progress=lambda _done, _total: step(0))  # a cancel: per chunk
+    step = _ProbeSteps(n_chunks + CHAIN_ROWS + sum(n / PROBE_CHUNK for n in sizes) * 2, progress)
+    _read_prefix(engine, prefix, step)
     start = engine.kv.n
     chain: list[np.ndarray] = []  # plain decoding of the tokens after the prefix, one at a time
     for k in range(CHAIN_ROWS):

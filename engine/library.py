@@ -95,6 +95,11 @@ def lookahead_kind(architecture: str) -> str:
     return "lookahead"
 
 
+def lookahead_cell(kind: str) -> str:
+    """A ``lookahead_kind`` as the library's column says it: "yes", "drafts only" or "no"."""
+    return {"lookahead": "yes", "drafts only": "drafts only"}.get(kind, "no")
+
+
 # --- the name to show for a model ---------------------------------------------------------------
 
 # A word of a GGUF's general.name that marks a training run rather than a model people would name:
@@ -723,7 +728,7 @@ def table_row(model: LibraryModel) -> tuple[str, ...]:
         model.path, model.name, model.architecture, format_params(model.n_params), model.file_type,
         format_size(model.size_bytes), f"{model.context_length:,}" if model.context_length else "",
         "yes" if model.has_chat_template else "no",
-        {"lookahead": "yes", "drafts only": "drafts only"}.get(model.lookahead_kind, "no"), model.source,
+        lookahead_cell(model.lookahead_kind), model.source,
     )
 
 

@@ -39,7 +39,7 @@ from .drafts import CorpusIndex
 from .generation import Generation, GenerationControls, StepEvent
 from .models import ContextTooLargeError, GgufSummary, check_context_fits, check_gguf
 from .native import Batch, Context, Model, NativeError
-from .plan import ALL_SEQS
+from .plan import ALL_SEQS, N_SEQ
 from .pool import NgramPool
 from .settings import (
     MAX_GUESSES,
@@ -86,11 +86,9 @@ def open_context(model: Model, n_ctx: int, n_threads: int) -> Context:
     """
     info = model.info()
     n_ctx = min(n_ctx, info.n_ctx_train) if info.n_ctx_train > 0 else n_ctx
-    n_batch = max(PREFILL_BATCH, STEP_BATCH_MAX)
-    if info.recurrent or info.hybrid:
-        return Context(model, n_ctx=n_ctx, n_batch=n_batch, n_threads=n_threads, n_seq_max=1,
-                       n_rs_seq=ROLLBACK_TOKENS)
-    return Context(model, n_ctx=n_ctx, n_batch=n_batch, n_threads=n_threads)
+    recurrent = info.recurrent or info.hybrid
+    return Context(model, n_ctx=n_ctx, n_batch=max(PREFILL_BATCH, STEP_BATCH_MAX), n_threads=n_threads,
+                   n_seq_max=1 if recurrent else N_SEQ, n_rs_seq=ROLLBACK_TOKENS if recurrent else 0)
 
 
 class Engine:

@@ -40,6 +40,7 @@ from engine.library import (
     ScanResult,
     SearchedFolder,
     library_roots,
+    lookahead_cell,
     scan,
 )
 from engine.models import LoadProblem
@@ -145,7 +146,7 @@ def _row(model: LibraryModel) -> list[QStandardItem]:
             _cell(format_size(model.size_bytes), model.size_bytes),
             _cell(f"{trained:,}" if trained else "", trained or 0),
             _cell("yes" if model.has_chat_template else "no"),
-            _cell({"lookahead": "yes", "drafts only": "drafts only"}.get(kind, "no"), tip=lookahead_tip),
+            _cell(lookahead_cell(kind), tip=lookahead_tip),
         ]
     else:
         error = "\n\n".join(t for t in (model.problem, model.error) if t) or "unknown"
