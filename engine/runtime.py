@@ -45,6 +45,7 @@ from .settings import (
     MAX_GUESSES,
     MAX_NGRAM,
     MAX_WINDOW,
+    ROLLBACK_TOKENS,
     SamplingConfig,
     SettingsError,
     StopConfig,
@@ -63,10 +64,6 @@ PREFILL_CHUNK = 64
 PREFILL_FIRST_CHUNK = 16
 KEPT_SAVE_INTERVAL_S = 60.0
 DEFAULT_N_CTX = 4096
-# Recurrent states kept back per sequence on models with recurrent memory: the longest draft such a model
-# verifies in one step. Each costs a copy of the recurrent state (a few rows per layer for LFM2's short
-# convolutions, a state matrix per head and layer for Qwen3.5's delta net).
-ROLLBACK_TOKENS = 12
 
 
 class PromptTooLongError(ValueError):

@@ -13,6 +13,10 @@ from dataclasses import dataclass, field
 MAX_WINDOW = 16
 MAX_NGRAM = 8
 MAX_GUESSES = 16
+# Recurrent states kept back per sequence on models with recurrent memory: the longest draft such a model
+# verifies in one step. Each costs a copy of the recurrent state (a few rows per layer for LFM2's short
+# convolutions, a state matrix per head and layer for Qwen3.5's delta net).
+ROLLBACK_TOKENS = 12
 # Sampling limits: beyond them a setting only slows the sampler or wrecks the text.
 MAX_TOP_K = 1000
 MAX_REPEAT_PENALTY = 2.0

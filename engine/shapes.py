@@ -29,6 +29,7 @@ import numpy as np
 from .models import read_tensor_type_counts
 
 WEIGHT_SCALE = 0.02  # normal(0, 0.02): activations stay finite through every layer; norms are 1
+CONV_SCALE = 0.2  # a convolution kernel of 3 or 4 taps: its output keeps the size of its input
 
 # --- the shapes ----------------------------------------------------------------------------------------------
 
@@ -56,6 +57,21 @@ class ModelShape:
     head_dim: int = 0  # 0: n_embd // n_head
     qkv_bias: bool = False  # biases on the q, k and v projections (Qwen2)
     tied_embeddings: bool = True  # no output.weight: the output projection reuses token_embd
+    # Hybrid memory: per layer "a" (attention) or "r" (recurrent); "" = attention in every layer.
+    layers: str = ""
+    conv_kernel: int = 0  # a recurrent layer's convolution width (LFM2's short conv, Qwen3.5's delta net)
+    ssm_heads: int = 0  # Qwen3.5's delta net: value heads (one state matrix each) ...
+    ssm_groups: int = 0  # ... key heads ...
+    ssm_head_dim: int = 0  # ... and the width of each
+    rope_dims: int = 0  # rotated dimensions of a head (0: all of them)
+    rope_sections: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.layers and (len(self.layers) != self.n_layer or set(self.layers) - {"a", "r"}):
+            raise ValueError(f"{self.name}: layers must give 'a' or 'r' for each of its {self.n_layer} layers")
+
+    def recurrent(self, i: int) -> bool:
+        return bool(self.layers) and self.layers[i] == "r"
 
     @property
     def key_length(self) -> int:
@@ -74,9 +90,26 @@ SHAPES: dict[str, ModelShape] = {s.name: s for s in (
                n_vocab=151936, rope_theta=1000000.0, rms_eps=1e-6, context_length=32768, qkv_bias=True),
     ModelShape("smollm2-135m", "SmolLM2 135M", "llama", n_embd=576, n_layer=30, n_head=9, n_head_kv=3, n_ff=1536,
                n_vocab=49152, rope_theta=100000.0, rms_eps=1e-5, context_length=8192),
+    # Hybrid memory. LFM2: short-convolution layers and attention (config.json's full_attn_idxs), the feed-forward
+    # width after its block_auto_adjust_ff_dim; Qwen3.5: three Gated DeltaNet layers to one of gated attention.
+    ModelShape("lfm2-1.2b", "LFM2 1.2B", "lfm2", n_embd=2048, n_layer=16, n_head=32, n_head_kv=8, n_ff=8192,
+               n_vocab=65536, rope_theta=1000000.0, rms_eps=1e-5, context_length=32768,
+               layers="rrarrarrarararar", conv_kernel=3),
+    ModelShape("qwen3.5-0.8b", "Qwen3.5 0.8B (its language model)", "qwen35", n_embd=1024, n_layer=24, n_head=8,
+               n_head_kv=2, n_ff=3584, n_vocab=248320, rope_theta=10000000.0, rms_eps=1e-6, context_length=32768,
+               head_dim=256, layers="rrra" * 6, conv_kernel=4, ssm_heads=16, ssm_groups=16, ssm_head_dim=128,
+               rope_dims=64, rope_sections=(11, 11, 10, 0)),
     # For tests: rows of 256, so that K-quants apply to every matrix.
     ModelShape("test-256", "a tiny llama for tests", "llama", n_embd=256, n_layer=2, n_head=4, n_head_kv=2, n_ff=512,
                n_vocab=1024, rope_theta=10000.0, rms_eps=1e-5, context_length=2048),
+    # Tiny hybrids for tests: [recurrent, attention, recurrent], a vocabulary of the bytes, ▁ and a-z.
+    ModelShape("test-lfm2", "a tiny LFM2 for tests", "lfm2", n_embd=128, n_layer=3, n_head=2, n_head_kv=1, n_ff=256,
+               n_vocab=286, rope_theta=1000000.0, rms_eps=1e-5, context_length=1024, tied_embeddings=False,
+               layers="rar", conv_kernel=3),
+    ModelShape("test-qwen35", "a tiny Qwen3.5 for tests", "qwen35", n_embd=128, n_layer=3, n_head=2, n_head_kv=1,
+               n_ff=256, n_vocab=286, rope_theta=10000000.0, rms_eps=1e-5, context_length=1024, head_dim=64,
+               tied_embeddings=False, layers="rar", conv_kernel=4, ssm_heads=4, ssm_groups=2, ssm_head_dim=32,
+               rope_dims=32, rope_sections=(6, 5, 5, 0)),
 )}
 
 
@@ -105,11 +138,25 @@ class TensorSpec:
 
     name: str
     shape: tuple[int, ...]
-    kind: str  # "matrix" (F16, random), "bias" (F32, random) or "norm" (F32, ones)
+    # "matrix" (F16, random), "bias" (F32, random), "norm" (F32, ones), "conv" (F32, a random convolution
+    # kernel), "decay" (F32, a delta net's negative log decay per head), "dt_bias" (F32, uniform in ±1)
+    kind: str
 
     @property
     def dtype(self) -> type[np.floating[Any]]:
         return np.float16 if self.kind == "matrix" else np.float32
+
+    def values(self, rng: np.random.Generator) -> np.ndarray:
+        """Seeded contents: small enough that activations stay finite through every layer."""
+        if self.kind == "norm":
+            return np.ones(self.shape, dtype=np.float32)
+        if self.kind == "decay":
+            return -np.exp(rng.uniform(-1.0, 0.5, self.shape)).astype(np.float32)
+        if self.kind == "dt_bias":
+            return rng.uniform(-1.0, 1.0, self.shape).astype(np.float32)
+        data = rng.standard_normal(self.shape, dtype=np.float32)
+        data *= CONV_SCALE if self.kind == "conv" else WEIGHT_SCALE
+        return data.astype(self.dtype, copy=False)
 
 
 def tensor_plan(shape: ModelShape) -> list[TensorSpec]:
@@ -124,33 +171,56 @@ def tensor_plan(shape: ModelShape) -> list[TensorSpec]:
     def spec(tensor: MODEL_TENSOR, suffix: str, dims: tuple[int, ...], kind: str, bid: int = 0) -> TensorSpec:
         if tensor not in known:  # a typo in a new layout shows here, not as llama.cpp's "missing tensor"
             raise ValueError(f"{shape.arch} has no tensor {TENSOR_NAMES[tensor]}")
-        return TensorSpec(f"{TENSOR_NAMES[tensor].format(bid=bid)}.{suffix}", dims, kind)
+        name = TENSOR_NAMES[tensor].format(bid=bid)
+        return TensorSpec(f"{name}.{suffix}" if suffix else name, dims, kind)
 
-    d, q, kv, ff = shape.n_embd, shape.n_head * shape.key_length, shape.n_head_kv * shape.key_length, shape.n_ff
-    plan = [spec(MODEL_TENSOR.TOKEN_EMBD, "weight", (shape.n_vocab, d), "matrix"),
-            spec(MODEL_TENSOR.OUTPUT_NORM, "weight", (d,), "norm")]
+    tn = MODEL_TENSOR
+    d, hd, ff = shape.n_embd, shape.key_length, shape.n_ff
+    q, kv = shape.n_head * hd, shape.n_head_kv * hd
+    final_norm = tn.TOKEN_EMBD_NORM if shape.arch == "lfm2" else tn.OUTPUT_NORM  # LFM2's final norm has that name
+    plan = [spec(tn.TOKEN_EMBD, "weight", (shape.n_vocab, d), "matrix"), spec(final_norm, "weight", (d,), "norm")]
     if not shape.tied_embeddings:
-        plan.append(spec(MODEL_TENSOR.OUTPUT, "weight", (shape.n_vocab, d), "matrix"))
+        plan.append(spec(tn.OUTPUT, "weight", (shape.n_vocab, d), "matrix"))
     for i in range(shape.n_layer):
-        plan += [
-            spec(MODEL_TENSOR.ATTN_NORM, "weight", (d,), "norm", i),
-            spec(MODEL_TENSOR.ATTN_Q, "weight", (q, d), "matrix", i),
-            spec(MODEL_TENSOR.ATTN_K, "weight", (kv, d), "matrix", i),
-            spec(MODEL_TENSOR.ATTN_V, "weight", (kv, d), "matrix", i),
-        ]
-        if shape.qkv_bias:
-            plan += [
-                spec(MODEL_TENSOR.ATTN_Q, "bias", (q,), "bias", i),
-                spec(MODEL_TENSOR.ATTN_K, "bias", (kv,), "bias", i),
-                spec(MODEL_TENSOR.ATTN_V, "bias", (kv,), "bias", i),
-            ]
-        plan += [
-            spec(MODEL_TENSOR.ATTN_OUT, "weight", (d, q), "matrix", i),
-            spec(MODEL_TENSOR.FFN_NORM, "weight", (d,), "norm", i),
-            spec(MODEL_TENSOR.FFN_GATE, "weight", (ff, d), "matrix", i),
-            spec(MODEL_TENSOR.FFN_UP, "weight", (ff, d), "matrix", i),
-            spec(MODEL_TENSOR.FFN_DOWN, "weight", (d, ff), "matrix", i),
-        ]
+        plan.append(spec(tn.ATTN_NORM, "weight", (d,), "norm", i))
+        if shape.arch == "qwen35":
+            plan.append(spec(tn.ATTN_POST_NORM, "weight", (d,), "norm", i))
+        if shape.recurrent(i) and shape.arch == "lfm2":
+            k = shape.conv_kernel
+            plan += [spec(tn.SHORTCONV_CONV, "weight", (d, k), "conv", i),
+                     spec(tn.SHORTCONV_INPROJ, "weight", (3 * d, d), "matrix", i),
+                     spec(tn.SHORTCONV_OUTPROJ, "weight", (d, d), "matrix", i)]
+        elif shape.recurrent(i):  # Qwen3.5's Gated DeltaNet
+            heads, key_dim = shape.ssm_heads, shape.ssm_groups * shape.ssm_head_dim
+            value_dim = heads * shape.ssm_head_dim
+            conv = 2 * key_dim + value_dim
+            plan += [spec(tn.ATTN_QKV, "weight", (conv, d), "matrix", i),
+                     spec(tn.ATTN_GATE, "weight", (value_dim, d), "matrix", i),
+                     spec(tn.SSM_CONV1D, "weight", (conv, shape.conv_kernel), "conv", i),
+                     spec(tn.SSM_DT, "bias", (heads,), "dt_bias", i),
+                     spec(tn.SSM_A, "", (heads,), "decay", i),
+                     spec(tn.SSM_BETA, "weight", (heads, d), "matrix", i),
+                     spec(tn.SSM_ALPHA, "weight", (heads, d), "matrix", i),
+                     spec(tn.SSM_NORM, "weight", (shape.ssm_head_dim,), "norm", i),
+                     spec(tn.SSM_OUT, "weight", (d, value_dim), "matrix", i)]
+        else:
+            gated = shape.arch == "qwen35"  # Qwen3.5's q projection carries q and its output gate
+            plan += [spec(tn.ATTN_Q, "weight", (2 * q if gated else q, d), "matrix", i),
+                     spec(tn.ATTN_K, "weight", (kv, d), "matrix", i),
+                     spec(tn.ATTN_V, "weight", (kv, d), "matrix", i)]
+            if shape.qkv_bias:
+                plan += [spec(tn.ATTN_Q, "bias", (q,), "bias", i),
+                         spec(tn.ATTN_K, "bias", (kv,), "bias", i),
+                         spec(tn.ATTN_V, "bias", (kv,), "bias", i)]
+            if shape.arch in ("lfm2", "qwen35"):
+                plan += [spec(tn.ATTN_Q_NORM, "weight", (hd,), "norm", i),
+                         spec(tn.ATTN_K_NORM, "weight", (hd,), "norm", i)]
+            plan.append(spec(tn.ATTN_OUT, "weight", (d, q), "matrix", i))
+        if shape.arch != "qwen35":
+            plan.append(spec(tn.FFN_NORM, "weight", (d,), "norm", i))
+        plan += [spec(tn.FFN_GATE, "weight", (ff, d), "matrix", i),
+                 spec(tn.FFN_UP, "weight", (ff, d), "matrix", i),
+                 spec(tn.FFN_DOWN, "weight", (d, ff), "matrix", i)]
     return plan
 
 
@@ -211,7 +281,7 @@ class BuiltModel:
 
 
 def write_f16(shape: ModelShape, path: Path, seed: int = 0) -> Path:
-    """``shape`` with seeded random weights: F16 matrices, F32 norms (ones) and biases."""
+    """``shape`` with seeded random weights: F16 matrices, F32 norms (ones), biases and recurrent parameters."""
     import gguf
 
     plan = tensor_plan(shape)
@@ -222,12 +292,28 @@ def write_f16(shape: ModelShape, path: Path, seed: int = 0) -> Path:
     writer.add_block_count(shape.n_layer)
     writer.add_feed_forward_length(shape.n_ff)
     writer.add_head_count(shape.n_head)
-    writer.add_head_count_kv(shape.n_head_kv)
-    writer.add_key_length(shape.key_length)
-    writer.add_value_length(shape.key_length)
-    writer.add_rope_dimension_count(shape.key_length)
+    if shape.arch == "lfm2":  # a short-conv layer is one without key/value heads
+        writer.add_head_count_kv([0 if shape.recurrent(i) else shape.n_head_kv for i in range(shape.n_layer)])
+        writer.add_shortconv_l_cache(shape.conv_kernel)
+    else:
+        writer.add_head_count_kv(shape.n_head_kv)
+        writer.add_key_length(shape.key_length)
+        writer.add_value_length(shape.key_length)
+    writer.add_rope_dimension_count(shape.rope_dims or shape.key_length)
+    if shape.rope_sections:
+        writer.add_rope_dimension_sections(list(shape.rope_sections))
     writer.add_rope_freq_base(shape.rope_theta)
     writer.add_layer_norm_rms_eps(shape.rms_eps)
+    if shape.arch == "qwen35":  # its loader places the attention layers by their interval
+        interval = shape.layers.index("a") + 1
+        if shape.layers != (("r" * (interval - 1) + "a") * shape.n_layer)[: shape.n_layer]:
+            raise ValueError(f"{shape.name}: a qwen35 model has an attention layer every n layers")
+        writer.add_full_attention_interval(interval)
+        writer.add_ssm_conv_kernel(shape.conv_kernel)
+        writer.add_ssm_inner_size(shape.ssm_heads * shape.ssm_head_dim)
+        writer.add_ssm_state_size(shape.ssm_head_dim)
+        writer.add_ssm_time_step_rank(shape.ssm_heads)
+        writer.add_ssm_group_count(shape.ssm_groups)
     writer.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
     add_byte_vocab(writer, shape.n_vocab)
     for t in plan:  # the table first, then the data one tensor at a time
@@ -237,12 +323,8 @@ def write_f16(shape: ModelShape, path: Path, seed: int = 0) -> Path:
     writer.write_ti_data_to_file()
     rng = np.random.default_rng(seed)
     for t in plan:
-        if t.kind == "norm":
-            data = np.ones(t.shape, dtype=np.float32)
-        else:
-            data = rng.standard_normal(t.shape, dtype=np.float32)
-            data *= WEIGHT_SCALE
-        writer.write_tensor_data(data.astype(t.dtype, copy=False))
+        data = t.values(rng)
+        writer.write_tensor_data(data)
         del data
     writer.close()
     return path

@@ -88,3 +88,45 @@ def test_a_context_is_refused_by_psutils_figure_and_by_the_cgroup_cap(free_memor
     cgroup(str(need), 1)  # a container with one byte too little left
     with pytest.raises(ContextTooLargeError):
         check_context_fits(summary, 4096)
+
+
+@pytest.fixture(scope="module")
+def hybrid_summaries(tmp_path_factory):
+    from tests.tiny_models import write_tiny_hybrid
+
+    folder = tmp_path_factory.mktemp("hybrid-memory")
+    return {arch: check_gguf(write_tiny_hybrid(arch, folder / f"{arch}.gguf", quant="f16"))
+            for arch in ("lfm2", "qwen35")}
+
+
+def test_a_hybrid_models_cache_counts_its_attention_layers_and_the_recurrent_states_kept_to_take_back(
+    hybrid_summaries,
+):
+    from engine.settings import ROLLBACK_TOKENS
+    from engine.shapes import SHAPES
+
+    for arch, summary in hybrid_summaries.items():
+        shape = SHAPES[f"test-{arch}"]
+        n_recurrent = shape.layers.count("r")
+        # K and V (f16) of the attention layers only: Qwen3.5 gives one head count for all of its layers
+        assert summary.kv_bytes_per_token == shape.layers.count("a") * shape.n_head_kv * 2 * shape.key_length * 2
+        if arch == "lfm2":  # the short convolution's last inputs
+            per_layer = (shape.conv_kernel - 1) * shape.n_embd
+        else:  # the delta net's convolution inputs, then a state matrix per head
+            conv = (2 * shape.ssm_groups + shape.ssm_heads) * shape.ssm_head_dim
+            per_layer = (shape.conv_kernel - 1) * conv + shape.ssm_heads * shape.ssm_head_dim**2
+        assert summary.state_bytes == n_recurrent * per_layer * 4
+        assert summary.kv_cache_bytes(1000) == 1000 * summary.kv_bytes_per_token + (
+            1 + ROLLBACK_TOKENS) * summary.state_bytes
+
+
+def test_a_hybrid_context_is_refused_with_room_left_for_its_states(hybrid_summaries, free_memory, cgroup):
+    summary = hybrid_summaries["qwen35"]
+    states = summary.kv_cache_bytes(0)
+    free_memory(2 * (states + 512 * summary.kv_bytes_per_token))
+    with pytest.raises(ContextTooLargeError, match="at most 512 tokens"):
+        # half the free memory holds the states and 512 tokens (counting the states as tokens: 2,488)
+        check_context_fits(summary, 4096)
+    free_memory(states)  # the states alone fill it: no context size helps
+    with pytest.raises(ContextTooLargeError, match="close other programs"):
+        check_context_fits(summary, 256)

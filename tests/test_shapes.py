@@ -7,7 +7,7 @@ import pytest
 
 from engine import Engine, StopConfig
 from engine.cli import main
-from engine.shapes import QUANT_TYPES, SHAPES, build_shape, byte_vocab, tensor_plan
+from engine.shapes import QUANT_TYPES, SHAPES, ModelShape, build_shape, byte_vocab, tensor_plan
 
 
 @pytest.fixture(scope="module")
@@ -53,6 +53,7 @@ def test_the_file_has_the_shape_tables_vocabulary_width_and_tensors(built_test_2
     ("llama-1b", 1_235_814_400),  # the published parameter counts of the real models
     ("qwen2.5-0.5b", 494_032_768),
     ("smollm2-135m", 134_515_008),
+    ("lfm2-1.2b", 1_170_340_608),
 ])
 def test_each_real_shape_has_its_models_parameter_count(name, n_params):
     assert SHAPES[name].n_params == n_params
@@ -110,3 +111,35 @@ def test_cli_refuses_an_unknown_type_naming_the_known_ones(tmp_path, capsys):
 def test_cli_needs_a_name_and_a_file_without_list(capsys):
     assert main(["shape", "test-256"]) == 2
     assert "OUT.gguf" in capsys.readouterr().err
+
+
+def test_hybrid_shapes_have_the_recurrent_layers_tensors_where_their_layout_puts_them():
+    lfm2 = {t.name for t in tensor_plan(SHAPES["lfm2-1.2b"])}
+    conv = [i for i in range(16) if f"blk.{i}.shortconv.conv.weight" in lfm2]
+    attn = [i for i in range(16) if f"blk.{i}.attn_q.weight" in lfm2]
+    assert conv == [0, 1, 3, 4, 6, 7, 9, 11, 13, 15] and attn == [2, 5, 8, 10, 12, 14]
+    assert "token_embd_norm.weight" in lfm2 and "output.weight" not in lfm2  # its final norm; tied
+    qwen = tensor_plan(SHAPES["qwen3.5-0.8b"])
+    names = {t.name for t in qwen}
+    assert [i for i in range(24) if f"blk.{i}.ssm_a" in names] == [i for i in range(24) if i % 4 != 3]
+    assert [i for i in range(24) if f"blk.{i}.attn_q.weight" in names] == [3, 7, 11, 15, 19, 23]
+    shapes = {t.name: t.shape for t in qwen}
+    assert shapes["blk.0.attn_qkv.weight"] == (3 * 16 * 128, 1024)  # q, k and v of 16 heads of 128
+    assert shapes["blk.3.attn_q.weight"] == (2 * 8 * 256, 1024)  # q and its gate
+    assert {t.kind for t in qwen if t.name.endswith("ssm_a")} == {"decay"}
+
+
+def test_a_shape_whose_layer_kinds_do_not_match_its_layers_is_refused():
+    with pytest.raises(ValueError, match="'a' or 'r' for each of its 3 layers"):
+        ModelShape("bad", "", "lfm2", n_embd=128, n_layer=3, n_head=2, n_head_kv=1, n_ff=256, n_vocab=300,
+                   rope_theta=1e4, rms_eps=1e-5, context_length=512, layers="ra")
+
+
+@pytest.mark.parametrize("arch", ["lfm2", "qwen35"])
+def test_a_tiny_hybrid_shape_loads_as_a_hybrid_model_with_its_recurrent_state(tmp_path, arch):
+    built = build_shape(SHAPES[f"test-{arch}"], tmp_path / f"{arch}.gguf", "q4_1", threads=1)
+    with Engine(built.path, n_ctx=256, n_threads=2) as eng:
+        assert eng.info.hybrid and eng.lookahead_kind == "drafts only"
+        assert eng.summary.state_bytes > 0
+        events = list(eng.generate(eng.tokenize("hello"), stop=StopConfig(max_tokens=4)))
+    assert sum(e.n_committed for e in events) == 4 or events[-1].stop_reason == "eog"

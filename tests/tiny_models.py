@@ -139,120 +139,16 @@ def write_tiny_llama(
 
 
 # --- hybrid memory: attention layers beside recurrent ones ------------------------------------------------------
-# Shapes and keys as the vendored llama.cpp reads them (src/models/lfm2.cpp, src/models/qwen35.cpp); layers
-# [recurrent, attention, recurrent]. Matrices are written F16 and quantized by llama.cpp (Q4_1 by default: its
-# batch rows equal 1-token steps; F16/F32 matmuls do not); norms, biases and convolution kernels stay F32.
 
 
-class _HybridTensors:
-    def __init__(self, seed: int) -> None:
-        self.rng = np.random.default_rng(seed)
-        self.items: list[tuple[str, np.ndarray]] = []
+def write_tiny_hybrid(arch: str, path: Path, seed: int = 0, quant: str = "q4_1") -> Path:
+    """A 3-layer ``arch`` ("lfm2" or "qwen35") model with random weights (engine/shapes.py's test-lfm2 and
+    test-qwen35: layers [recurrent, attention, recurrent]), quantized by llama.cpp to ``quant`` ("f16": none).
 
-    def mat(self, name: str, ne: tuple[int, ...], scale: float = 0.02, f32: bool = False) -> None:
-        a = self.rng.standard_normal(tuple(reversed(ne))).astype(np.float32) * scale
-        self.items.append((name, a if f32 else a.astype(np.float16)))
+    Q4_1 by default: its batch rows equal 1-token steps; F16/F32 matmuls do not.
+    """
+    from engine.shapes import SHAPES, build_shape
 
-    def ones(self, name: str, n: int) -> None:
-        self.items.append((name, np.ones(n, dtype=np.float32)))
-
-    def ffn(self, i: int, n_embd: int, n_ff: int) -> None:
-        self.mat(f"blk.{i}.ffn_gate.weight", (n_embd, n_ff))
-        self.mat(f"blk.{i}.ffn_up.weight", (n_embd, n_ff))
-        self.mat(f"blk.{i}.ffn_down.weight", (n_ff, n_embd))
-
-
-def write_tiny_hybrid(arch: str, path: Path, seed: int = 0, quant: str | None = "q4_1") -> Path:
-    """A 3-layer ``arch`` ("lfm2" or "qwen35") model with random weights, quantized to ``quant`` (None: F16)."""
-    import gguf
-
-    if quant is not None:
-        from engine.native import quantize_model
-        from engine.shapes import QUANT_TYPES
-
-        part = path.with_name(path.name + ".f16.part")
-        try:
-            write_tiny_hybrid(arch, part, seed=seed, quant=None)
-            quantize_model(part, path, QUANT_TYPES[quant], 1)
-        finally:
-            part.unlink(missing_ok=True)
-        return path
-    n_embd, n_layer, n_head, n_head_kv, n_ff, n_vocab = 128, 3, 2, 1, 256, len(TOKENS)
-    recurrent = {0, 2}
-    t = _HybridTensors(seed)
-    w = gguf.GGUFWriter(str(path), arch)
-    w.add_name(f"tiny {arch} (random weights)")
-    w.add_context_length(1024)
-    w.add_embedding_length(n_embd)
-    w.add_block_count(n_layer)
-    w.add_feed_forward_length(n_ff)
-    w.add_layer_norm_rms_eps(1e-5)
-    w.add_head_count(n_head)
-    w.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
-    add_byte_vocab(w, n_vocab)
-    t.mat("token_embd.weight", (n_embd, n_vocab))
-    t.mat("output.weight", (n_embd, n_vocab))
-    if arch == "lfm2":
-        head_dim, l_cache = n_embd // n_head, 3
-        w.add_head_count_kv([0 if i in recurrent else n_head_kv for i in range(n_layer)])  # 0: a short-conv layer
-        w.add_rope_freq_base(1000000.0)
-        w.add_uint32("lfm2.shortconv.l_cache", l_cache)
-        t.ones("token_embd_norm.weight", n_embd)  # LFM2's final norm
-        for i in range(n_layer):
-            t.ones(f"blk.{i}.attn_norm.weight", n_embd)
-            t.ones(f"blk.{i}.ffn_norm.weight", n_embd)
-            t.ffn(i, n_embd, n_ff)
-            if i in recurrent:
-                t.mat(f"blk.{i}.shortconv.conv.weight", (l_cache, n_embd), 0.2, f32=True)
-                t.mat(f"blk.{i}.shortconv.in_proj.weight", (n_embd, 3 * n_embd))
-                t.mat(f"blk.{i}.shortconv.out_proj.weight", (n_embd, n_embd))
-            else:
-                t.ones(f"blk.{i}.attn_q_norm.weight", head_dim)
-                t.ones(f"blk.{i}.attn_k_norm.weight", head_dim)
-                t.mat(f"blk.{i}.attn_q.weight", (n_embd, n_embd))
-                t.mat(f"blk.{i}.attn_k.weight", (n_embd, head_dim * n_head_kv))
-                t.mat(f"blk.{i}.attn_v.weight", (n_embd, head_dim * n_head_kv))
-                t.mat(f"blk.{i}.attn_output.weight", (n_embd, n_embd))
-    elif arch == "qwen35":  # gated delta net layers, then every second layer full attention
-        head_dim, n_rot, d_state, n_group, dt_rank, d_conv = 64, 32, 32, 2, 4, 4
-        key_dim, value_dim = d_state * n_group, d_state * dt_rank
-        conv_dim = 2 * key_dim + value_dim
-        w.add_head_count_kv(n_head_kv)
-        w.add_key_length(head_dim)
-        w.add_value_length(head_dim)
-        w.add_rope_dimension_count(n_rot)
-        w.add_rope_dimension_sections([6, 5, 5, 0])
-        w.add_rope_freq_base(10000000.0)
-        w.add_ssm_conv_kernel(d_conv)
-        w.add_ssm_inner_size(value_dim)
-        w.add_ssm_state_size(d_state)
-        w.add_ssm_time_step_rank(dt_rank)
-        w.add_ssm_group_count(n_group)
-        w.add_full_attention_interval(2)
-        t.ones("output_norm.weight", n_embd)
-        for i in range(n_layer):
-            t.ones(f"blk.{i}.attn_norm.weight", n_embd)
-            t.ones(f"blk.{i}.post_attention_norm.weight", n_embd)
-            t.ffn(i, n_embd, n_ff)
-            if i in recurrent:
-                t.mat(f"blk.{i}.attn_qkv.weight", (n_embd, conv_dim))
-                t.mat(f"blk.{i}.attn_gate.weight", (n_embd, value_dim))
-                t.mat(f"blk.{i}.ssm_conv1d.weight", (d_conv, conv_dim), 0.2, f32=True)
-                t.items.append((f"blk.{i}.ssm_dt.bias", t.rng.uniform(-1, 1, dt_rank).astype(np.float32)))
-                t.items.append((f"blk.{i}.ssm_a", -np.exp(t.rng.uniform(-1, 0.5, dt_rank)).astype(np.float32)))
-                t.mat(f"blk.{i}.ssm_beta.weight", (n_embd, dt_rank))
-                t.mat(f"blk.{i}.ssm_alpha.weight", (n_embd, dt_rank))
-                t.ones(f"blk.{i}.ssm_norm.weight", d_state)
-                t.mat(f"blk.{i}.ssm_out.weight", (value_dim, n_embd))
-            else:  # the q projection carries q and its gate
-                t.mat(f"blk.{i}.attn_q.weight", (n_embd, head_dim * n_head * 2))
-                t.mat(f"blk.{i}.attn_k.weight", (n_embd, head_dim * n_head_kv))
-                t.mat(f"blk.{i}.attn_v.weight", (n_embd, head_dim * n_head_kv))
-                t.mat(f"blk.{i}.attn_output.weight", (head_dim * n_head, n_embd))
-                t.ones(f"blk.{i}.attn_q_norm.weight", head_dim)
-                t.ones(f"blk.{i}.attn_k_norm.weight", head_dim)
-    else:
+    if f"test-{arch}" not in SHAPES:
         raise ValueError(f"no tiny {arch} model (lfm2, qwen35)")
-    for name, a in t.items:
-        w.add_tensor(name, a)
-    return _finish(w, path)
+    return build_shape(SHAPES[f"test-{arch}"], path, quant, seed=seed, threads=1).path
