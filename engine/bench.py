@@ -30,6 +30,7 @@ from .measure import (
     geomean,
     simulated_speedup,
 )
+from .replay import ReplayDrafts
 from .runtime import Engine, GenerationControls
 from .session import ChatSession
 from .settings import LookaheadConfig, StopConfig
@@ -97,6 +98,7 @@ class BenchReport:
     threads: int
     max_tokens: int
     simulated: bool = False  # speedups priced on a what-if curve (measure.simulated_speedup), not timed
+    replay: float | None = None  # drafts replayed from plain's reply, right at this share of positions
 
     def summary(self) -> dict:
         cats, overall = _split_roll_up(self.results)
@@ -118,6 +120,8 @@ class BenchReport:
             "n": overall.n,
             "tokens_per_step": round(overall.tokens_per_step, 3),
             "min_speedup": round(min((r.speedup for r in self.results), default=0.0), 4),
+            "drafted_steps": sum(r.extra.get("drafted_steps", 0) for r in self.results),
+            "landed_steps": sum(r.extra.get("landed_steps", 0) for r in self.results),
         }
 
     def to_json(self) -> dict:
@@ -129,6 +133,7 @@ class BenchReport:
             "lookahead": self.lookahead,
             "threads": self.threads,
             "max_tokens": self.max_tokens,
+            "replay": self.replay,
         }
 
     def table(self) -> str:
@@ -156,6 +161,12 @@ class BenchReport:
         )
         by_source = ", ".join(f"{k} {v}" for k, v in s["accepted_by_source"].items()) or "none"
         lines.append(f"accepted draft tokens by source: {by_source}")
+        if s["drafted_steps"]:
+            lines.append(f"steps that verified a draft: {s['drafted_steps']}, of which {s['landed_steps']} "
+                         f"({s['landed_steps'] / s['drafted_steps']:.0%}) accepted some of it")
+        if self.replay is not None:
+            lines.append(f"(drafts replayed from plain decoding's reply, right at {self.replay:.0%} of its positions "
+                         f"and wrong from their first token elsewhere)")
         if self.simulated:
             lines.append("(simulated: both runs priced on the what-if curve, tokens from the real runs)")
         return "\n".join(lines)
@@ -201,6 +212,7 @@ def run_bench(
     null: bool = False,
     price_on: CostCurve | None = None,
     earlier_chats: bool = True,
+    replay: float | None = None,
 ) -> BenchReport:
     """Plain against ``lookahead`` on every workload.
 
@@ -215,13 +227,16 @@ def run_bench(
     user's earlier chats with the model (their text, and the n-grams kept from
     their replies); never from its own runs, so every run of a prompt starts
     from the same drafts.
+
+    ``replay``: each prompt's plain reply is recorded first and offered back as drafts, right at this share
+    of its positions (engine/replay.py); the prompts draft from nothing else beyond themselves.
     """
     cancel = cancel if cancel is not None else threading.Event()
     results: list[PromptResult] = []
     second_mode = None if null else lookahead
     if workloads:  # warm-up: page in the weights before anything is timed
         run_one(engine, engine.render_chat([Message("user", workloads[0].prompt)]), None, 16, cancel=cancel)
-    earlier = _EarlierChats() if earlier_chats else None
+    earlier = _EarlierChats() if earlier_chats and replay is None else None
     saved = engine.corpus, engine.kept, engine.keep_replies
     engine.corpus, engine.kept = (earlier.corpus, earlier.kept) if earlier else (None, None)
     engine.keep_replies = False  # a prompt's runs must not draft from each other
@@ -229,7 +244,8 @@ def run_bench(
         for k, w in enumerate(workloads):
             if cancel.is_set():
                 break
-            res = _bench_prompt(engine, w, k % 2 == 1, second_mode, max_tokens, cancel, price_on, earlier)
+            res = _bench_prompt(engine, w, k % 2 == 1, second_mode, max_tokens, cancel, price_on, earlier,
+                                replay=None if replay is None else (replay, k))
             if res is None:
                 break
             results.append(res)
@@ -241,6 +257,7 @@ def run_bench(
         results=results,
         model=engine.summary.path,
         lookahead={"null": True} if null else asdict(lookahead),
+        replay=replay,
         threads=engine.n_threads,
         max_tokens=max_tokens,
         simulated=price_on is not None,
@@ -256,15 +273,23 @@ def _bench_prompt(
     cancel: threading.Event,
     price_on: CostCurve | None = None,
     earlier: _EarlierChats | None = None,
+    replay: tuple[float, int] | None = None,
 ) -> PromptResult | None:
     """One prompt's row; None when ``cancel`` was set meanwhile (a prompt measured in part is no result).
 
     A workload with attached files sends them as the app does: whole or the best passages in the prompt,
-    and every file whole to draft from.
+    and every file whole to draft from. ``replay``: (share of right drafts, seed) for replayed drafts.
     """
     with workload_prompt(engine, w, max_tokens) as (prompt, context):
-        res = _bench_prompt_runs(engine, w, prompt, lookahead_first, second_mode, max_tokens, cancel, price_on,
-                                 earlier)
+        saved = engine.documents
+        if replay is not None:  # an untimed plain run records the reply to replay
+            recorded = run_one(engine, prompt, None, max_tokens, cancel=cancel)
+            engine.documents = ReplayDrafts(prompt, recorded.token_ids, replay[0], engine.ctx.n_vocab, replay[1])
+        try:
+            res = _bench_prompt_runs(engine, w, prompt, lookahead_first, second_mode, max_tokens, cancel, price_on,
+                                     earlier)
+        finally:
+            engine.documents = saved
     if res is not None and context is not None:
         res.extra["documents_seen"] = {name: round(f, 3) for name, f in context.coverage.items()}
     return res
@@ -342,6 +367,8 @@ def _bench_prompt_runs(
     res.extra["runs"] = runs
     res.extra["drafted"] = la.n_drafted
     res.extra["accepted"] = la.n_accepted
+    res.extra["drafted_steps"] = la.drafted_steps
+    res.extra["landed_steps"] = la.landed_steps
     # Rate after the first token, the way the llama-cpp-python reference is timed.
     rest = plain.elapsed_s - (plain.first_token_s or 0.0)
     res.extra["plain_tps_after_first"] = round((plain.n_tokens - 1) / rest, 2) if rest > 0 else 0.0

@@ -138,6 +138,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "with the thread governor, every thread fixed and one thread fixed, and print the speed "
                         "ratios and the governor's thread counts step by step")
     b.add_argument("--rounds", type=int, default=2, help="with --busy: idle/busy rounds (default 2)")
+    b.add_argument("--replay", type=float, metavar="RIGHT",
+                   help="offer each prompt's plain reply back as drafts, right at this share (0..1) of its positions "
+                        "and wrong elsewhere: lookahead's speed on a model whose text nothing predicts (a shape with "
+                        "random weights); the prompts draft from nothing else beyond themselves")
     b.add_argument("--curve", help="plan and price on a what-if cost curve (a file from tune --save, or the name "
                                    "of one in engine/data/curves); speedups are simulated")
 
@@ -341,6 +345,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         return _bench_grid(args, workloads)
     if args.busy:
         return _bench_busy(args, workloads)
+    if args.replay is not None and not 0.0 <= args.replay <= 1.0:
+        raise CliError(f"--replay is the share of right drafts, from 0 to 1, not {args.replay}")
     what_if = None
     if args.curve:
         if args.null:
@@ -364,10 +370,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         else:
             prepare_auto(eng, lookahead)
         report = run_bench(eng, workloads, lookahead, max_tokens=args.max_tokens, on_result=progress, null=args.null,
-                           price_on=what_if, earlier_chats=not args.no_earlier_chats)
+                           price_on=what_if, earlier_chats=not args.no_earlier_chats, replay=args.replay)
         extra: dict[str, Any] = {"cost_curve": eng.cost_curve.to_json(),
                  "perfect_draft_bound": round(perfect_draft_bound(eng.cost_curve), 4)}
-        if not args.no_references and not args.null and what_if is None:
+        if not args.no_references and not args.null and what_if is None and args.replay is None:
             extra.update(_references(args, eng, workloads, lookahead, report))
     out = report.to_json()
     out["references"] = extra

@@ -19,6 +19,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import Protocol
 
 from .pool import NgramPool
 
@@ -234,6 +235,17 @@ class CorpusIndex:
         return _distinct_drafts(found, conts, count, self.source, lambda _i: self.origin)
 
 
+class DraftCorpus(Protocol):
+    """Text to draft from by suffix match, as ``CorpusIndex`` offers it (or engine/replay.py's recorded reply)."""
+
+    source: str
+    origin: str
+
+    def holds(self, tokens: Sequence[int]) -> bool: ...
+
+    def propose(self, context: Sequence[int], length: int, count: int = 1) -> list[Draft]: ...
+
+
 @dataclass
 class DraftSources:
     """Where a step's drafts may come from, best first: suffix matches, then n-grams keyed by the last token."""
@@ -242,7 +254,7 @@ class DraftSources:
     pool: NgramPool  # this reply's n-grams and the Jacobi window's trajectories
     corpus: CorpusIndex | None = None  # earlier chats with this model
     kept: NgramPool | None = None  # n-grams kept from earlier replies of this model
-    documents: CorpusIndex | None = None  # the chat's attached documents, whole
+    documents: DraftCorpus | None = None  # the chat's attached documents, whole
 
     def matches(self, token: int, length: int, count: int) -> list[Draft]:
         """Suffix-match drafts: this reply's history first, then the attached documents, then earlier chats.

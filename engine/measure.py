@@ -51,6 +51,8 @@ class RunStats:
     first_token_s: float | None = None  # prompt evaluation + the steps up to the first token
     n_drafted: int = 0
     n_accepted: int = 0
+    drafted_steps: int = 0  # forward passes that verified a draft ...
+    landed_steps: int = 0  # ... and of them, those that accepted some of it
     accepted_by_source: dict[str, int] = field(default_factory=dict)  # accepted draft tokens per StepEvent.draft_source
     top2_gaps: list[float] = field(default_factory=list)  # plain decoding only, when asked for
     prompt_tokens: int = 0  # the prompt's tokens, of which prompt_cached_tokens were reused from the cache
@@ -92,6 +94,8 @@ class RunStats:
             self.first_token_s = self.elapsed_s
         self.n_drafted += ev.n_drafted
         self.n_accepted += ev.n_accepted
+        self.drafted_steps += ev.n_drafted > 0
+        self.landed_steps += ev.n_drafted > 0 and ev.n_accepted > 0
         if ev.n_accepted:
             source = ev.draft_source or "unknown"
             self.accepted_by_source[source] = self.accepted_by_source.get(source, 0) + ev.n_accepted

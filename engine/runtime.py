@@ -35,7 +35,7 @@ from .costmodel import (
 )
 from .cpus import default_threads
 from .decoders import KvState
-from .drafts import CorpusIndex
+from .drafts import CorpusIndex, DraftCorpus
 from .generation import Generation, GenerationControls, StepEvent
 from .models import ContextTooLargeError, GgufSummary, check_context_fits, check_gguf
 from .native import Batch, Context, Model, NativeError
@@ -160,7 +160,7 @@ class Engine:
         self.corpus: CorpusIndex | None = None
         self.kept: NgramPool | None = None
         # The attached documents of the chat being answered, whole (set_documents); their drafts count as "document".
-        self.documents: CorpusIndex | None = None
+        self.documents: DraftCorpus | None = None
         self._documents_key: tuple[str, ...] = ()
         self._kept_on_disk = False
         self._kept_changed = False
