@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from engine.documents import Citation, Document, DocumentContext, with_documents
+from engine.units import plain_size
 
 __all__ = ["Attachment", "ReplySources", "attachments_from_json", "attachments_to_json", "as_the_model_read_it"]
 
@@ -43,7 +44,7 @@ class Attachment:
 
     def chip_text(self) -> str:
         """What its chip on the message says, e.g. ``manual.pdf · 1.2 MB · 12 pages · 3,400 tokens``."""
-        parts = [self.name, _size(self.size_bytes)]
+        parts = [self.name, plain_size(self.size_bytes)]
         if self.pages:
             parts.append(f"{self.pages} page" + ("s" if self.pages != 1 else ""))
         if self.tokens:
@@ -62,14 +63,6 @@ class Attachment:
             text=str(data["text"]), page_starts=tuple(int(x) for x in data.get("page_starts", ())),
             encoding=str(data.get("encoding", "")), path=str(data.get("path", "")), tokens=int(data.get("tokens", 0)),
         )
-
-
-def _size(n: int) -> str:
-    if n < 1000:
-        return f"{n} B"
-    if n < 1_000_000:
-        return f"{n / 1000:.0f} kB"
-    return f"{n / 1e6:.1f} MB"
 
 
 def attachments_to_json(attachments: Sequence[Attachment]) -> str | None:

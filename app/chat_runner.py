@@ -290,7 +290,7 @@ class ChatRunner(QObject):
         try:
             path.write_text(backup.export_json(self.chat.store, ids), encoding="utf-8")
         except OSError as exc:
-            plain.show_message(self._parent, plain.Icon.Critical, "Export failed", f"Could not write {path}: {exc}")
+            plain.export_failed(self._parent, path, exc)
             return False
         self.status.emit(f"Exported to {path}")
         return True

@@ -730,7 +730,7 @@ class MainWindow(QMainWindow):
                 path.write_text(export[1], encoding="utf-8")
                 self.statusBar().showMessage(f"Exported to {path}", 5000)
         except OSError as exc:
-            plain.show_message(self, plain.Icon.Critical, "Export failed", f"Could not write {path}: {exc}")
+            plain.export_failed(self, path, exc)
 
     # --- sending ---
 

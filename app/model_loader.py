@@ -9,10 +9,11 @@ from PySide6.QtCore import QObject, Signal, Slot
 from PySide6.QtWidgets import QMainWindow, QMessageBox, QProgressBar
 
 from engine.models import LoadProblem
+from engine.units import format_params
 
 from .requests import LoadedModel
 from .widgets import model_info
-from .widgets.model_info import FALLBACK_NOTE, format_params
+from .widgets.model_info import FALLBACK_NOTE
 from .widgets.plain import Label
 from .widgets.plain import tip as plain_tip
 from .worker import EngineThread

@@ -13,27 +13,22 @@ from pathlib import Path
 
 import platformdirs
 
+from engine.files import APP_NAME, HOME_ENV, home_override
+
 PRIVATE_DIR_MODE = 0o700
-
-APP_NAME = "lookahead-chat"
-HOME_ENV = "LOOKAHEAD_CHAT_HOME"
-
-
-def _home_override() -> Path | None:
-    value = os.environ.get(HOME_ENV)
-    return Path(value) if value else None
+__all__ = ["APP_NAME", "HOME_ENV", "config_dir", "data_dir", "database_path", "log_dir", "settings_path"]
 
 
 def data_dir() -> Path:
     """Directory for the chat database (created on first use)."""
-    home = _home_override()
+    home = home_override()
     path = home / "data" if home else Path(platformdirs.user_data_dir(APP_NAME, appauthor=False))
     return _private_dir(path)
 
 
 def config_dir() -> Path:
     """Directory for the settings file (created on first use)."""
-    home = _home_override()
+    home = home_override()
     path = home / "config" if home else Path(platformdirs.user_config_dir(APP_NAME, appauthor=False))
     return _private_dir(path)
 

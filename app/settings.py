@@ -9,10 +9,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from engine.files import write_json_atomic
 from engine.settings import DEFAULT_FIXED
 
 from . import paths
@@ -121,10 +121,7 @@ class AppSettings:
 
     def save(self, path: Path | None = None) -> None:
         """Write atomically, so a crash mid-write never leaves a half file."""
-        path = path or paths.settings_path()
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(dataclasses.asdict(self), indent=2), encoding="utf-8")
-        os.replace(tmp, path)
+        write_json_atomic(path or paths.settings_path(), dataclasses.asdict(self), indent=2)
 
 
 def _checked_per_model(raw: object, defaults: AppSettings) -> dict[str, dict[str, object]]:

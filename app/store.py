@@ -22,7 +22,6 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import re
 import sqlite3
 import time
 from collections.abc import Collection, Iterable, Iterator, Sequence
@@ -31,6 +30,8 @@ from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 from typing import Any
+
+from engine.documents import WORD, fts_strings
 
 from . import paths
 from .attachments import Attachment, ReplySources, attachments_from_json, attachments_to_json
@@ -654,10 +655,10 @@ class ChatStore:
 
 def _match_expression(text: str) -> str | None:
     """An FTS5 query for the words of ``text``: each one quoted (so nothing in it is an operator), the last a prefix."""
-    words = re.findall(r"\w+", text)
+    words = WORD.findall(text)
     if not words:
         return None
-    return " ".join(f'"{w}"' for w in words) + "*"
+    return " ".join(fts_strings(words)) + "*"
 
 
 def open_chat_store() -> tuple[ChatStore, str | None]:

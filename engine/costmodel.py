@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
-import platformdirs
 
 from .contention import DecodeSample, RestProfile, waiting_share
+from .files import cache_root, write_json_atomic
 
 if TYPE_CHECKING:
     from .runtime import Engine
@@ -316,14 +316,6 @@ def cache_key(model_path: str, threads: int) -> str:
     return hashlib.sha256(ident.encode()).hexdigest()[:24]
 
 
-def cache_root() -> Path:
-    """The engine's cache folder: LOOKAHEAD_CHAT_HOME/cache, else the user cache dir."""
-    base = os.environ.get("LOOKAHEAD_CHAT_HOME")
-    if base:
-        return Path(base) / "cache"
-    return Path(platformdirs.user_cache_dir("lookahead-chat"))
-
-
 def cache_dir() -> Path:
     return cache_root() / "costs"
 
@@ -340,9 +332,7 @@ def save_cached(model_path: str, threads: int, curve: CostCurve) -> Path:
     d = cache_dir()
     d.mkdir(parents=True, exist_ok=True)
     path = d / f"{cache_key(model_path, threads)}.json"
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(curve.to_json()), encoding="utf-8")
-    os.replace(tmp, path)
+    write_json_atomic(path, curve.to_json())
     return path
 
 

@@ -30,9 +30,11 @@ import time
 import warnings
 import zipfile
 from bisect import bisect_right
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from .units import plain_size
 
 TEXT_SUFFIXES = {
     ".txt": "text", ".text": "text", ".log": "text", ".rst": "text", ".md": "markdown", ".markdown": "markdown",
@@ -131,8 +133,8 @@ def read_document(
     if not p.is_file():
         raise DocumentError(name, "this is not a file")
     if size > limits.max_file_bytes:
-        raise DocumentError(name, f"the file is too big ({_mb(size)}; files up to {_mb(limits.max_file_bytes)} "
-                                  "can be attached)")
+        raise DocumentError(name, f"the file is too big ({plain_size(size)}; files up to "
+                                  f"{plain_size(limits.max_file_bytes)} can be attached)")
     deadline = time.monotonic() + limits.max_seconds
     kind = kind_of(p) or "text"
     try:
@@ -158,10 +160,6 @@ def read_document(
             "it holds no text"
         raise DocumentError(name, what)
     return doc
-
-
-def _mb(n: int) -> str:
-    return f"{n / 1e6:.0f} MB" if n >= 10e6 else f"{n / 1e6:.1f} MB"
 
 
 def _read_text(p: Path, name: str) -> tuple[str, str]:
@@ -242,7 +240,7 @@ def _read_docx(p: Path, name: str, limits: ReadLimits) -> str:
     except zipfile.BadZipFile as exc:
         raise DocumentError(name, "this Word document is damaged or not a DOCX file", str(exc)) from exc
     if unpacked > limits.max_unpacked_bytes or worst > limits.max_pack_ratio:
-        raise DocumentError(name, f"this file unpacks to {_mb(unpacked)} (a ZIP bomb?); it was not opened")
+        raise DocumentError(name, f"this file unpacks to {plain_size(unpacked)} (a ZIP bomb?); it was not opened")
     if "word/document.xml" not in names:
         raise DocumentError(name, "this is a ZIP archive, not a Word document")
     import docx
@@ -339,13 +337,17 @@ def chunk_document(doc: Document, index: int = 0, size: int = 1200, overlap: int
     return out
 
 
-_WORD = re.compile(r"\w+", re.UNICODE)
+WORD = re.compile(r"\w+", re.UNICODE)
+
+
+def fts_strings(words: Iterable[str]) -> list[str]:
+    """``words`` (runs of ``WORD``) as FTS5 strings: each quoted, so none of them is read as FTS5 syntax."""
+    return [f'"{w}"' for w in words]
 
 
 def fts_query(question: str) -> str:
-    """An FTS5 query matching any of the question's words (each quoted: no FTS syntax gets through)."""
-    words = {w.lower() for w in _WORD.findall(question) if len(w) > 1 or w.isdigit()}
-    return " OR ".join(f'"{w}"' for w in sorted(words))
+    """An FTS5 query matching any of the question's words."""
+    return " OR ".join(fts_strings(sorted({w.lower() for w in WORD.findall(question) if len(w) > 1 or w.isdigit()})))
 
 
 class ChunkIndex:

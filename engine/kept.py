@@ -14,7 +14,7 @@ import json
 import os
 from pathlib import Path
 
-from .costmodel import cache_root
+from .files import cache_root, write_json_atomic
 from .pool import NgramPool
 from .settings import MAX_NGRAM
 
@@ -56,10 +56,7 @@ def save(model_path: str | os.PathLike[str], pool: NgramPool) -> None:
     try:
         d = kept_dir()
         d.mkdir(parents=True, exist_ok=True)
-        path = d / f"{model_key(model_path)}.json"
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"version": KEPT_VERSION, "entries": pool.to_json()}), encoding="utf-8")
-        os.replace(tmp, path)
+        write_json_atomic(d / f"{model_key(model_path)}.json", {"version": KEPT_VERSION, "entries": pool.to_json()})
     except OSError:
         pass
 

@@ -22,8 +22,9 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .costmodel import cache_root
+from .files import cache_root, write_json_atomic
 from .models import GgufSummary, LoadProblem, ModelFileError, check_gguf, default_model_path, explain
+from .units import format_params, plain_size
 
 CACHE_VERSION = 1  # bump when the facts kept per file change
 MAX_DEPTH = 16  # folders deeper than this under a root are not walked
@@ -421,9 +422,7 @@ class HeaderCache:
             return
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self.path.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(json.dumps({"version": CACHE_VERSION, "entries": self.entries}), encoding="utf-8")
-            os.replace(tmp, self.path)
+            write_json_atomic(self.path, {"version": CACHE_VERSION, "entries": self.entries})
             self.changed = False
         except OSError:
             pass
@@ -693,27 +692,6 @@ def _examine(
 # --- text for people ---------------------------------------------------------------------------
 
 
-def format_params(n: int) -> str:
-    """A parameter count as people write it: 135M, 8.0B ("" when unknown)."""
-    if n <= 0:
-        return ""
-    if n >= 1e9:
-        return f"{n / 1e9:.1f}B"
-    if n >= 1e6:
-        return f"{n / 1e6:.0f}M"
-    return f"{n / 1e3:.0f}K"
-
-
-def format_size(n_bytes: int) -> str:
-    """A file size in binary units: 98.2 MiB, 4.6 GiB."""
-    size = float(n_bytes)
-    for unit in ("bytes", "KiB", "MiB", "GiB"):
-        if size < 1024:
-            return f"{size:.0f} {unit}" if unit == "bytes" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{size:.1f} TiB"
-
-
 TABLE_COLUMNS = (
     "path", "name", "architecture", "parameters", "quantization", "size", "context", "template", "lookahead",
     "found in",
@@ -723,10 +701,10 @@ TABLE_COLUMNS = (
 def table_row(model: LibraryModel) -> tuple[str, ...]:
     """One model as the cells of ``lookahead-chat --list-models``'s table."""
     if not model.ok:
-        return (model.path, model.name, "", "", "", format_size(model.size_bytes), "", "", "no", model.source)
+        return (model.path, model.name, "", "", "", plain_size(model.size_bytes), "", "", "no", model.source)
     return (
         model.path, model.name, model.architecture, format_params(model.n_params), model.file_type,
-        format_size(model.size_bytes), f"{model.context_length:,}" if model.context_length else "",
+        plain_size(model.size_bytes), f"{model.context_length:,}" if model.context_length else "",
         "yes" if model.has_chat_template else "no",
         lookahead_cell(model.lookahead_kind), model.source,
     )

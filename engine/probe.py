@@ -27,7 +27,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .models import GgufSummary, ModelFileError, check_context_fits, check_gguf
+from .files import cache_root, write_json_atomic
+from .models import (
+    KIND_CRASHED,
+    KIND_DAMAGED,
+    KIND_MEMORY,
+    KIND_OTHER,
+    KIND_TOO_SLOW,
+    KIND_UNREADABLE,
+    GgufSummary,
+    ModelFileError,
+    check_context_fits,
+    check_gguf,
+    explain,
+)
 
 NO_PROBE_ENV = "LOOKAHEAD_NO_PROBE"
 FROZEN_FLAG = "--engine-probe"
@@ -65,7 +78,6 @@ def probe_timeout(size_bytes: int) -> float:
 
 def cache_path() -> Path:
     """The JSON file of model files known to load, beside the cost-curve cache."""
-    from .costmodel import cache_root
 
     return cache_root() / CACHE_NAME
 
@@ -105,9 +117,7 @@ def _remember(path: Path, key: str, seconds: float) -> None:
         entries = dict(list(entries.items())[-CACHE_MAX_ENTRIES:])
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"version": CACHE_VERSION, "loadable": entries}, indent=1), encoding="utf-8")
-        os.replace(tmp, path)
+        write_json_atomic(path, {"version": CACHE_VERSION, "loadable": entries}, indent=1)
     except OSError:
         pass
 
@@ -202,7 +212,8 @@ def run_probe(
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                 env=_child_env(), start_new_session=_has_process_groups())
     except OSError as exc:
-        raise ModelFileError(f"could not start a process to test-load the model ({exc.strerror or exc}): {p}") from None
+        raise ModelFileError(f"could not start a process to test-load the model ({exc.strerror or exc}): {p}",
+                             kind=KIND_OTHER) from None
     deadline = t0 + limit
     try:
         while True:
@@ -215,7 +226,7 @@ def run_probe(
                 if time.perf_counter() >= deadline:
                     raise ModelFileError(
                         f"loading the model took longer than {limit:.0f} s in a test process, which was stopped; "
-                        f"the file may be damaged: {p}"
+                        f"the file may be damaged: {p}", kind=KIND_TOO_SLOW,
                     ) from None
     except BaseException:  # timeout, cancel, Ctrl+C or a closing app: leave no child behind
         _stop_child(proc)
@@ -233,13 +244,17 @@ def run_probe(
         if sig == "SIGKILL":
             raise ModelFileError(
                 f"the test process loading the model was killed (SIGKILL), most likely for lack of memory; "
-                f"try a smaller context or close other programs: {p}"
+                f"try a smaller context or close other programs: {p}", kind=KIND_MEMORY,
             )
         said = f": {detail}" if detail else ""
-        raise ModelFileError(f"llama.cpp crashed ({sig}) loading the model{said} — the file is damaged: {p}")
+        raise ModelFileError(f"llama.cpp crashed ({sig}) loading the model{said} — the file is damaged: {p}",
+                             kind=KIND_CRASHED)
+    # llama.cpp's own reason may name the kind (an unknown architecture, an allocation that failed)
     if rc == EXIT_REFUSED:
-        raise ModelFileError(f"llama.cpp cannot load the model: {detail or 'no reason given'}: {p}")
-    raise ModelFileError(f"test-loading the model failed (exit code {rc}): {detail or 'no reason given'}: {p}")
+        raise ModelFileError(f"llama.cpp cannot load the model: {detail or 'no reason given'}: {p}",
+                             kind=explain(detail, default=KIND_DAMAGED)[0])
+    raise ModelFileError(f"test-loading the model failed (exit code {rc}): {detail or 'no reason given'}: {p}",
+                         kind=explain(detail)[0])
 
 
 def _has_process_groups() -> bool:
@@ -287,7 +302,8 @@ def ensure_loadable(
     try:
         key = probe_key(path)
     except OSError as exc:
-        raise ModelFileError(f"cannot access model file ({exc.strerror}): {path}") from None
+        raise ModelFileError(f"cannot access model file ({exc.strerror}): {path}",
+                             f"This file cannot be opened ({exc.strerror}).", KIND_UNREADABLE) from None
     if key in _load_cache(store):
         return ProbeResult(False, 0.0, summary)
     seconds = run_probe(path, n_ctx, n_threads, command=command, timeout=timeout, cancel=cancel)

@@ -10,9 +10,10 @@ from PySide6.QtGui import QFontDatabase
 from PySide6.QtWidgets import QDialogButtonBox
 
 from app.requests import LoadedModel
-from app.widgets.model_info import FALLBACK_NOTE, OWN_TEMPLATE_NOTE, ModelInfoDialog, format_params, format_size
+from app.widgets.model_info import FALLBACK_NOTE, OWN_TEMPLATE_NOTE, ModelInfoDialog
 from engine.probe import ProbeResult
 from engine.text import CHATML_TEMPLATE, ChatTemplate
+from engine.units import format_params, plain_size
 from tests.app_fixtures import OFFSCREEN_NOISE, FakeEngineMemory
 
 pytestmark = OFFSCREEN_NOISE
@@ -39,7 +40,8 @@ def _facts(dialog: ModelInfoDialog) -> dict[str, str]:
 def test_parameter_counts_and_file_sizes_read_as_people_write_them():
     assert [format_params(n) for n in (134_515_008, 1_711_376_384, 8_030_261_248, 52_000)] == [
         "135M", "1.7B", "8.0B", "52K"]
-    assert [format_size(n) for n in (512, 102_958_944, 4_920_000_000)] == ["512 bytes", "98.2 MiB", "4.6 GiB"]
+    assert [plain_size(n) for n in (512, 1_500, 102_958_944, 4_920_000_000)] == [
+        "512 bytes", "1.5 KB", "103 MB", "4.9 GB"]
 
 
 def test_the_dialog_shows_the_models_facts_and_its_own_template_read_only_in_a_fixed_font(qtbot):
@@ -53,7 +55,7 @@ def test_the_dialog_shows_the_models_facts_and_its_own_template_read_only_in_a_f
         "Quantisation": "Q4_1",
         "Trained context": "8,192 tokens",
         "Context in use": "2,048 tokens",
-        "File size": "98.2 MiB",
+        "File size": "103 MB",
         "File": "/models/smol.gguf",
         "Batch kernels": "Q4_1 (210): one-pass tile kernel (patched); every batch size gives 1-token results\n"
                          "Q8_0 (1): llama.cpp's kernels; batches are checked on the model",
@@ -132,7 +134,7 @@ def test_a_model_without_a_chat_template_says_so_in_the_status_bar_and_the_templ
     dialog = _open_template_dialog(window)
     assert dialog.template_note.text() == FALLBACK_NOTE
     assert dialog.template_view.toPlainText() == CHATML_TEMPLATE
-    assert _facts(dialog)["File size"] == "238.4 MiB"
+    assert _facts(dialog)["File size"] == "250 MB"
     dialog.findChild(QDialogButtonBox).button(QDialogButtonBox.StandardButton.Close).click()
     assert not dialog.isVisible()
 
@@ -173,7 +175,7 @@ def test_the_bundled_model_shows_its_own_template_and_its_header_facts(qtbot, ma
     assert dialog.name_label.text() == "SmolLM2-135M-Instruct.Q4_1"
     assert 'SmolLM2-135M-Instruct.Q4_1 (named “Smollm2 135M 8k Lc100K Mix1 Ep2” in the file): llama' in (
         window.model_label.toolTip())
-    assert facts["File size"] == format_size(Path(model_path).stat().st_size)
+    assert facts["File size"] == plain_size(Path(model_path).stat().st_size)
     assert facts["Context in use"] == f"{window.model.n_ctx:,} tokens"
     # which kernel multiplies a batch by each weight type here: the bundled model's matrices are Q4_1 (and Q8_0)
     kernels = facts["Batch kernels"].splitlines()

@@ -464,7 +464,7 @@ def test_list_models_prints_a_table_with_the_app_each_model_was_found_in(tmp_pat
     lines = _list_models(fake).stdout.splitlines()
     assert lines[0].split()[:3] == ["PATH", "NAME", "ARCHITECTURE"]
     (ollama,) = [line for line in lines if line.startswith(str(fake.ollama_blob))]
-    assert ollama.split()[1:] == ["tinyllama:latest", "llama", "270K", "F16", "609.0", "KiB", "4,096", "no", "yes",
+    assert ollama.split()[1:] == ["tinyllama:latest", "llama", "270K", "F16", "624", "KB", "4,096", "no", "yes",
                                   "Ollama"]
     assert any(line.strip().startswith("! truncated") for line in lines)
 
@@ -541,7 +541,7 @@ def test_the_dialog_shows_the_rows_marks_lookahead_and_lists_what_it_skipped(qtb
     dialog.filter_edit.clear()
 
     dialog.table.sortByColumn(COLUMNS.index("Size"), Qt.SortOrder.DescendingOrder)
-    assert dialog.model_at(0).source == "Bundled"  # sizes sort as numbers: 94 MiB before 609 KiB
+    assert dialog.model_at(0).source == "Bundled"  # sizes sort as numbers: 98 MB before 624 KB
 
 
 @OFFSCREEN_NOISE

@@ -167,8 +167,8 @@ def test_a_context_larger_than_memory_is_refused_before_anything_is_allocated(mo
     summary = check_gguf(model_path)
     with pytest.raises(ContextTooLargeError, match="more than this machine's memory allows") as info:
         check_context_fits(summary, 100_000_000)
-    assert "2.1 TiB" in str(info.value) and "at most 8192 tokens" in str(info.value)
-    check_context_fits(summary, 4096)  # 90 MiB: fine
+    assert "2.3 TB" in str(info.value) and "at most 8192 tokens" in str(info.value)
+    check_context_fits(summary, 4096)  # 94 MB: fine
     with pytest.raises(ContextTooLargeError):
         check_context_fits(summary, 4096, available=50 * 2**20)
     assert isinstance(info.value, SettingsError)  # shown to the user like any bad setting

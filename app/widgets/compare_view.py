@@ -31,6 +31,7 @@ from .chat_input import ChatInput
 from .markdown_view import palette_is_dark
 from .marked_text import MarksLegend, source_colour
 from .plain import Label
+from .plain import escape as plain_escape
 from .plain import tip as plain_tip
 from .stats_view import StepChart
 
@@ -468,4 +469,4 @@ class CompareView(QWidget):
 
 
 def _escape(text: str) -> str:
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("\n", "⏎")
+    return plain_escape(text, newline="⏎")

@@ -44,10 +44,10 @@ from engine.library import (
     scan,
 )
 from engine.models import LoadProblem
+from engine.units import format_params, plain_size
 
 from ..worker import LIVE_THREADS
 from . import model_info
-from .model_info import format_params, format_size
 from .plain import Label
 from .plain import tip as plain_tip
 
@@ -143,7 +143,7 @@ def _row(model: LibraryModel) -> list[QStandardItem]:
             _cell(model.architecture),
             _cell(format_params(model.n_params) if model.n_params else "", model.n_params),
             _cell(model.file_type),
-            _cell(format_size(model.size_bytes), model.size_bytes),
+            _cell(plain_size(model.size_bytes), model.size_bytes),
             _cell(f"{trained:,}" if trained else "", trained or 0),
             _cell("yes" if model.has_chat_template else "no"),
             _cell(lookahead_cell(kind), tip=lookahead_tip),
@@ -151,7 +151,7 @@ def _row(model: LibraryModel) -> list[QStandardItem]:
     else:
         error = "\n\n".join(t for t in (model.problem, model.error) if t) or "unknown"
         cells = [_cell(model.name, tip=error), _cell("broken file", tip=error), _cell("", 0), _cell(""),
-                 _cell(format_size(model.size_bytes), model.size_bytes), _cell("", 0), _cell(""),
+                 _cell(plain_size(model.size_bytes), model.size_bytes), _cell("", 0), _cell(""),
                  _cell("no", tip="The file cannot be loaded")]
     cells += [_cell(model.source), _cell(model.path, tip=model.path)]
     cells[0].setData(model, MODEL_ROLE)

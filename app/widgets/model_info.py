@@ -15,8 +15,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine.library import DRAFTS_ONLY_NOTE, format_params, format_size
+from engine.library import DRAFTS_ONLY_NOTE
 from engine.models import LoadProblem
+from engine.units import format_params, plain_size
 
 from ..requests import LoadedModel
 from . import plain
@@ -81,7 +82,7 @@ class ModelInfoDialog(QDialog):
             ("Quantisation", model.file_type),
             ("Trained context", format_tokens(model.n_ctx_train)),
             ("Context in use", format_tokens(model.n_ctx)),
-            ("File size", format_size(model.size_bytes) if model.size_bytes else "unknown"),
+            ("File size", plain_size(model.size_bytes) if model.size_bytes else "unknown"),
             ("File", model.path),
             ("Batch kernels", "\n".join(model.batch_kernels) or "unknown"),
             ("Lookahead", lookahead_text(model)),

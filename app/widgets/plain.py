@@ -33,9 +33,9 @@ class Label(QLabel):
         self.setText(text)
 
 
-def escape(text: str) -> str:
-    """``text`` as a piece of a rich text the app writes itself (its line breaks kept)."""
-    return html.escape(text, quote=False).replace("\n", "<br>")
+def escape(text: str, newline: str = "<br>") -> str:
+    """``text`` as a piece of a rich text the app writes itself (its line breaks as ``newline``)."""
+    return html.escape(text, quote=False).replace("\n", newline)
 
 
 def tip(text: str) -> str:
@@ -77,3 +77,8 @@ def ask(
 def show_message(parent: QWidget | None, icon: Icon, title: str, text: str) -> None:
     """A plain-text notice with an OK button, shown modally (as ``QMessageBox.warning`` and its kin do)."""
     ask(parent, icon, title, text)
+
+
+def export_failed(parent: QWidget | None, path: object, exc: OSError) -> None:
+    """Tell the person that a file they chose to write could not be written, and why."""
+    show_message(parent, Icon.Critical, "Export failed", f"Could not write {path}: {exc}")

@@ -343,7 +343,7 @@ class SpeedReportDialog(QDialog):
         try:
             self.export(Path(path))
         except OSError as exc:
-            plain.show_message(self, plain.Icon.Critical, "Export failed", f"Could not write {path}: {exc}")
+            plain.export_failed(self, path, exc)
             return
         self.status.setText(f"Exported to {path}")
 
