@@ -55,6 +55,11 @@ WINDOW_DECAY = 0.995
 # Each observed draft fades what was seen before it a little, so the estimates
 # follow the kind of text being written now (a list, a copy, free prose).
 DECAY = 0.95
+# A draft Auto passes over fades what was seen of its first token's bucket much more slowly, back towards the
+# prior: a source whose drafts failed a few times in a row is tried again after a while (a session keeps its
+# statistics, so without this it would never be), at the price of a failed draft every hundred or so steps
+# where its drafts really never land.
+PASS_DECAY = 0.995
 MAX_P = 0.995
 
 Bucket = tuple[str, int, int, bool]  # (source, match edge, support, sure)
@@ -118,6 +123,13 @@ class AcceptanceStats:
             b = bucket(d, k, sure)
             self.tested[b] = self.tested.get(b, 0.0) + 1.0
             self.accepted[b] = self.accepted.get(b, 0.0) + (1.0 if k < n_accepted else 0.0)
+
+    def pass_over(self, d: Draft, sure: bool = False) -> None:
+        """``d`` was offered and not verified: what was seen of its first token's bucket fades a little."""
+        b = bucket(d, 0, sure)
+        if b in self.tested:
+            self.tested[b] *= PASS_DECAY
+            self.accepted[b] *= PASS_DECAY
 
     def window_gain(self) -> float:
         """Expected draft tokens one window column earns (prior blended with what was seen)."""
@@ -245,6 +257,9 @@ class AutoPolicy:
                 rate = (gain + per_column * w) / curve.cost(n + extra, n + w)
                 if rate > best_rate:
                     best_rate, W, N = rate, w, ngram
+        passed = {bucket(d, 0, sure): d for d, _ in options if d.tokens[0] not in firsts}
+        for d in passed.values():
+            self.stats.pass_over(d, sure)
         if not chosen and not W:
             return StepChoice(reason="plain: no draft worth its cost", expected_gain=1.0)
         reason = "; ".join(reasons) + f", expect {gain:.2f} tokens" if chosen else "no draft"

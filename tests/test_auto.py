@@ -109,3 +109,57 @@ def test_fixed_policy_shrinks_the_window_to_fit_the_room():
     fixed = FixedPolicy(DraftSources(h, NgramPool(max_len=7)))
     choice = fixed.choose(3, LookaheadConfig(window=8, ngram=4, guesses=0), room=10)
     assert choice.window > 0 and (choice.window - 1) + choice.window * 2 <= 10
+
+
+# --- a source whose drafts stopped landing for a while, or never land -------------------------------------------
+
+# The measured curve of a 1.2B hybrid model (LFM2's shape, Q4_K_M) on 2 threads: a draft of L tokens pays only
+# if each lands with p >= 0.65 or so.
+HYBRID = CostCurve(sizes=tuple(range(1, 14)), last_logit=(1, 1.51, 1.94, 2.29, 2.98, 3.01, 3.6, 3.6, 4.12, 4.53,
+                                                          4.53, 4.88, 5.2),
+                   all_logits=(1, 1.86, 2.19, 2.34, 3.2, 3.27, 3.6, 3.6, 4.12, 4.78, 5.3, 5.53, 5.8),
+                   base_ms=22, threads=2)
+ONE_DRAFT = LookaheadConfig(window=0, ngram=8, guesses=1, auto=True)
+
+
+def replay_steps(stats: AcceptanceStats, right: float, n_tokens: int, seed: int = 0) -> list[tuple[int, int]]:
+    """Auto stepping through a reply whose only drafts are replayed ones (engine/replay.py), right at ``right`` of
+    its positions: (batch size, tokens committed) per step."""
+    from engine.replay import ReplayDrafts
+
+    prompt, reply = [1, 2, 3], list(range(1000, 1000 + n_tokens + 20))
+    history = HistoryIndex()
+    history.extend(prompt, "prompt")
+    auto = AutoPolicy(DraftSources(history, NgramPool(max_len=7), documents=ReplayDrafts(prompt, reply, right, 10**6,
+                                                                                          seed)), HYBRID, stats)
+    steps, pos = [], 0
+    while pos < n_tokens:
+        choice = auto.choose(history.tokens[-1], ONE_DRAFT, room=12)
+        drafted = choice.drafts[0].tokens if choice.drafts else ()
+        landed = 0
+        while landed < len(drafted) and drafted[landed] == reply[pos + landed]:
+            landed += 1
+        committed = reply[pos : pos + landed + 1]
+        auto.observe(choice, committed, "replay" if landed else "", landed)
+        history.extend(committed, "reply")
+        steps.append((1 + len(drafted), len(committed)))
+        pos += len(committed)
+    return steps
+
+
+def test_a_source_whose_drafts_failed_a_few_times_in_a_row_is_tried_again_and_pays_once_it_lands():
+    stats = AcceptanceStats()
+    stuck = replay_steps(stats, right=0.0, n_tokens=50)  # a bad start: every draft wrong
+    assert [n for n, _ in stuck[10:]] == [1] * (len(stuck) - 10)  # Auto stopped drafting them
+    later = replay_steps(stats, right=0.6, n_tokens=3000, seed=1)  # the same source, now right at 60%
+    tail = later[len(later) // 2 :]
+    assert sum(t for _, t in tail) / len(tail) > 2.5  # drafting again, several tokens a step
+    assert sum(t for _, t in tail) / sum(HYBRID.cost(n) for n, _ in tail) > 1.2
+
+
+def test_drafts_that_never_land_are_retried_seldom_and_cheaply():
+    steps = replay_steps(AcceptanceStats(), right=0.0, n_tokens=3000)
+    drafted = [n for n, _ in steps if n > 1]
+    assert 0 < len(drafted) < 0.03 * len(steps)
+    wasted = sum(HYBRID.cost(n) - 1 for n in drafted)
+    assert wasted / len(steps) < 0.02  # under 2% of the time plain decoding takes
