@@ -57,9 +57,9 @@ WINDOW_DECAY = 0.995
 DECAY = 0.95
 # A draft Auto passes over fades what was seen of its first token's bucket much more slowly, back towards the
 # prior: a source whose drafts failed a few times in a row is tried again after a while (a session keeps its
-# statistics, so without this it would never be), at the price of a failed draft every hundred or so steps
+# statistics, so without this it would never be), at the price of a failed draft every few hundred steps
 # where its drafts really never land.
-PASS_DECAY = 0.995
+PASS_DECAY = 0.998
 MAX_P = 0.995
 
 Bucket = tuple[str, int, int, bool]  # (source, match edge, support, sure)
