@@ -281,18 +281,30 @@ def _bench_prompt(
     and every file whole to draft from. ``replay``: (share of right drafts, seed) for replayed drafts.
     """
     with workload_prompt(engine, w, max_tokens) as (prompt, context):
-        saved = engine.documents
-        if replay is not None:  # an untimed plain run records the reply to replay
-            recorded = run_one(engine, prompt, None, max_tokens, cancel=cancel)
-            engine.documents = ReplayDrafts(prompt, recorded.token_ids, replay[0], engine.ctx.n_vocab, replay[1])
-        try:
+        with _replayed(engine, prompt, replay, max_tokens, cancel):
             res = _bench_prompt_runs(engine, w, prompt, lookahead_first, second_mode, max_tokens, cancel, price_on,
                                      earlier)
-        finally:
-            engine.documents = saved
     if res is not None and context is not None:
         res.extra["documents_seen"] = {name: round(f, 3) for name, f in context.coverage.items()}
     return res
+
+
+@contextmanager
+def _replayed(
+    engine: Engine, prompt: list[int], replay: tuple[float, int] | None, max_tokens: int, cancel: threading.Event,
+) -> Iterator[None]:
+    """With ``replay`` (share of right drafts, seed): plain's reply to ``prompt``, recorded by an untimed run, is
+    the engine's only document to draft from until the block ends."""
+    if replay is None:
+        yield
+        return
+    recorded = run_one(engine, prompt, None, max_tokens, cancel=cancel)
+    saved = engine.documents
+    engine.documents = ReplayDrafts(prompt, recorded.token_ids, replay[0], engine.ctx.n_vocab, replay[1])
+    try:
+        yield
+    finally:
+        engine.documents = saved
 
 
 @contextmanager
