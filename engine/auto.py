@@ -124,9 +124,9 @@ class AcceptanceStats:
             self.tested[b] = self.tested.get(b, 0.0) + 1.0
             self.accepted[b] = self.accepted.get(b, 0.0) + (1.0 if k < n_accepted else 0.0)
 
-    def pass_over(self, d: Draft, sure: bool = False) -> None:
-        """``d`` was offered and not verified: what was seen of its first token's bucket fades a little."""
-        b = bucket(d, 0, sure)
+    def pass_over(self, b: Bucket) -> None:
+        """A draft whose first token falls in ``b`` was offered and not verified: what was seen there fades a
+        little."""
         if b in self.tested:
             self.tested[b] *= PASS_DECAY
             self.accepted[b] *= PASS_DECAY
@@ -257,9 +257,8 @@ class AutoPolicy:
                 rate = (gain + per_column * w) / curve.cost(n + extra, n + w)
                 if rate > best_rate:
                     best_rate, W, N = rate, w, ngram
-        passed = {bucket(d, 0, sure): d for d, _ in options if d.tokens[0] not in firsts}
-        for d in passed.values():
-            self.stats.pass_over(d, sure)
+        for b in {bucket(d, 0, sure) for d, _ in options if d.tokens[0] not in firsts}:
+            self.stats.pass_over(b)
         if not chosen and not W:
             return StepChoice(reason="plain: no draft worth its cost", expected_gain=1.0)
         reason = "; ".join(reasons) + f", expect {gain:.2f} tokens" if chosen else "no draft"

@@ -67,7 +67,7 @@ class ModelFileError(ValueError):
         super().__init__(detail)
         self.detail = detail
         if kind is None:
-            kind = explain(detail)[0]
+            kind = problem_kind(detail)
         if message is None:
             message = plain_message(kind, detail)
         self.kind = kind
@@ -144,10 +144,15 @@ def plain_message(kind: str, detail: str = "") -> str:
     return _PLAIN.get(kind, _PLAIN[KIND_OTHER])
 
 
-def explain(detail: str, default: str = KIND_OTHER) -> tuple[str, str]:
-    """(kind, plain sentence) for a technical text that came without a kind (``default`` when none fits)."""
+def problem_kind(detail: str, default: str = KIND_OTHER) -> str:
+    """The kind of problem a technical text that came without one names (``default`` when none fits)."""
     lowered = detail.lower()
-    kind = next((k for phrase, k in _PHRASES if phrase in lowered), default)
+    return next((k for phrase, k in _PHRASES if phrase in lowered), default)
+
+
+def explain(detail: str) -> tuple[str, str]:
+    """(kind, plain sentence) for a technical text that came without a kind."""
+    kind = problem_kind(detail)
     return kind, plain_message(kind, detail)
 
 
@@ -481,14 +486,15 @@ def _first_int(value: object) -> int | None:
 
 def _recurrent_layers(meta: dict[str, object], arch: str, n_layer: int) -> list[bool]:
     """Which layers keep a recurrent state instead of a KV cache, as llama.cpp's loaders tell them apart:
-    no key/value heads (LFM2, Nemotron-H, Granite 4.0 H), or all but every n-th (Qwen3.5, Qwen3-Next)."""
+    no key/value heads (LFM2, Nemotron-H, Granite 4.0 H), all but every n-th (Qwen3.5, Qwen3-Next), or all of them
+    in a model without attention heads (Mamba, RWKV)."""
     interval = _first_int(meta.get(f"{arch}.full_attention_interval"))
     if interval:
         return [(i + 1) % interval != 0 for i in range(n_layer)]
     heads_kv = meta.get(f"{arch}.attention.head_count_kv")
     if isinstance(heads_kv, list):
         return [i < len(heads_kv) and int(heads_kv[i]) == 0 for i in range(n_layer)]
-    return [False] * n_layer
+    return [not meta.get(f"{arch}.attention.head_count")] * n_layer
 
 
 def _kv_bytes_per_token(meta: dict[str, object], arch: str) -> int:
@@ -530,9 +536,7 @@ def _state_bytes(meta: dict[str, object], arch: str) -> int:
         per_layer = max(d_conv - 1, 0) * (d_inner + 2 * n_group * d_state) + d_state * d_inner
     else:
         return 0
-    layers = _recurrent_layers(meta, arch, n_layer)
-    n_recurrent = sum(layers) if any(layers) or meta.get(f"{arch}.attention.head_count") else n_layer
-    return per_layer * n_recurrent * 4
+    return per_layer * sum(_recurrent_layers(meta, arch, n_layer)) * 4
 
 
 def check_gguf(path: str | os.PathLike[str]) -> GgufSummary:

@@ -39,7 +39,7 @@ from .models import (
     ModelFileError,
     check_context_fits,
     check_gguf,
-    explain,
+    problem_kind,
 )
 
 NO_PROBE_ENV = "LOOKAHEAD_NO_PROBE"
@@ -78,7 +78,6 @@ def probe_timeout(size_bytes: int) -> float:
 
 def cache_path() -> Path:
     """The JSON file of model files known to load, beside the cost-curve cache."""
-
     return cache_root() / CACHE_NAME
 
 
@@ -252,9 +251,9 @@ def run_probe(
     # llama.cpp's own reason may name the kind (an unknown architecture, an allocation that failed)
     if rc == EXIT_REFUSED:
         raise ModelFileError(f"llama.cpp cannot load the model: {detail or 'no reason given'}: {p}",
-                             kind=explain(detail, default=KIND_DAMAGED)[0])
+                             kind=problem_kind(detail, default=KIND_DAMAGED))
     raise ModelFileError(f"test-loading the model failed (exit code {rc}): {detail or 'no reason given'}: {p}",
-                         kind=explain(detail)[0])
+                         kind=problem_kind(detail))
 
 
 def _has_process_groups() -> bool:

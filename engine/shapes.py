@@ -323,9 +323,7 @@ def write_f16(shape: ModelShape, path: Path, seed: int = 0) -> Path:
     writer.write_ti_data_to_file()
     rng = np.random.default_rng(seed)
     for t in plan:
-        data = t.values(rng)
-        writer.write_tensor_data(data)
-        del data
+        writer.write_tensor_data(t.values(rng))
     writer.close()
     return path
 
