@@ -35,7 +35,7 @@ portable_llama() {
 if [[ $REBUILD_LLAMA -eq 1 ]] || ! portable_llama || ! llama_is_current; then
     src=$(llama_source)
     step "building portable llama-cpp-python from $src (log: $LOGS/llama-cpp-python.log)"
-    if ! CMAKE_ARGS="$PORTABLE_CMAKE_ARGS" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
+    if ! CMAKE_ARGS="$PORTABLE_CMAKE_ARGS $("$VPY" packaging/llama_source.py --cmake-args)" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
         nice -n 10 "$VPY" -m pip install --verbose --no-cache-dir --force-reinstall --no-deps "$src" \
         >"$LOGS/llama-cpp-python.log" 2>&1; then
         tail -n 40 "$LOGS/llama-cpp-python.log" >&2

@@ -67,7 +67,10 @@ if ($RebuildLlama -or -not $Portable -or -not $Current) {
     $Src = & $Py packaging\llama_source.py (Join-Path $Repo "build\llama-source")
     if ($LASTEXITCODE -ne 0) { throw "could not prepare llama.cpp's patched source" }
     Step "building portable llama-cpp-python from $Src (log: $Logs\llama-cpp-python.log)"
-    $env:CMAKE_ARGS = "-DGGML_NATIVE=OFF -DGGML_BACKEND_DL=ON -DGGML_CPU_ALL_VARIANTS=ON"
+    # Only the libraries the app loads (no mtmd, no llama.cpp common): the options every build path adds.
+    $CoreOnly = & $Py packaging\llama_source.py --cmake-args
+    if ($LASTEXITCODE -ne 0) { throw "could not read the shared CMake options" }
+    $env:CMAKE_ARGS = "-DGGML_NATIVE=OFF -DGGML_BACKEND_DL=ON -DGGML_CPU_ALL_VARIANTS=ON $CoreOnly"
     # --no-cache-dir: the portable wheel must not land in a pip cache a normal install could reuse.
     Invoke-Checked $Py @("-m", "pip", "install", "--verbose", "--no-cache-dir", "--force-reinstall", "--no-deps",
         $Src) -Log "$Logs\llama-cpp-python.log"

@@ -3,17 +3,25 @@
     python packaging/llama_source.py WORKDIR     prints the patched source folder (pip can build it)
     python packaging/llama_source.py --key       prints what identifies the build (version and patch hash)
     python packaging/llama_source.py --version   prints the llama-cpp-python version it builds
+    python packaging/llama_source.py --cmake-args
+                                                 prints the CMake options every build adds: only the
+                                                 libraries the app loads (llama, ggml), not mtmd or common
 
 setup-venv.sh and the bundle scripts (Linux, macOS, Windows) build llama-cpp-python from the folder this
 prints, so the app, the tests and the bundles all run the same kernels. The patch
 (``packaging/llama-cpp-small-batch.patch``, its reasoning at its top) is applied with ``git apply``, which
 refuses a patch whose context no longer matches: a llama-cpp-python update that moves the patched code stops
 the build here, with the reason, instead of building something else.
+
+The app loads only libllama and ggml: every build also passes ``--cmake-args``, which leaves out the
+multimodal library (``LLAVA_BUILD``) and llama.cpp's ``common`` library (``llama-core-only.cmake``), about
+half of the objects a default build compiles.
 """
 
 from __future__ import annotations
 
 import hashlib
+import shlex
 import shutil
 import subprocess
 import sys
@@ -23,12 +31,24 @@ from pathlib import Path
 
 VERSION = "0.3.36"
 PATCH = Path(__file__).with_name("llama-cpp-small-batch.patch")
+CORE_ONLY = Path(__file__).with_name("llama-core-only.cmake")
 VENDORED = "vendor/llama.cpp"  # where the sdist keeps llama.cpp; the patch's paths are relative to it
+CORE_ONLY_FLAGS = ["-DLLAVA_BUILD=OFF"]  # with CORE_ONLY included after llama.cpp's project()
 
 
 def key() -> str:
-    """The llama-cpp-python version and the patch's hash: a build made from other inputs is another build."""
-    return f"{VERSION}+{hashlib.sha256(PATCH.read_bytes()).hexdigest()[:12]}"
+    """The version and a hash of the patch and of the build options every path adds: other inputs, another build.
+
+    The options' file is hashed by its content, not its path, so two clones of the repo share a build.
+    """
+    inputs = PATCH.read_bytes() + CORE_ONLY.read_bytes() + " ".join(CORE_ONLY_FLAGS).encode()
+    return f"{VERSION}+{hashlib.sha256(inputs).hexdigest()[:12]}"
+
+
+def cmake_args() -> str:
+    """The CMake options every build path adds to its own: build only the libraries the app loads."""
+    include = f"-DCMAKE_PROJECT_llama.cpp_INCLUDE={CORE_ONLY.resolve().as_posix()}"
+    return " ".join(shlex.quote(arg) for arg in [*CORE_ONLY_FLAGS, include])
 
 
 def fail(message: str) -> None:
@@ -72,11 +92,12 @@ def apply_patch(source: Path) -> None:
 
 
 def main(argv: list[str]) -> int:
-    if argv in (["--key"], ["--version"]):
-        print(key() if argv[0] == "--key" else VERSION)
+    answers = {"--key": key, "--version": lambda: VERSION, "--cmake-args": cmake_args}
+    if len(argv) == 1 and argv[0] in answers:
+        print(answers[argv[0]]())
         return 0
     if len(argv) != 1 or argv[0].startswith("-"):
-        print("usage: llama_source.py WORKDIR | --key | --version", file=sys.stderr)
+        print("usage: llama_source.py WORKDIR | --key | --version | --cmake-args", file=sys.stderr)
         return 2
     workdir = Path(argv[0]).resolve()
     workdir.mkdir(parents=True, exist_ok=True)

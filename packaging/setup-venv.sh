@@ -5,8 +5,8 @@
 #   packaging/setup-venv.sh          the app
 #   packaging/setup-venv.sh --test   the app and the test tools
 #
-# llama-cpp-python is compiled from source for this machine's CPU (about 10
-# minutes on 2 cores), with our llama.cpp patch applied (packaging/llama_source.py)
+# llama-cpp-python is compiled from source for this machine's CPU, with our
+# llama.cpp patch applied and only the libraries the app loads (packaging/llama_source.py),
 # and ggml's AMX matmul code left out: on Xeons with AMX it dies with SIGILL on
 # the first multi-token batch (llama.cpp PR #26954).
 # pip keys its wheel cache on the sdist, not on CMAKE_ARGS, so the wheel is
@@ -29,7 +29,9 @@ fi
 LLAMA_VERSION=$("$PYTHON" packaging/llama_source.py --version)
 LLAMA_SOURCE_KEY=$("$PYTHON" packaging/llama_source.py --key)   # the version and the patch's hash
 NO_AMX="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
-LLAMA_CMAKE_ARGS="-DCMAKE_C_FLAGS='$NO_AMX' -DCMAKE_CXX_FLAGS='$NO_AMX' -DLLAMA_CURL=OFF"
+OWN_CMAKE_ARGS="-DCMAKE_C_FLAGS='$NO_AMX' -DCMAKE_CXX_FLAGS='$NO_AMX' -DLLAMA_CURL=OFF"
+# Only the libraries the app loads (no mtmd, no llama.cpp common): the options every build path adds.
+LLAMA_CMAKE_ARGS="$OWN_CMAKE_ARGS $("$PYTHON" packaging/llama_source.py --cmake-args)"
 
 # Compiler and Qt's system libraries (and, with --test, the test tools) on a bare Debian/Ubuntu machine.
 if [[ $WITH_TESTS -eq 1 ]]; then
@@ -47,7 +49,8 @@ $VPY -m pip install --quiet --upgrade pip
 
 # A native build runs only on CPUs like the one it was built on: the key names the CPU too.
 cpu_id=$( (grep -m1 '^model name' /proc/cpuinfo; grep -m1 '^flags' /proc/cpuinfo) 2>/dev/null || uname -m)
-build_key=$(printf '%s\n' "$LLAMA_SOURCE_KEY" "$LLAMA_CMAKE_ARGS" "$($VPY -c 'import sys; print(sys.version)')" "$cpu_id" \
+# The shared options are in LLAMA_SOURCE_KEY by content (their file's path differs between clones).
+build_key=$(printf '%s\n' "$LLAMA_SOURCE_KEY" "$OWN_CMAKE_ARGS" "$($VPY -c 'import sys; print(sys.version)')" "$cpu_id" \
     | sha256sum | cut -c1-16)
 cache_root="${XDG_CACHE_HOME:-$HOME/.cache}/lookahead-chat"
 WHEEL_DIR="${LLAMA_WHEEL_DIR:-$cache_root/wheels/$build_key}"
@@ -84,7 +87,7 @@ else
         log="$WHEEL_DIR/build.log"
         # The sdist with our patch applied; stops here, saying why, if the patch no longer applies.
         src=$($VPY packaging/llama_source.py "$cache_root/src")
-        echo "building llama-cpp-python $LLAMA_SOURCE_KEY for this CPU, AMX left out (about 10 min; log: $log)"
+        echo "building llama-cpp-python $LLAMA_SOURCE_KEY for this CPU, AMX left out (log: $log)"
         if ! CMAKE_ARGS="$LLAMA_CMAKE_ARGS" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
             $VPY -m pip wheel --verbose --no-cache-dir --no-deps \
             --wheel-dir "$WHEEL_DIR" "$src" >"$log" 2>&1; then
