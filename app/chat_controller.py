@@ -29,7 +29,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from engine import LookaheadConfig, SamplingConfig, StepEvent, StopConfig
-from engine.text import conversation_messages
+from engine.decoding.text import conversation_messages
 
 from .attachments import Attachment, ReplySources, as_the_model_read_it
 from .marks import TokenMarks

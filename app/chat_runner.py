@@ -20,8 +20,8 @@ from PySide6.QtCore import QObject, Signal, Slot
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QFileDialog, QWidget
 
-from engine.contention import busy_notice
-from engine.runtime import PREFILL_CHUNK
+from engine.costs.contention import busy_notice
+from engine.decoding.runtime import PREFILL_CHUNK
 
 from . import backup
 from .chat_controller import ChatController, TurnSettings, file_stem

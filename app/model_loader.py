@@ -8,7 +8,7 @@ from pathlib import Path
 from PySide6.QtCore import QObject, Signal, Slot
 from PySide6.QtWidgets import QMainWindow, QMessageBox, QProgressBar
 
-from engine.models import LoadProblem
+from engine.llama.problems import LoadProblem
 from engine.units import format_params
 
 from .requests import LoadedModel

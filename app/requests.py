@@ -32,7 +32,7 @@ class LoadedModel:
     template_is_fallback: bool = False  # the file has no chat template: the generic ChatML one is used
     n_ctx_train: int | None = None  # the context the model was trained with (GGUF header), when it says
     size_bytes: int = 0  # the model file's size
-    # each weight type's matrices and the kernel that multiplies a batch by them here (engine/kernels.py)
+    # each weight type's matrices and the kernel that multiplies a batch by them here (engine/llama/kernels.py)
     batch_kernels: tuple[str, ...] = ()
     lookahead_kind: str = "lookahead"  # "lookahead", "drafts only" (one guess per step, no window) or "plain"
 

@@ -12,8 +12,8 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from engine.decoding.settings import DEFAULT_FIXED
 from engine.files import write_json_atomic
-from engine.settings import DEFAULT_FIXED
 
 from . import paths
 

@@ -35,19 +35,20 @@ from engine import (
     TemplateRenderError,
     default_model_path,
 )
-from engine.bench import PromptResult
-from engine.costmodel import CostCurve, MachineBusy, MeasurementCancelled
+from engine.costs.curve import CostCurve
+from engine.costs.measuring import MachineBusy, MeasurementCancelled
+from engine.decoding.runtime import default_threads
 from engine.documents import with_documents
-from engine.kernels import matrix_kernels
 from engine.library import friendly_name
-from engine.models import LoadProblem
-from engine.native import system_features
-from engine.probe import ProbeResult, ensure_loadable
-from engine.runtime import default_threads
+from engine.llama.kernels import matrix_kernels
+from engine.llama.native import system_features
+from engine.llama.probe import ProbeResult, ensure_loadable
+from engine.llama.problems import LoadProblem
+from engine.speed.comparison import CompareProgress
+from engine.tools.bench import PromptResult
 
 from .attachments import ReplySources
 from .compare import (
-    CompareProgress,
     CompareRequest,
     SpeedReportOutcome,
     SpeedReportProgress,
@@ -128,7 +129,7 @@ class EngineWorker(QObject):
         check_loadable: Callable[..., ProbeResult] = ensure_loadable,
     ) -> None:
         """The factories build the engine and its chat session (tests pass fakes); ``check_loadable``
-        test-loads a file opened for the first time in a child process (engine/probe.py)."""
+        test-loads a file opened for the first time in a child process (engine/llama/probe.py)."""
         super().__init__()
         self._engine_factory = engine_factory
         self._session_factory = session_factory

@@ -3,19 +3,15 @@
 Never imports Qt; the desktop app in ``app/`` drives it from a worker thread.
 """
 
-from .measure import RunStats
-from .models import GgufSummary, ModelFileError, check_gguf, default_model_path
-from .native import NativeError
-from .runtime import (
-    Engine,
-    GenerationControls,
-    LookaheadUnsupportedError,
-    PromptTooLongError,
-    StepEvent,
-)
-from .session import ChatSession
-from .settings import LookaheadConfig, SamplingConfig, SettingsError, StopConfig
-from .text import Message, TemplateRenderError
+from engine.decoding.runtime import Engine, GenerationControls, LookaheadUnsupportedError, PromptTooLongError, StepEvent
+from engine.decoding.session import ChatSession
+from engine.decoding.settings import LookaheadConfig, SamplingConfig, SettingsError, StopConfig
+from engine.decoding.text import Message, TemplateRenderError
+from engine.llama.bundled import default_model_path
+from engine.llama.models import GgufSummary, check_gguf
+from engine.llama.native import NativeError
+from engine.llama.problems import ModelFileError
+from engine.speed.measure import RunStats
 
 __all__ = [
     "ChatSession",

@@ -1,8 +1,8 @@
-"""``python -m engine``: see engine/cli.py."""
+"""``python -m engine``: see engine/tools/cli.py."""
 
 import sys
 
-from .cli import main
+from engine.tools.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .units import plain_size
+from engine.units import plain_size
 
 TEXT_SUFFIXES = {
     ".txt": "text", ".text": "text", ".log": "text", ".rst": "text", ".md": "markdown", ".markdown": "markdown",

@@ -17,6 +17,7 @@ import platformdirs
 
 APP_NAME = "lookahead-chat"
 HOME_ENV = "LOOKAHEAD_CHAT_HOME"
+DATA_DIR = Path(__file__).resolve().parent / "data"  # what ships with the engine: workloads, reference curves
 
 
 def home_override() -> Path | None:

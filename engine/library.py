@@ -22,9 +22,11 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .files import cache_root, write_json_atomic
-from .models import GgufSummary, LoadProblem, ModelFileError, check_gguf, default_model_path, explain
-from .units import format_params, plain_size
+from engine.files import cache_root, write_json_atomic
+from engine.llama.bundled import default_model_path
+from engine.llama.models import GgufSummary, check_gguf
+from engine.llama.problems import LoadProblem, ModelFileError, explain
+from engine.units import format_params, plain_size
 
 CACHE_VERSION = 1  # bump when the facts kept per file change
 MAX_DEPTH = 16  # folders deeper than this under a root are not walked
@@ -49,7 +51,7 @@ KIND_FILE = "file"  # one file (the bundled model)
 # llama-arch.cpp gives these architectures in GGUF files. Their memory keeps one state per
 # sequence: no lookahead window, and a rejected guess can be dropped only where llama.cpp keeps
 # earlier states to go back to (llm_arch_supports_rs_rollback): those verify one draft per step
-# ("drafts only", engine/runtime.py), the others decode plainly. The header's architecture says
+# ("drafts only", engine/decoding/runtime.py), the others decode plainly. The header's architecture says
 # which before loading; the loaded engine says the same.
 RECURRENT_ARCHITECTURES = frozenset({"mamba", "mamba2", "rwkv6", "rwkv6qwen2", "rwkv7", "arwkv7"})
 HYBRID_ARCHITECTURES = frozenset({

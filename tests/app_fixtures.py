@@ -114,7 +114,7 @@ _PROBE_CACHE = Path(os.environ.get("LOOKAHEAD_CHAT_HOME") or tempfile.gettempdir
 @pytest.fixture
 def worker_options() -> dict:
     """What the windows' engine workers are built with; fixtures with fake engines fill in their factories."""
-    from engine.probe import ensure_loadable
+    from engine.llama.probe import ensure_loadable
 
     return {"check_loadable": functools.partial(ensure_loadable, cache=_PROBE_CACHE)}
 
@@ -189,7 +189,7 @@ class FakeEngine(FakeEngineMemory):
     def __init__(self, path, n_ctx=4096, n_threads=None, progress=None, summary=None) -> None:
         from types import SimpleNamespace
 
-        from engine.text import ChatTemplate
+        from engine.decoding.text import ChatTemplate
 
         for frac in (0.0, 0.5, 1.0):
             if progress is not None:
@@ -211,7 +211,7 @@ class FakeEngine(FakeEngineMemory):
 
 def use_fake_engine(worker_options: dict, session_factory: Callable) -> None:
     """Windows made after this load ``FakeEngine`` at once and reply through ``session_factory``'s sessions."""
-    from engine.probe import ProbeResult
+    from engine.llama.probe import ProbeResult
 
     worker_options.update(engine_factory=FakeEngine, session_factory=session_factory,
                           check_loadable=lambda *_a, **_k: ProbeResult(probed=False, seconds=0.0),

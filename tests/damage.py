@@ -268,7 +268,7 @@ def _threads_of(args: Iterable[str]) -> int:
     args = list(args)
     if "--threads" in args:
         return int(args[args.index("--threads") + 1])
-    from engine.runtime import default_threads
+    from engine.decoding.runtime import default_threads
 
     return default_threads()
 
@@ -279,13 +279,13 @@ def seed_cost_curve(copy: Path, home: Path, threads: int) -> None:
     Otherwise every copy that loads is first measured for Auto (6 s or more, far more on a busy
     machine), which tests the measurement, not the damage. The probe's own cache stays empty.
     """
-    from engine import costmodel
+    from engine.costs import curve
 
     with _ENV_LOCK:  # cache_dir() reads the environment; two workers seed at once
         old = os.environ.get("LOOKAHEAD_CHAT_HOME")
         os.environ["LOOKAHEAD_CHAT_HOME"] = str(home)
         try:
-            costmodel.save_cached(str(copy), threads, costmodel.DEFAULT_CURVE)
+            curve.save_cached(str(copy), threads, curve.DEFAULT_CURVE)
         except OSError:
             pass  # a copy cut before its header cannot be keyed; the CLI refuses it anyway
         finally:

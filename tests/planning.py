@@ -10,9 +10,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from engine import Engine, costmodel
-from engine.auto import AcceptanceStats
-from engine.costmodel import REFERENCE_CURVES, CostCurve
+from engine import Engine
+from engine.costs import measuring
+from engine.costs.curve import REFERENCE_CURVES, CostCurve
+from engine.decoding.auto import AcceptanceStats
 
 FLAT = REFERENCE_CURVES["flat"]
 STEEP = REFERENCE_CURVES["steep"]
@@ -35,9 +36,9 @@ def auto_on_curve(engine: Engine, curve: CostCurve) -> Iterator[Engine]:
 def tune_here(engine: Engine) -> CostCurve:
     """This PC's curve for ``engine``, measured even while another program runs (a busy CI machine): what a
     measurement under load does is test_contention's, not the concern of tests that only need a curve."""
-    saved = costmodel.BUSY_SHARE
-    costmodel.BUSY_SHARE = float("inf")
+    saved = measuring.BUSY_SHARE
+    measuring.BUSY_SHARE = float("inf")
     try:
         return engine.tune()
     finally:
-        costmodel.BUSY_SHARE = saved
+        measuring.BUSY_SHARE = saved

@@ -15,7 +15,6 @@ from types import SimpleNamespace
 
 import pytest
 
-from app import compare  # noqa: E402
 from app.compare import (  # noqa: E402
     FAIRNESS_NOTE,
     CompareRequest,
@@ -34,9 +33,10 @@ from engine import (  # noqa: E402
     StepEvent,
     StopConfig,
 )
-from engine.bench import load_workloads  # noqa: E402
-from engine.measure import PromptResult, by_category  # noqa: E402
-from engine.probe import ProbeResult  # noqa: E402
+from engine.llama.probe import ProbeResult  # noqa: E402
+from engine.speed import comparison  # noqa: E402
+from engine.speed.measure import PromptResult, by_category  # noqa: E402
+from engine.tools.bench import load_workloads  # noqa: E402
 from tests.app_fixtures import MODEL_LOAD_TIMEOUT_MS, REPLY_TIMEOUT_MS, FakeEngine, quick_settings
 
 # The offscreen platform also cannot raise a window (the speed report dialog asks to be raised when opened).
@@ -384,7 +384,7 @@ DETERMINISTIC_PROMPT = "List the numbers from 1 to 20, separated by commas."
 def test_a_comparison_with_the_bundled_model_fills_both_panes_identically_and_times_the_speedup(
     qtbot, make_window, monkeypatch
 ):
-    monkeypatch.setattr(compare, "MAX_PAIRS", compare.MIN_PAIRS)  # one A-B-B-A block (more: test_compare_verdict)
+    monkeypatch.setattr(comparison, "MAX_PAIRS", comparison.MIN_PAIRS)  # one A-B-B-A block (more: test_compare_verdict)
     window = make_window(quick_settings(max_tokens=40, temperature=0.0, auto=False))
     steps: list = []
     window.engine.worker.compareProgress.connect(steps.append)
@@ -441,7 +441,7 @@ def test_cancel_stops_a_speed_report_with_the_bundled_model(qtbot, make_window):
 
 @pytest.mark.model
 def test_the_panes_keep_working_after_a_model_switch(qtbot, make_window, model_path, monkeypatch):
-    monkeypatch.setattr(compare, "MAX_PAIRS", compare.MIN_PAIRS)  # the panes are under test here, not the repeats
+    monkeypatch.setattr(comparison, "MAX_PAIRS", comparison.MIN_PAIRS)  # the panes are under test here, not the repeats
     window = make_window(quick_settings(max_tokens=16))
     window.compare_view.replay_speed = 8.0
     before = _compare(qtbot, window, "Say hello.", timeout=REPLY_TIMEOUT_MS)

@@ -11,10 +11,11 @@ from PySide6.QtCore import QElapsedTimer
 from app.widgets import measure_status
 from app.widgets.chat_pane import WAITING_LINE
 from app.widgets.chat_view import MessageBubble
-from engine import GenerationControls, StepEvent, native
-from engine.busybench import BusyLoop
-from engine.costmodel import MachineBusy
-from engine.runtime import PREFILL_FIRST_CHUNK
+from engine import GenerationControls, StepEvent
+from engine.costs.measuring import MachineBusy
+from engine.decoding.runtime import PREFILL_FIRST_CHUNK
+from engine.llama import native
+from engine.tools.busybench import BusyLoop
 from tests.app_fixtures import (
     MODEL_LOAD_TIMEOUT_MS,
     OFFSCREEN_NOISE,

@@ -28,10 +28,8 @@ BLOCK_QT_AND_IMPORT_ENGINE = textwrap.dedent(
 
     sys.meta_path.insert(0, BlockQt())
     import engine
-    for mod in pkgutil.iter_modules(engine.__path__):
-        importlib.import_module(f"engine.{mod.name}")
-    for name in ("engine.runtime", "engine.session", "engine.settings", "engine.models"):
-        importlib.import_module(name)
+    for mod in pkgutil.walk_packages(engine.__path__, "engine."):
+        importlib.import_module(mod.name)
     for name in sys.argv[1:]:
         importlib.import_module(name)
     leaked = sorted(m for m in sys.modules if m.split(".")[0] in BlockQt.BLOCKED)

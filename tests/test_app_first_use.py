@@ -9,7 +9,7 @@ import pytest
 from PySide6.QtWidgets import QMessageBox
 
 from engine import ModelFileError, check_gguf
-from engine.probe import ensure_loadable
+from engine.llama.probe import ensure_loadable
 from tests.app_fixtures import MODEL_LOAD_TIMEOUT_MS, REPLY_TIMEOUT_MS, quick_settings
 from tests.damage import bad_model_files, make_damage, u64_fields, write_damaged_copy
 
@@ -50,7 +50,7 @@ def test_a_first_reply_on_a_fresh_pc_shows_the_message_at_once_and_the_measureme
 
 
 def test_loading_a_model_reads_its_header_once(make_window, monkeypatch):
-    import engine.models as models
+    import engine.llama.models as models
 
     real_read = models._read_header
     reads: list[Path] = []

@@ -11,8 +11,8 @@ from PySide6.QtWidgets import QDialogButtonBox
 
 from app.requests import LoadedModel
 from app.widgets.model_info import FALLBACK_NOTE, OWN_TEMPLATE_NOTE, ModelInfoDialog
-from engine.probe import ProbeResult
-from engine.text import CHATML_TEMPLATE, ChatTemplate
+from engine.decoding.text import CHATML_TEMPLATE, ChatTemplate
+from engine.llama.probe import ProbeResult
 from engine.units import format_params, plain_size
 from tests.app_fixtures import OFFSCREEN_NOISE, FakeEngineMemory
 

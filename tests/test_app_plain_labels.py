@@ -167,7 +167,7 @@ def test_a_model_named_with_markup_is_shown_as_its_characters_everywhere(make_wi
 
 def test_a_problem_box_quoting_a_path_shows_it_as_written(qtbot):
     from app.widgets.model_info import show_problem
-    from engine.models import LoadProblem
+    from engine.llama.problems import LoadProblem
 
     parent = QWidget()
     qtbot.addWidget(parent)

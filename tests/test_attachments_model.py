@@ -9,7 +9,7 @@ from app.attachments import Attachment
 from app.requests import DocumentsPlaced, GenerationRequest, StepUpdate
 from app.worker import EngineThread
 from engine import Message, RunStats, SamplingConfig, StopConfig
-from engine.settings import DEFAULT_LOOKAHEAD
+from engine.decoding.settings import DEFAULT_LOOKAHEAD
 from tests.app_fixtures import MODEL_LOAD_TIMEOUT_MS, REPLY_TIMEOUT_MS
 from tests.planning import FLAT, auto_on_curve
 from tests.test_app_attachments_data import WorkerAnswers

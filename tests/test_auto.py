@@ -1,10 +1,10 @@
 import pytest
 
-from engine.auto import AcceptanceStats, AutoPolicy, FixedPolicy, break_even_p, bucket, expected_tokens
-from engine.costmodel import CostCurve
-from engine.drafts import AGREE, ALONE, SPLIT, Draft, DraftSources, HistoryIndex
-from engine.pool import NgramPool
-from engine.settings import LookaheadConfig
+from engine.costs.curve import CostCurve
+from engine.decoding.auto import AcceptanceStats, AutoPolicy, FixedPolicy, break_even_p, bucket, expected_tokens
+from engine.decoding.drafts import AGREE, ALONE, SPLIT, Draft, DraftSources, HistoryIndex
+from engine.decoding.pool import NgramPool
+from engine.decoding.settings import LookaheadConfig
 
 STEEP = CostCurve(sizes=(1, 2, 4, 8, 16, 64), last_logit=(1, 1.7, 2.6, 4.4, 8, 30),
                   all_logits=(1, 1.8, 2.9, 4.8, 9, 32), base_ms=10, threads=2)
@@ -123,9 +123,9 @@ ONE_DRAFT = LookaheadConfig(window=0, ngram=8, guesses=1, auto=True)
 
 
 def replay_steps(stats: AcceptanceStats, right: float, n_tokens: int, seed: int = 0) -> list[tuple[int, int]]:
-    """Auto stepping through a reply whose only drafts are replayed ones (engine/replay.py), right at ``right`` of
-    its positions: (batch size, tokens committed) per step."""
-    from engine.replay import ReplayDrafts
+    """Auto stepping through a reply whose only drafts are replayed ones (engine/decoding/replay.py), right at
+    ``right`` of its positions: (batch size, tokens committed) per step."""
+    from engine.decoding.replay import ReplayDrafts
 
     prompt, reply = [1, 2, 3], list(range(1000, 1000 + n_tokens + 20))
     history = HistoryIndex()

@@ -168,9 +168,9 @@ def test_an_attachment_that_cannot_be_used_ends_with_one_error_line_naming_it(tm
 
 @pytest.mark.model
 def test_tune_on_a_busy_pc_ends_with_one_line_saying_so(monkeypatch, capsys, model_path):
-    from engine.cli import main
-    from engine.costmodel import MachineBusy
-    from engine.runtime import Engine
+    from engine.costs.measuring import MachineBusy
+    from engine.decoding.runtime import Engine
+    from engine.tools.cli import main
 
     def busy(self, refresh=True, **kwargs):
         raise MachineBusy(32)

@@ -14,20 +14,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from app.compare import (
-    BUSY_NOTE,
-    MIN_PAIRS,
-    CompareProgress,
-    CompareRequest,
-    CompareResult,
-    planned_pairs,
-    repeats_done,
-    run_comparison,
-)
+from app.compare import CompareRequest, CompareResult, run_comparison
 from app.widgets.compare_view import CompareView
 from engine import GenerationControls, LookaheadConfig, Message, StepEvent, StopConfig
-from engine.measure import RunStats, median_run, predicted_gain, ran_busy, ratio_range, same_steps, speedup
-from engine.probe import ProbeResult
+from engine.llama.probe import ProbeResult
+from engine.speed.comparison import BUSY_NOTE, MIN_PAIRS, CompareProgress, planned_pairs, repeats_done
+from engine.speed.measure import RunStats, median_run, predicted_gain, ran_busy, ratio_range, same_steps, speedup
 from tests.app_fixtures import FakeEngine, quick_settings
 
 pytestmark = pytest.mark.qt_log_ignore(

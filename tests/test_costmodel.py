@@ -1,7 +1,7 @@
 import pytest
 
-from engine.bench import oracle_bound, perfect_draft_bound
-from engine.costmodel import CostCurve, LiveCosts, load_cached, save_cached
+from engine.costs.curve import CostCurve, LiveCosts, load_cached, save_cached
+from engine.tools.bench import oracle_bound, perfect_draft_bound
 
 CURVE = CostCurve(sizes=(1, 2, 4, 8), last_logit=(1, 1.5, 2.0, 3.0), all_logits=(1, 1.6, 2.4, 4.0), base_ms=10,
                   threads=2)
@@ -28,7 +28,7 @@ def test_curves_are_cached_per_model_file_and_threads(tmp_path, monkeypatch):
 
 def test_a_curve_measured_with_another_llama_cpp_build_is_measured_again(tmp_path, monkeypatch):
     # new kernels change both what a batch costs and which batches are exact
-    from engine import native
+    from engine.llama import native
 
     monkeypatch.setenv("LOOKAHEAD_CHAT_HOME", str(tmp_path))
     model = tmp_path / "m.gguf"
@@ -41,7 +41,7 @@ def test_a_curve_measured_with_another_llama_cpp_build_is_measured_again(tmp_pat
 
 
 def test_the_build_id_names_the_libraries_in_use():
-    from engine import native
+    from engine.llama import native
 
     assert "ggml-cpu" in native.build_id()
 

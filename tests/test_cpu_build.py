@@ -12,7 +12,8 @@ from pathlib import Path
 import llama_cpp
 import pytest
 
-from engine import Engine, NativeError, native
+from engine import Engine, NativeError
+from engine.llama import native
 
 SETUP = Path(__file__).resolve().parent.parent / "packaging" / "setup-venv.sh"
 

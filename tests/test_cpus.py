@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from engine import cpus
-from engine.cpus import MAX_THREADS, Core, System, WindowsAnswers, cpu_report, parse_processor_cores
+from engine.costs import cpus
+from engine.costs.cpus import MAX_THREADS, Core, System, WindowsAnswers, cpu_report, parse_processor_cores
 
 # --- Linux ------------------------------------------------------------------------------------------------------
 

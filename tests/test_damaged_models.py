@@ -19,8 +19,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine import ModelFileError, check_gguf, models, probe
-from engine.probe import ProbeResult, ensure_loadable, run_probe
+from engine import ModelFileError, check_gguf
+from engine.llama import memory, probe, problems
+from engine.llama.probe import ProbeResult, ensure_loadable, run_probe
 from tests import damage
 from tests.tiny_models import TOKENS
 
@@ -451,7 +452,7 @@ def test_a_frozen_app_probes_with_its_own_executable_and_flag(monkeypatch):
     assert probe.child_command("/m/x.gguf", 4096, 2) == [sys.executable, "--engine-probe", "/m/x.gguf", "--ctx", "4096",
                                                          "--threads", "2"]
     monkeypatch.setattr(sys, "frozen", False)
-    assert probe.child_command("/m/x.gguf", 4096, 2)[1:3] == ["-m", "engine.probe"]
+    assert probe.child_command("/m/x.gguf", 4096, 2)[1:3] == ["-m", "engine.llama.probe"]
 
 
 def test_the_bundle_entry_script_runs_the_probe_without_importing_qt(intact):
@@ -488,20 +489,20 @@ def test_the_cli_turns_a_clean_llama_cpp_refusal_into_exit_2_with_one_line(model
 
 # Each kind of bad file: (ModelFileError.kind, the start of its plain sentence, words of its technical detail).
 PLAIN = {
-    "not gguf": (models.KIND_NOT_GGUF, "This file is not a GGUF model.", "bad magic"),
-    "cut in its weights": (models.KIND_TRUNCATED,
+    "not gguf": (problems.KIND_NOT_GGUF, "This file is not a GGUF model.", "bad magic"),
+    "cut in its weights": (problems.KIND_TRUNCATED,
                            "This file is cut short: it holds 5 MB of the 98 MB the model needs.",
                            "tensors need 98362432 bytes, file has 5000000"),
-    "cut in its header": (models.KIND_TRUNCATED,
+    "cut in its header": (problems.KIND_TRUNCATED,
                           "This file is cut short or damaged: it holds 1 KB and ends partway through",
                           "file size 1000"),
-    "newer version": (models.KIND_VERSION, "This model file uses a newer GGUF version (4) than this app can read.",
+    "newer version": (problems.KIND_VERSION, "This model file uses a newer GGUF version (4) than this app can read.",
                       "unknown GGUF version 4"),
-    "version 1": (models.KIND_VERSION, "This model file uses an old GGUF version (1)", "GGUF version 1"),
-    "big-endian": (models.KIND_VERSION, "This model file was made for a different kind of computer", "big-endian"),
-    "empty": (models.KIND_EMPTY, "This file is empty: it holds no model.", "model file is empty"),
-    "folder": (models.KIND_NOT_A_FILE, "This is a folder, not a model file.", "is a directory"),
-    "missing": (models.KIND_MISSING, "This model file is not there any more", "model file not found"),
+    "version 1": (problems.KIND_VERSION, "This model file uses an old GGUF version (1)", "GGUF version 1"),
+    "big-endian": (problems.KIND_VERSION, "This model file was made for a different kind of computer", "big-endian"),
+    "empty": (problems.KIND_EMPTY, "This file is empty: it holds no model.", "model file is empty"),
+    "folder": (problems.KIND_NOT_A_FILE, "This is a folder, not a model file.", "is a directory"),
+    "missing": (problems.KIND_MISSING, "This model file is not there any more", "model file not found"),
 }
 
 
@@ -510,7 +511,7 @@ def bad_files(model_path, tmp_path_factory) -> dict[str, Path]:
     return damage.bad_model_files(model_path, tmp_path_factory.mktemp("bad-files"))
 
 
-def _assert_plain(exc: ModelFileError | models.ContextTooLargeError, path: Path | None = None) -> None:
+def _assert_plain(exc: ModelFileError | problems.ContextTooLargeError, path: Path | None = None) -> None:
     """The plain sentence names no path or file-format term; the technical detail is kept whole in str()."""
     assert exc.message and "\n" not in exc.message
     for jargon in ("magic", "tensor", "bytes", "GGML", "SIGKILL", "metadata", "/"):
@@ -518,8 +519,8 @@ def _assert_plain(exc: ModelFileError | models.ContextTooLargeError, path: Path 
     assert str(exc) == exc.detail != exc.message
     if path is not None:
         assert exc.detail.endswith(str(path))
-    problem = models.LoadProblem.from_exception(exc)
-    assert models.LoadProblem.from_text(problem.as_text()) == models.LoadProblem(exc.message, exc.detail)
+    problem = problems.LoadProblem.from_exception(exc)
+    assert problems.LoadProblem.from_text(problem.as_text()) == problems.LoadProblem(exc.message, exc.detail)
 
 
 @pytest.mark.parametrize("name", list(PLAIN))
@@ -540,7 +541,7 @@ def test_a_file_that_cannot_be_read_says_so_in_plain_words(bad_files, monkeypatc
     monkeypatch.setattr(os, "access", lambda p, mode, *a, **k: False if Path(p) == path else real_access(p, mode))
     with pytest.raises(ModelFileError) as info:
         check_gguf(path)
-    assert info.value.kind == models.KIND_UNREADABLE
+    assert info.value.kind == problems.KIND_UNREADABLE
     assert info.value.message == "This file cannot be opened: you do not have permission to read it."
     _assert_plain(info.value, path)
 
@@ -551,7 +552,7 @@ def test_a_spoiled_vocabulary_and_wrong_layer_sizes_are_told_as_damage_in_plain_
     for path, what in ((vocabulary, "its vocabulary"), (shapes, "its layer sizes disagree")):
         with pytest.raises(ModelFileError) as info:
             check_gguf(path)
-        assert info.value.kind == models.KIND_DAMAGED
+        assert info.value.kind == problems.KIND_DAMAGED
         assert info.value.message.startswith(f"This model file is damaged: {what}")
         _assert_plain(info.value, path)
 
@@ -566,7 +567,7 @@ def test_an_architecture_llama_cpp_does_not_know_is_told_by_its_name(models_dir,
     path = write_model(models_dir / "alien.gguf", edit=alien)
     with pytest.raises(ModelFileError) as info:
         ensure_loadable(path, n_ctx=256, n_threads=1, cache=no_probe_cache)
-    assert info.value.kind == models.KIND_ARCHITECTURE
+    assert info.value.kind == problems.KIND_ARCHITECTURE
     assert info.value.message == (
         'This model is of a kind (architecture "no-such-arch") that this app\'s version of llama.cpp cannot run.'
     )
@@ -580,13 +581,13 @@ def test_running_out_of_memory_is_told_as_such_for_a_killed_test_load_and_a_cont
     with pytest.raises(ModelFileError) as info:
         ensure_loadable(intact, n_ctx=256, n_threads=1, cache=no_probe_cache,
                         command=[sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"])
-    assert info.value.kind == models.KIND_MEMORY
+    assert info.value.kind == problems.KIND_MEMORY
     assert info.value.message.startswith("This PC ran out of memory loading the model.")
     _assert_plain(info.value, intact)
 
     summary = check_gguf(intact)
-    with pytest.raises(models.ContextTooLargeError) as too_large:
-        models.check_context_fits(summary, 100_000, available=summary.kv_cache_bytes(100_000) // 4)
+    with pytest.raises(problems.ContextTooLargeError) as too_large:
+        memory.check_context_fits(summary, 100_000, available=summary.kv_cache_bytes(100_000) // 4)
     assert too_large.value.message.startswith(
         "This PC does not have enough free memory for a context of 100,000 tokens")
     assert "more than this machine's memory allows" in too_large.value.detail
@@ -597,14 +598,14 @@ def test_a_crash_while_test_loading_is_told_as_a_damaged_file(intact, no_probe_c
     with pytest.raises(ModelFileError) as info:
         ensure_loadable(intact, n_ctx=256, n_threads=1, cache=no_probe_cache,
                         command=[sys.executable, "-c", CRASHES["SIGABRT"]])
-    assert info.value.kind == models.KIND_CRASHED
+    assert info.value.kind == problems.KIND_CRASHED
     assert info.value.message.startswith(
         "llama.cpp stopped while loading this file, so the file is most likely damaged")
     _assert_plain(info.value, intact)
 
 
 def test_an_unexpected_error_is_told_as_unexpected_with_its_type_in_the_detail():
-    problem = models.LoadProblem.from_exception(KeyError("x"), "KeyError: 'x'")
+    problem = problems.LoadProblem.from_exception(KeyError("x"), "KeyError: 'x'")
     assert problem.message.startswith("Loading the model failed unexpectedly.")
     assert problem.detail == "KeyError: 'x'"
 
@@ -654,7 +655,7 @@ def test_a_thousand_damaged_copies_each_answer_or_are_refused_in_one_line(model_
 def test_a_load_error_quotes_llama_cpps_reason_rather_than_the_failed_line_after_it(monkeypatch):
     from collections import deque
 
-    from engine import native
+    from engine.llama import native
 
     lines = deque(["llama_model_load: error loading model: missing tensor 'output_norm.weight'\n",
                    "llama_model_load_from_file_impl: failed to load model\n"])

@@ -1,5 +1,5 @@
-from engine.drafts import AGREE, ALONE, SPLIT, CorpusIndex, DraftSources, HistoryIndex
-from engine.pool import NgramPool
+from engine.decoding.drafts import AGREE, ALONE, SPLIT, CorpusIndex, DraftSources, HistoryIndex
+from engine.decoding.pool import NgramPool
 
 
 def test_history_proposes_the_continuation_of_the_longest_earlier_match():

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from engine import GenerationControls, LookaheadConfig, Message, RunStats, SamplingConfig, StopConfig
-from engine.bench import load_workloads, workload_prompt
-from engine.plan import ALL_SEQS
-from engine.session import ChatSession
-from engine.settings import DEFAULT_LOOKAHEAD
+from engine.decoding.plan import ALL_SEQS
+from engine.decoding.session import ChatSession
+from engine.decoding.settings import DEFAULT_LOOKAHEAD
+from engine.tools.bench import load_workloads, workload_prompt
 from tests.planning import FLAT, STEEP, auto_on_curve, tune_here
 
 pytestmark = pytest.mark.model
@@ -133,7 +133,7 @@ def test_lookahead_text_equals_plain_text_past_256_cached_tokens(engine, prompt_
 
 def test_the_exact_batch_probe_checks_batches_past_256_cached_tokens(engine):
     """A batch must give every committed row plain decoding's logits there, not just its first row."""
-    from engine.costmodel import PROBE_DEPTH, QUICK_PROBE_SIZES, probe_exact_batch
+    from engine.costs.measuring import PROBE_DEPTH, QUICK_PROBE_SIZES, probe_exact_batch
 
     assert PROBE_DEPTH > 256
     assert engine.ctx.kv_type == "q8_0"  # the cache type whose attention is the same for every batch size
@@ -265,7 +265,7 @@ def test_the_measured_cost_curve_rises_with_batch_size_and_caps_exact_batches(en
 
 
 def test_auto_drafts_where_the_reply_copies_the_prompt_and_says_why(engine):
-    from engine.costmodel import DEFAULT_CURVE
+    from engine.costs.curve import DEFAULT_CURVE
 
     w = next(w for w in load_workloads() if w.id == "code-rename")  # the reply copies code from the prompt
     prompt = engine.render_chat([Message("user", w.prompt)])
@@ -287,8 +287,9 @@ def test_auto_drafts_where_the_reply_copies_the_prompt_and_says_why(engine):
 
 
 @pytest.mark.auto
-def test_the_bench_times_short_replies_over_more_runs_and_checks_equality(engine):
-    from engine.bench import MAX_RUNS, run_bench
+def test_the_bench_measures_in_pairs_as_compare_does_and_checks_equality(engine):
+    from engine.speed.comparison import MIN_PAIRS
+    from engine.tools.bench import run_bench
 
     tune_here(engine)
     workloads = [w for w in load_workloads() if w.id in ("edit-shorten", "struct-csv")]
@@ -296,17 +297,21 @@ def test_the_bench_times_short_replies_over_more_runs_and_checks_equality(engine
     assert [r.id for r in report.results] == ["edit-shorten", "struct-csv"]
     for r in report.results:
         assert r.n_tokens == 8 and r.identical
-        assert r.extra["runs"] == MAX_RUNS  # 8 tokens a run: as many runs as allowed
-        assert r.plain_tps == pytest.approx(r.n_tokens / r.plain_s, rel=0.01)  # the fastest run of each mode
+        assert r.extra["pairs"] >= MIN_PAIRS and r.extra["runs"] == 2 * r.extra["pairs"]
+        assert r.extra["speedup_low"] <= r.speedup <= r.extra["speedup_high"]  # the median runs' ratio, in range
+        assert r.plain_tps == pytest.approx(r.n_tokens / r.plain_s, rel=0.01)  # one measured run of each mode
         assert r.speedup == pytest.approx(r.plain_s / r.lookahead_s, rel=0.01)
     assert report.summary()["identical"] == 2
+    assert "speedup (range)" in report.table()
     null = run_bench(engine, workloads[:1], DEFAULT_LOOKAHEAD, max_tokens=8, null=True)
     assert null.lookahead == {"null": True}
     assert null.results[0].tokens_per_step == 1.0 and null.results[0].identical  # plain on both sides
+    assert null.results[0].extra["same_steps"]  # and the table says so rather than a speedup
+    assert "same steps" in null.table()
 
 
 def test_a_regenerated_reply_drafts_from_the_one_it_replaces(engine):
-    from engine.costmodel import DEFAULT_CURVE
+    from engine.costs.curve import DEFAULT_CURVE
 
     session = ChatSession(engine)
     messages = [Message("user", "Name three colours of the rainbow.")]

@@ -13,9 +13,9 @@ import threading
 import pytest
 
 from engine import Engine, GenerationControls, LookaheadConfig, Message, SamplingConfig, StopConfig
-from engine.costmodel import probe_exact_batch
-from engine.runtime import ROLLBACK_TOKENS
-from engine.session import ChatSession
+from engine.costs.measuring import probe_exact_batch
+from engine.decoding.runtime import ROLLBACK_TOKENS
+from engine.decoding.session import ChatSession
 from tests.planning import FLAT, auto_on_curve
 from tests.tiny_models import write_tiny_hybrid
 
@@ -144,7 +144,7 @@ def test_the_library_and_the_engine_name_the_same_kind_of_lookahead(hybrid):
 
 def test_engine_tune_says_how_far_such_a_model_was_probed_and_that_it_has_no_window(hybrid, capsys, monkeypatch,
                                                                                      tmp_path):
-    from engine.cli import main
+    from engine.tools.cli import main
 
     monkeypatch.setenv("LOOKAHEAD_CHAT_HOME", str(tmp_path))
     monkeypatch.setenv("LOOKAHEAD_COST_CURVE", "flat")  # the probe runs, the costs are pinned: quick on any PC

@@ -35,7 +35,7 @@ from engine.library import (
     library_roots,
     scan,
 )
-from engine.models import GgufSummary, check_gguf
+from engine.llama.models import GgufSummary, check_gguf
 from tests.app_fixtures import MODEL_LOAD_TIMEOUT_MS, OFFSCREEN_NOISE, quick_settings
 from tests.tiny_models import write_tiny_llama, write_tiny_mamba
 

@@ -13,9 +13,8 @@ from types import SimpleNamespace
 import pytest
 
 from engine import LookaheadConfig, Message, StepEvent, StopConfig
-from engine.bench import BenchReport, run_bench, run_grid
-from engine.costmodel import DEFAULT_CURVE
-from engine.measure import (
+from engine.costs.curve import DEFAULT_CURVE
+from engine.speed.measure import (
     ALL,
     Divergence,
     PromptResult,
@@ -26,6 +25,7 @@ from engine.measure import (
     geomean,
     speedup,
 )
+from engine.tools.bench import BenchReport, run_bench, run_grid
 
 LOOKAHEAD = LookaheadConfig(window=4, ngram=4, guesses=3)
 EOG = 2
@@ -221,8 +221,9 @@ def test_a_prompt_row_is_built_from_two_runs():
 
 
 def test_the_compare_tab_the_speed_report_and_the_bench_give_the_same_speedup_for_the_same_runs(qtbot):
-    from app.compare import CompareRequest, SpeedReportRequest, prompt_result, run_comparison, run_speed_report
+    from app.compare import CompareRequest, SpeedReportRequest, run_comparison, run_speed_report
     from app.widgets.compare_view import CompareView
+    from engine.speed.comparison import prompt_result
 
     workload = Workload("recorded", "code", "Count to ten.")
     engine = RecordedEngine()
@@ -256,6 +257,73 @@ def test_the_compare_tab_the_speed_report_and_the_bench_give_the_same_speedup_fo
     assert "133.3 tok/s · 4 steps · 8 tokens" in view.lookahead_pane.numbers.text()
 
 
+class ScheduledEngine(RecordedEngine):
+    """The recorded runs, the n-th timed run of each mode slowed by the n-th factor of its schedule.
+
+    A timed run is one of ``max_tokens`` 10: the bench's warm-up (16 tokens) and gap run do not count, so the
+    bench, the Compare tab and the speed report each meet the same sequence of run times.
+    """
+
+    PLAIN = (1.0, 1.12, 0.97, 1.05, 1.3, 0.99, 1.0, 1.08)
+    LOOKAHEAD = (1.0, 0.91, 1.18, 1.02, 0.95, 1.25, 1.1, 0.97)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.timed = {"plain": 0, "lookahead": 0}
+
+    def generate(self, prompt, controls, sampling=None, stop=None, history=(), record_gaps=False, exact_only=True):
+        mode = "plain" if controls.lookahead is None else "lookahead"
+        factor = 1.0
+        if stop is not None and stop.max_tokens == 10 and not record_gaps:
+            factor = (self.PLAIN if mode == "plain" else self.LOOKAHEAD)[self.timed[mode]]
+            self.timed[mode] += 1
+        events = super().generate(prompt, controls, sampling, stop, history, record_gaps, exact_only)
+        return (replace(ev, elapsed_s=ev.elapsed_s * factor, decode_s=ev.decode_s * factor) for ev in events)
+
+
+def test_bench_compare_and_the_speed_report_print_the_same_ratio_and_range_for_runs_that_spread(qtbot):
+    from app.compare import CompareRequest, SpeedReportRequest, prompt_cells, run_comparison, run_speed_report
+    from app.widgets.compare_view import CompareView
+    from engine.speed.comparison import MAX_PAIRS, speedup_cell
+
+    workload = Workload("scheduled", "code", "Count to ten.")
+    request = CompareRequest(request_id=1, messages=(Message("user", workload.prompt),), lookahead=LOOKAHEAD,
+                             stop=StopConfig(max_tokens=10))
+    compared = run_comparison(RecordedSession(ScheduledEngine()), request, threading.Event())
+    (reported,) = run_speed_report(RecordedSession(ScheduledEngine()), SpeedReportRequest(
+        request_id=2, workloads=(workload,), lookahead=LOOKAHEAD, max_tokens=10), threading.Event())
+    bench = run_bench(ScheduledEngine(), [workload], LOOKAHEAD, max_tokens=10)
+    (benched,) = bench.results
+
+    # The pairs spread beyond 5%, so every one planned ran: 6 (six times a 0.1 s pair fits the budget).
+    measured = compared.verdict.measured
+    assert measured.n == len(compared.pairs) == 6 < MAX_PAIRS
+    plain_rates = sorted(100 / f for f in ScheduledEngine.PLAIN[:6])  # 10 tokens in 0.1 s, slowed by f
+    la_rates = sorted(8 / 0.06 / f for f in ScheduledEngine.LOOKAHEAD[:6])  # 8 tokens in 0.06 s
+    assert measured.value == pytest.approx(la_rates[2] / plain_rates[2])  # the lower medians' ratio
+    pair_ratios = [(8 / 0.06 / b) / (100 / a)
+                   for a, b in zip(ScheduledEngine.PLAIN[:6], ScheduledEngine.LOOKAHEAD[:6], strict=True)]
+    assert (measured.low, measured.high) == pytest.approx((min(*pair_ratios, measured.value),
+                                                           max(*pair_ratios, measured.value)))
+    assert measured.high / measured.low > 1.2  # a real spread, or this test would not tell ranges apart
+
+    for row in (reported, benched):
+        assert (row.speedup, row.extra["speedup_low"], row.extra["speedup_high"], row.extra["pairs"]) == (
+            round(measured.value, 4), round(measured.low, 4), round(measured.high, 4), 6)
+        assert row.extra["steps_predict"] == round(compared.verdict.predicted, 4)
+    cell = speedup_cell(benched)
+    assert cell == speedup_cell(reported) == f"{measured.value:.2f}× ({measured.low:.2f}–{measured.high:.2f})"
+    assert cell in bench.table() and cell in prompt_cells(reported)
+
+    view = CompareView()
+    qtbot.addWidget(view)
+    view.begin(request)
+    view.on_finished(compared)
+    view.skip_replay()
+    assert f"Speedup {measured.value:.2f}×" in view.verdict.text()
+    assert f"{measured.low:.2f}–{measured.high:.2f}× over 6 pairs of runs" in view.verdict.text()
+
+
 def test_the_grid_compares_each_shape_with_the_same_speedup():
     engine = RecordedEngine()
     workloads = [Workload("a", "code", "x"), Workload("b", "chat", "y")]
@@ -282,5 +350,6 @@ def test_the_bench_keeps_the_prompts_finished_before_cancel():
     workloads = [Workload("a", "code", "x"), Workload("b", "code", "y")]
     report = run_bench(engine, workloads, LOOKAHEAD, max_tokens=10, cancel=cancel, on_result=lambda r: cancel.set())
     assert [r.id for r in report.results] == ["a"]
-    steps_per_prompt = 8 * len(PLAIN_RUN) + 8 * len(LOOKAHEAD_RUN) + len(PLAIN_RUN)  # timed runs + the gap run
+    # Two pairs (the recorded runs agree at once), then the untimed run that measures the divergence's gap.
+    steps_per_prompt = 2 * len(PLAIN_RUN) + 2 * len(LOOKAHEAD_RUN) + len(PLAIN_RUN)
     assert engine.steps_run == len(PLAIN_RUN) + steps_per_prompt  # warm-up and prompt "a" only

@@ -8,11 +8,11 @@ import shutil
 import pytest
 
 from engine import Engine, GenerationControls, Message, RunStats, StopConfig
-from engine.bench import load_workloads, workload_prompt
-from engine.costmodel import DEFAULT_CURVE
-from engine.drafts import CorpusIndex
-from engine.settings import DEFAULT_LOOKAHEAD, LookaheadConfig
-from engine.whatif import load_curve
+from engine.costs.curve import DEFAULT_CURVE
+from engine.costs.whatif import load_curve
+from engine.decoding.drafts import CorpusIndex
+from engine.decoding.settings import DEFAULT_LOOKAHEAD, LookaheadConfig
+from engine.tools.bench import load_workloads, workload_prompt
 from tests.planning import auto_on_curve
 
 pytestmark = pytest.mark.model

@@ -11,8 +11,10 @@ from collections import namedtuple
 import psutil
 import pytest
 
-from engine import models
-from engine.models import ContextTooLargeError, available_memory_bytes, check_context_fits, check_gguf
+from engine.llama import memory
+from engine.llama.memory import available_memory_bytes, check_context_fits
+from engine.llama.models import check_gguf
+from engine.llama.problems import ContextTooLargeError
 
 GiB = 2**30
 FakeMemory = namedtuple("FakeMemory", "total available")
@@ -31,12 +33,12 @@ def free_memory(monkeypatch):
 @pytest.fixture
 def cgroup(tmp_path, monkeypatch):
     """Write this process's cgroup v2 memory files (limit "max" is none), or point at a folder without them."""
-    monkeypatch.setattr(models, "CGROUP_DIR", tmp_path / "no-cgroup")
+    monkeypatch.setattr(memory, "CGROUP_DIR", tmp_path / "no-cgroup")
 
     def write(limit: str, current: int) -> None:
         (tmp_path / "memory.max").write_text(f"{limit}\n")
         (tmp_path / "memory.current").write_text(f"{current}\n")
-        monkeypatch.setattr(models, "CGROUP_DIR", tmp_path)
+        monkeypatch.setattr(memory, "CGROUP_DIR", tmp_path)
 
     return write
 
@@ -102,8 +104,8 @@ def hybrid_summaries(tmp_path_factory):
 def test_a_hybrid_models_cache_counts_its_attention_layers_and_the_recurrent_states_kept_to_take_back(
     hybrid_summaries,
 ):
-    from engine.settings import ROLLBACK_TOKENS
-    from engine.shapes import SHAPES
+    from engine.decoding.settings import ROLLBACK_TOKENS
+    from engine.llama.shapes import SHAPES
 
     for arch, summary in hybrid_summaries.items():
         shape = SHAPES[f"test-{arch}"]

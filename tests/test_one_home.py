@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from engine.files import cache_root, write_json_atomic
-from engine.models import KIND_TOO_SLOW, ModelFileError, plain_message
+from engine.llama.problems import KIND_TOO_SLOW, ModelFileError, plain_message
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCES = sorted((ROOT / "engine").rglob("*.py")) + sorted((ROOT / "app").rglob("*.py"))

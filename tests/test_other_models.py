@@ -6,8 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine import Engine, GenerationControls, LookaheadConfig, StopConfig, native
-from engine.settings import DEFAULT_LOOKAHEAD
+from engine import Engine, GenerationControls, LookaheadConfig, StopConfig
+from engine.decoding.settings import DEFAULT_LOOKAHEAD
+from engine.llama import native
 from tests.planning import FLAT, auto_on_curve
 from tests.tiny_models import write_tiny_llama
 

@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from app import paths
-from engine import ModelFileError, NativeError, default_model_path, models, native
+from engine import ModelFileError, NativeError, default_model_path
+from engine.llama import bundled, native
 
 REPO = Path(__file__).resolve().parent.parent
 PACKAGING = REPO / "packaging"
@@ -82,10 +83,10 @@ def test_bundled_files_keep_the_repository_layout_the_app_looks_them_up_in():
     # what app/__main__.py and app/main_window.py load, and install-linux.sh copies out of the bundle
     for rel in ("icons/lookahead-chat.svg", "styles/app.qss", "icons/lookahead-chat-256.png", "lookahead-chat.desktop"):
         assert f"{resources}/{rel}" in bundled
-    from engine.bench import WORKLOADS_PATH
+    from engine.tools.bench import WORKLOADS_PATH
 
     assert WORKLOADS_PATH.relative_to(REPO).as_posix() in bundled
-    from engine.whatif import shipped_curves
+    from engine.costs.whatif import shipped_curves
 
     assert {p.relative_to(REPO).as_posix() for p in shipped_curves()} <= bundled
 
@@ -253,7 +254,7 @@ def test_the_bundle_takes_the_model_where_its_wheel_metadata_says_it_is():
 def frozen(monkeypatch, tmp_path):
     """Pretend to be a PyInstaller bundle in tmp_path whose model metadata is missing."""
     monkeypatch.setattr(sys, "frozen", True, raising=False)
-    monkeypatch.setattr(models, "DEFAULT_MODEL_PACKAGE", "no-such-model-distribution")
+    monkeypatch.setattr(bundled, "DEFAULT_MODEL_PACKAGE", "no-such-model-distribution")
     return tmp_path
 
 
@@ -286,7 +287,7 @@ def test_a_frozen_bundle_without_any_model_says_the_model_is_missing(frozen, mon
 
 def test_outside_a_bundle_a_model_next_to_the_interpreter_is_not_picked_up(monkeypatch, tmp_path):
     _fake_gguf(tmp_path / "models" / "m.gguf")
-    monkeypatch.setattr(models, "DEFAULT_MODEL_PACKAGE", "no-such-model-distribution")
+    monkeypatch.setattr(bundled, "DEFAULT_MODEL_PACKAGE", "no-such-model-distribution")
     monkeypatch.setattr(sys, "executable", str(tmp_path / "python"))
     monkeypatch.delattr(sys, "frozen", raising=False)
     with pytest.raises(ModelFileError, match="not installed"):

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from engine.plan import ALL_SEQS, build_step, build_tree, candidate_seq, window_seq
+from engine.decoding.plan import ALL_SEQS, build_step, build_tree, candidate_seq, window_seq
 
 
 def test_tree_shares_common_prefixes_and_lists_best_path_first():

@@ -1,4 +1,4 @@
-from engine.pool import NgramPool
+from engine.decoding.pool import NgramPool
 
 
 def test_candidates_are_ranked_by_hits_then_recency():

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from engine import ModelFileError, probe
+from engine import ModelFileError
+from engine.llama import probe
 
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(60)"]
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine import (  # noqa: E402
+from engine import (
     GenerationControls,
     LookaheadConfig,
     LookaheadUnsupportedError,
@@ -30,10 +30,11 @@ from engine import (  # noqa: E402
     StopConfig,
     check_gguf,
     default_model_path,
-    models,  # noqa: E402
 )
-from engine.gguf_header import parse_header  # noqa: E402
-from engine.models import ContextTooLargeError, check_context_fits  # noqa: E402
+from engine.llama import models
+from engine.llama.gguf_header import parse_header  # noqa: E402
+from engine.llama.memory import check_context_fits  # noqa: E402
+from engine.llama.problems import ContextTooLargeError  # noqa: E402
 from tests.app_fixtures import OFFSCREEN_NOISE, REPLY_TIMEOUT_MS, quick_settings
 from tests.tiny_models import write_tiny_mamba
 

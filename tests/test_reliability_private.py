@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.text import ChatTemplate, Message, TemplateRenderError
+from engine.decoding.text import ChatTemplate, Message, TemplateRenderError
 
 ROOT = Path(__file__).resolve().parent.parent
 

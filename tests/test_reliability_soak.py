@@ -1,6 +1,6 @@
 """A short soak: plain, fixed lookahead and Auto in turn, W/N/G changing, the cache checked after every step.
 
-The long run is ``python -m engine.soak --generations 200`` (not part of the test run).
+The long run is ``python -m engine.tools.soak --generations 200`` (not part of the test run).
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from engine import StopConfig
-from engine.soak import MAX_RSS_GROWTH_PCT, cache_error, run_soak
+from engine.tools.soak import MAX_RSS_GROWTH_PCT, cache_error, run_soak
 
 pytestmark = [pytest.mark.model, pytest.mark.auto]
 

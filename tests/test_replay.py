@@ -1,4 +1,4 @@
-"""Replayed drafts (engine/replay.py): plain's recorded reply offered back, right at a set share of positions.
+"""Replayed drafts (engine/decoding/replay.py): plain's recorded reply offered back, right at a set share of positions.
 
 The drafts are checked alone, then through ``engine bench --replay`` on a tiny hybrid model with random
 weights, the kind of model a replay is for: Auto plans on the flat curve, where it drafts whenever it has a
@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import pytest
 
-from engine.bench import load_workloads, run_bench
-from engine.cli import main
-from engine.replay import REPLAY_MATCH, ReplayDrafts
-from engine.settings import LookaheadConfig
+from engine.decoding.replay import REPLAY_MATCH, ReplayDrafts
+from engine.decoding.settings import LookaheadConfig
+from engine.tools.bench import load_workloads, run_bench
+from engine.tools.cli import main
 from tests.planning import FLAT, auto_on_curve
 from tests.tiny_models import write_tiny_hybrid
 

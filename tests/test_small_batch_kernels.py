@@ -16,9 +16,9 @@ import llama_cpp
 import pytest
 
 from engine import Engine
-from engine.costmodel import EXACT_PROBE_SIZES, probe_exact_batch
-from engine.kernels import EVERY_SIZE, explain_exact_limit, matrix_kernels
-from engine.shapes import SHAPES, build_shape
+from engine.costs.measuring import EXACT_PROBE_SIZES, probe_exact_batch
+from engine.llama.kernels import EVERY_SIZE, explain_exact_limit, matrix_kernels
+from engine.llama.shapes import SHAPES, build_shape
 
 PACKAGING = Path(__file__).resolve().parent.parent / "packaging"
 CHECK_SOURCE = PACKAGING / "small-batch-check.c"
@@ -83,7 +83,7 @@ def test_a_q4_k_m_model_gives_1_token_logits_at_every_probed_batch_size(tmp_path
         assert probe_exact_batch(eng) == max(EXACT_PROBE_SIZES)
 
 
-# --- what engine tune and the model info say about a model's kernels (engine/kernels.py), on pinned CPU features ---
+# --- what engine tune and the model info say about a model's kernels (engine/llama/kernels.py), pinned CPUs ---
 
 AVX512 = {"AVX2": "1", "FMA": "1", "AVX512": "1"}
 AVX2_ONLY = {"AVX2": "1", "FMA": "1", "AVX512": "0"}

@@ -1,6 +1,6 @@
 import pytest
 
-from engine.text import ChatTemplate, Message, StopMatcher, TemplateRenderError, TextStream, render_parts
+from engine.decoding.text import ChatTemplate, Message, StopMatcher, TemplateRenderError, TextStream, render_parts
 
 
 def test_text_stream_holds_a_character_split_across_tokens():

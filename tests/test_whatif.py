@@ -7,11 +7,11 @@ import json
 import pytest
 
 from engine import GenerationControls, Message, RunStats, StopConfig
-from engine.auto import AcceptanceStats
-from engine.costmodel import CostCurve
-from engine.measure import priced, simulated_speedup
-from engine.settings import DEFAULT_LOOKAHEAD
-from engine.whatif import CurveFileError, Roofline, load_curve, save_curve, shipped_curves
+from engine.costs.curve import CostCurve
+from engine.costs.whatif import CurveFileError, Roofline, load_curve, save_curve, shipped_curves
+from engine.decoding.auto import AcceptanceStats
+from engine.decoding.settings import DEFAULT_LOOKAHEAD
+from engine.speed.measure import priced, simulated_speedup
 
 GIB = 1024**3
 
@@ -98,7 +98,7 @@ def test_a_pinned_reference_curve_replaces_the_measurement_and_no_step_time_corr
     model_path, monkeypatch, tmp_path
 ):
     from engine import Engine
-    from engine.costmodel import REFERENCE_CURVES
+    from engine.costs.curve import REFERENCE_CURVES
 
     steep = REFERENCE_CURVES["steep"]
     monkeypatch.setenv("LOOKAHEAD_COST_CURVE", "steep")

@@ -23,9 +23,10 @@ from PySide6.QtWidgets import (
 )
 
 from engine import LookaheadConfig, RunStats, StepEvent
+from engine.speed.comparison import LOOKAHEAD, PLAIN, CompareProgress
 
 from ..coalescer import DEFAULT_INTERVAL_MS, UpdateCoalescer
-from ..compare import FAIRNESS_NOTE, LOOKAHEAD, PLAIN, CompareProgress, CompareRequest, CompareResult, ReplayTrack
+from ..compare import FAIRNESS_NOTE, CompareRequest, CompareResult, ReplayTrack
 from ..marks import TokenMarks
 from .chat_input import ChatInput
 from .markdown_view import palette_is_dark

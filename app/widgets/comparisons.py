@@ -8,8 +8,8 @@ from PySide6.QtCore import QObject, Signal, Slot
 from PySide6.QtWidgets import QWidget
 
 from engine import LookaheadConfig
-from engine.bench import Workload, load_workloads
-from engine.text import conversation_messages
+from engine.decoding.text import conversation_messages
+from engine.tools.bench import Workload, load_workloads
 
 from ..compare import CompareRequest, CompareResult, SpeedReportOutcome, SpeedReportProgress, SpeedReportRequest
 from ..worker import EngineThread

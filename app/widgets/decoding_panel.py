@@ -24,7 +24,7 @@ from PySide6.QtWidgets import (
 )
 
 from engine import LookaheadConfig, SamplingConfig, StepEvent, StopConfig
-from engine.settings import DEFAULT_LOOKAHEAD, MAX_REPEAT_LAST_N, MAX_REPEAT_PENALTY, MAX_TOP_K
+from engine.decoding.settings import DEFAULT_LOOKAHEAD, MAX_REPEAT_LAST_N, MAX_REPEAT_PENALTY, MAX_TOP_K
 
 from ..settings import AppSettings
 from .plain import Label
@@ -32,7 +32,7 @@ from .plain import tip as plain_tip
 from .section import Section
 from .stats_view import LiveStatsView, auto_step_text
 
-# Engine limits (engine/settings.py): the spin boxes cannot leave them.
+# Engine limits (engine/decoding/settings.py): the spin boxes cannot leave them.
 WINDOW_RANGE = (0, 16)
 NGRAM_RANGE = (2, 8)
 GUESSES_RANGE = (0, 16)

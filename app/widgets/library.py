@@ -43,7 +43,7 @@ from engine.library import (
     lookahead_cell,
     scan,
 )
-from engine.models import LoadProblem
+from engine.llama.problems import LoadProblem
 from engine.units import format_params, plain_size
 
 from ..worker import LIVE_THREADS

@@ -16,7 +16,7 @@ from PySide6.QtWidgets import (
 )
 
 from engine.library import DRAFTS_ONLY_NOTE
-from engine.models import LoadProblem
+from engine.llama.problems import LoadProblem
 from engine.units import format_params, plain_size
 
 from ..requests import LoadedModel

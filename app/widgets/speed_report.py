@@ -25,7 +25,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine.measure import PromptResult, Workload, by_category
+from engine.speed.measure import PromptResult, Workload, by_category
 
 from ..compare import (
     CATEGORY_COLUMNS,

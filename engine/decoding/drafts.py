@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from .pool import NgramPool
+from engine.decoding.pool import NgramPool
 
 MAX_MATCH = 32
 SCAN = 16  # most recent occurrences of the context's last bigram to compare
@@ -236,7 +236,7 @@ class CorpusIndex:
 
 
 class DraftCorpus(Protocol):
-    """Text to draft from by suffix match, as ``CorpusIndex`` offers it (or engine/replay.py's recorded reply)."""
+    """Text to draft from by suffix match, as ``CorpusIndex`` offers it (or replay.py's recorded reply)."""
 
     source: str
     origin: str

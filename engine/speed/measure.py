@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from .generation import StepEvent
+    from engine.decoding.generation import StepEvent
 
 ALL = "all"  # the roll-up row over every category
 
@@ -178,7 +178,7 @@ def simulated_speedup(plain: RunStats, other: RunStats, curve: Curve) -> float:
         simulated speedup = plain's cost per token ÷ other's cost per token
 
     The tokens are the runs' own; only the time is assumed: what the same steps
-    would take on the machine the curve describes (engine/whatif.py). The
+    would take on the machine the curve describes (engine/costs/whatif.py). The
     planning and cache clean-up of a lookahead step are left out.
     """
     if not plain.n_tokens or not other.n_tokens:

@@ -7,7 +7,7 @@ threads, tokenizes and decodes a few tokens, and turns the child's death into a 
 of one line. A file that loaded is remembered (absolute path, size, modification time and the
 llama.cpp version) in the user cache dir, so later opens skip the probe.
 
-The child is ``python -m engine.probe PATH --ctx N --threads N``; in a frozen app
+The child is ``python -m engine.llama.probe PATH --ctx N --threads N``; in a frozen app
 ``sys.executable`` is the app itself, which runs it when given ``--engine-probe`` first
 (packaging/launch.py). ``LOOKAHEAD_NO_PROBE=1`` turns the probe off.
 """
@@ -27,18 +27,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .files import cache_root, write_json_atomic
-from .models import (
+from engine.files import cache_root, write_json_atomic
+from engine.llama.memory import check_context_fits
+from engine.llama.models import GgufSummary, check_gguf
+from engine.llama.problems import (
     KIND_CRASHED,
     KIND_DAMAGED,
     KIND_MEMORY,
     KIND_OTHER,
     KIND_TOO_SLOW,
     KIND_UNREADABLE,
-    GgufSummary,
     ModelFileError,
-    check_context_fits,
-    check_gguf,
     problem_kind,
 )
 
@@ -122,11 +121,11 @@ def _remember(path: Path, key: str, seconds: float) -> None:
 
 
 def child_command(path: str | os.PathLike[str], n_ctx: int, n_threads: int) -> list[str]:
-    """The command that probes ``path``: this interpreter with ``-m engine.probe``, or a frozen app's own flag."""
+    """The command that probes ``path``: this interpreter with ``-m engine.llama.probe``, or a frozen app's own flag."""
     args = [str(path), "--ctx", str(n_ctx), "--threads", str(n_threads)]
     if getattr(sys, "frozen", False):
         return [sys.executable, FROZEN_FLAG, *args]
-    return [sys.executable, "-m", "engine.probe", *args]
+    return [sys.executable, "-m", "engine.llama.probe", *args]
 
 
 def _child_env() -> dict[str, str]:
@@ -134,7 +133,7 @@ def _child_env() -> dict[str, str]:
     env[NO_PROBE_ENV] = "1"  # the child never probes itself
     env["GGML_NO_BACKTRACE"] = "1"  # an abort prints its one line, not a gdb backtrace (slow, and noise)
     env.pop("LOOKAHEAD_LLAMA_LOG", None)  # the child reports llama.cpp's warnings and errors itself
-    root = str(Path(__file__).resolve().parent.parent)  # where ``engine`` is importable from
+    root = str(Path(__file__).resolve().parents[2])  # where ``engine`` is importable from
     env["PYTHONPATH"] = os.pathsep.join(x for x in (root, env.get("PYTHONPATH", "")) if x)
     return env
 
@@ -319,7 +318,7 @@ def _report_llama_log() -> None:
 
     import llama_cpp as ll
 
-    from . import native
+    from engine.llama import native
 
     native._ensure_backend()  # installs the engine's log capture; replaced here for the child
     warn, cont = 3, 5  # GGML_LOG_LEVEL_WARN (ERROR is 4), GGML_LOG_LEVEL_CONT (continues the last message)
@@ -346,8 +345,8 @@ def load_and_decode(path: str, n_ctx: int, n_threads: int) -> None:
     """
     import numpy as np
 
-    from .native import Batch, Model
-    from .runtime import open_context
+    from engine.decoding.runtime import open_context
+    from engine.llama.native import Batch, Model
 
     model = Model(path)
     try:
@@ -368,13 +367,13 @@ def load_and_decode(path: str, n_ctx: int, n_threads: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The child: ``python -m engine.probe PATH --ctx N --threads N``; exit 0 if the model loaded and decoded."""
-    parser = argparse.ArgumentParser(prog="python -m engine.probe", description="test-load a GGUF model")
+    """The child: ``python -m engine.llama.probe PATH --ctx N --threads N``; exit 0 if the model loaded and decoded."""
+    parser = argparse.ArgumentParser(prog="python -m engine.llama.probe", description="test-load a GGUF model")
     parser.add_argument("path")
     parser.add_argument("--ctx", type=int, required=True)
     parser.add_argument("--threads", type=int, required=True)
     args = parser.parse_args(argv)
-    from .native import NativeError, last_log_error
+    from engine.llama.native import NativeError, last_log_error
 
     try:
         _report_llama_log()

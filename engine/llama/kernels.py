@@ -4,7 +4,7 @@ A step keeps a guessed token only if its row of logits is bit for bit the one a 
 batches a step may use are those whose matmuls keep the 1-token arithmetic. Which those are depends on the
 weights' types and the CPU: our llama.cpp patch (packaging/llama-cpp-small-batch.patch) gives Q4_1, Q4_K and
 Q6_K kernels whose rows never depend on the batch size; other types keep llama.cpp's, and some of those switch
-to another float order at some batch size. The exact-batch probe (``costmodel.probe_exact_batch``) measures
+to another float order at some batch size. The exact-batch probe (``measuring.probe_exact_batch``) measures
 what holds for a model; this module names why, for ``engine tune`` and the app's model info.
 """
 

@@ -14,10 +14,10 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 
-from .documents import Document, DocumentContext
-from .runtime import Engine, GenerationControls, PromptTooLongError, StepEvent
-from .settings import SamplingConfig, StopConfig
-from .text import Message
+from engine.decoding.runtime import Engine, GenerationControls, PromptTooLongError, StepEvent
+from engine.decoding.settings import SamplingConfig, StopConfig
+from engine.decoding.text import Message
+from engine.documents import Document, DocumentContext
 
 DOCUMENT_MARGIN = 32  # tokens: the passages' headings are counted, a tokenizer's merges at their edges are not
 

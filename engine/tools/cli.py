@@ -13,8 +13,30 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, NoReturn
 
-from . import native
-from .bench import (
+from engine.costs.contention import WINDOW
+from engine.costs.curve import CostCurve, cpu_name
+from engine.costs.measuring import EXACT_PROBE_SIZES, MachineBusy
+from engine.costs.whatif import CurveFileError, load_curve, save_curve
+from engine.decoding.runtime import (
+    Engine,
+    GenerationControls,
+    LookaheadUnsupportedError,
+    PromptTooLongError,
+    default_threads,
+)
+from engine.decoding.session import ChatSession
+from engine.decoding.settings import DEFAULT_LOOKAHEAD, LookaheadConfig, SamplingConfig, SettingsError, StopConfig
+from engine.decoding.text import Message, TemplateRenderError, conversation_messages
+from engine.documents import Document, DocumentContext, DocumentError, read_document, with_documents
+from engine.llama import native
+from engine.llama.bundled import default_model_path
+from engine.llama.kernels import explain_exact_limit, matrix_kernels
+from engine.llama.native import NativeError
+from engine.llama.probe import ensure_loadable
+from engine.llama.problems import ModelFileError
+from engine.llama.shapes import QUANT_TYPES, SHAPES, build_shape
+from engine.speed.measure import PromptResult, RunStats, Workload, geomean
+from engine.tools.bench import (
     BenchReport,
     attached_workloads,
     llama_cpp_tps,
@@ -26,27 +48,7 @@ from .bench import (
     run_one,
     workload_prompt,
 )
-from .busybench import Cell, run_busy_bench
-from .contention import WINDOW
-from .costmodel import EXACT_PROBE_SIZES, CostCurve, MachineBusy, cpu_name
-from .documents import Document, DocumentContext, DocumentError, read_document, with_documents
-from .kernels import explain_exact_limit, matrix_kernels
-from .measure import PromptResult, RunStats, Workload, geomean
-from .models import ModelFileError, default_model_path
-from .native import NativeError
-from .probe import ensure_loadable
-from .runtime import (
-    Engine,
-    GenerationControls,
-    LookaheadUnsupportedError,
-    PromptTooLongError,
-    default_threads,
-)
-from .session import ChatSession
-from .settings import DEFAULT_LOOKAHEAD, LookaheadConfig, SamplingConfig, SettingsError, StopConfig
-from .shapes import QUANT_TYPES, SHAPES, build_shape
-from .text import Message, TemplateRenderError, conversation_messages
-from .whatif import CurveFileError, load_curve, save_curve
+from engine.tools.busybench import Cell, run_busy_bench
 
 EXIT_BAD_INPUT = 2
 EXIT_FAILED = 1
@@ -191,7 +193,7 @@ def lookahead_from_args(args: argparse.Namespace, eng: Engine | None = None) -> 
 
 def open_engine(args: argparse.Namespace) -> Engine:
     """The engine for ``--model``/``--ctx``/``--threads``; a file opened for the first time is test-loaded
-    in a child process first, so damage that would crash llama.cpp ends as one error line (engine/probe.py)."""
+    in a child process first, so damage that would crash llama.cpp ends as one error line (engine/llama/probe.py)."""
     path = Path(args.model) if args.model else default_model_path()
     if args.threads is not None and args.threads < 1:
         raise CliError(f"--threads must be >= 1, got {args.threads}")
@@ -473,7 +475,7 @@ def _bench_grid(args: argparse.Namespace, workloads: list) -> int:
 
 def auto_plan(curve: CostCurve) -> dict:
     """What Auto does on this curve: the least per-token acceptance p that makes a draft of L tokens pay."""
-    from .auto import break_even_p
+    from engine.decoding.auto import break_even_p
 
     rows = {}
     for L in (1, 2, 3, 4, 6, 8, 12, 15):

@@ -20,19 +20,68 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from .auto import AutoPolicy, FixedPolicy
-from .decoders import ChainDecoder, JacobiWindow, LookaheadDecoder, PlainDecoder, TokenDrawer
-from .drafts import DraftSources, HistoryIndex
-from .native import Sampler
-from .plan import StepChoice
-from .pool import NgramPool
-from .settings import MAX_NGRAM, LookaheadConfig, SamplingConfig, StopConfig
-from .text import StopMatcher, TextStream
+from engine.costs.contention import ThreadGovernor
+from engine.costs.curve import CostCurve, LiveCosts
+from engine.decoding.auto import AcceptanceStats, AutoPolicy, FixedPolicy
+from engine.decoding.decoders import ChainDecoder, JacobiWindow, KvState, LookaheadDecoder, PlainDecoder, TokenDrawer
+from engine.decoding.drafts import CorpusIndex, DraftCorpus, DraftSources, HistoryIndex
+from engine.decoding.plan import StepChoice
+from engine.decoding.pool import NgramPool
+from engine.decoding.settings import MAX_NGRAM, LookaheadConfig, SamplingConfig, StopConfig
+from engine.decoding.text import StopMatcher, TextStream
+from engine.llama.native import Batch, Context, Model, Sampler
 
-if TYPE_CHECKING:
-    from .runtime import Engine
+
+class Engine(Protocol):
+    """What a generation uses of the engine that runs it (``engine.decoding.runtime.Engine``).
+
+    The engine lasts across replies (model, context, cache, what drafts come from, what steps cost); a
+    generation is one reply. Named here so that this module does not import the engine that imports it.
+    """
+
+    @property
+    def model(self) -> Model: ...
+    @property
+    def ctx(self) -> Context: ...
+    @property
+    def batch(self) -> Batch: ...
+    @property
+    def kv(self) -> KvState: ...
+    @property
+    def governor(self) -> ThreadGovernor: ...
+    @property
+    def n_ctx(self) -> int: ...
+    @property
+    def n_threads(self) -> int: ...
+    @property
+    def drafts_only(self) -> bool: ...
+    @property
+    def rollback(self) -> int: ...
+    @property
+    def commit_seqs(self) -> tuple[int, ...]: ...
+    @property
+    def acceptance(self) -> AcceptanceStats: ...
+    @property
+    def corpus(self) -> CorpusIndex | None: ...
+    @property
+    def kept(self) -> NgramPool | None: ...
+    @property
+    def documents(self) -> DraftCorpus | None: ...
+    @property
+    def cost_curve(self) -> CostCurve: ...
+    @property
+    def live_costs(self) -> LiveCosts: ...
+
+    def live_costs_for(self, threads: int) -> LiveCosts: ...
+    def keep_ngrams(self, pool: NgramPool) -> None: ...
+    def cache_prompt(
+        self,
+        prompt: Sequence[int],
+        progress: Callable[[int, int], None] | None = None,
+        cancel: threading.Event | None = None,
+    ) -> int: ...
 
 
 @dataclass(frozen=True)

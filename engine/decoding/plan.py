@@ -40,8 +40,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .drafts import Draft
-from .settings import MAX_GUESSES, MAX_WINDOW
+from engine.decoding.drafts import Draft
+from engine.decoding.settings import MAX_GUESSES, MAX_WINDOW
 
 N_SEQ = 1 + MAX_GUESSES + MAX_WINDOW
 ALL_SEQS = tuple(range(N_SEQ))

@@ -14,9 +14,9 @@ import json
 import os
 from pathlib import Path
 
-from .files import cache_root, write_json_atomic
-from .pool import NgramPool
-from .settings import MAX_NGRAM
+from engine.decoding.pool import NgramPool
+from engine.decoding.settings import MAX_NGRAM
+from engine.files import cache_root, write_json_atomic
 
 KEPT_VERSION = 1
 MAX_ENTRIES = 60_000  # about 5 MB of JSON

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from .models import read_tensor_type_counts
+from engine.llama.models import read_tensor_type_counts
 
 WEIGHT_SCALE = 0.02  # normal(0, 0.02): activations stay finite through every layer; norms are 1
 CONV_SCALE = 0.2  # a convolution kernel of 3 or 4 taps: its output keeps the size of its input
@@ -330,8 +330,8 @@ def write_f16(shape: ModelShape, path: Path, seed: int = 0) -> Path:
 
 def quantize(src: Path, dst: Path, quant_type: str, threads: int | None = None) -> None:
     """Quantize the GGUF ``src`` to ``dst`` with llama.cpp's own quantizer (llama-quantize's rules)."""
-    from .cpus import cpu_report
-    from .native import quantize_model
+    from engine.costs.cpus import cpu_report
+    from engine.llama.native import quantize_model
 
     quantize_model(src, dst, QUANT_TYPES[quant_type], threads or cpu_report().logical)
 

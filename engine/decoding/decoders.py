@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .native import Batch, Context, Sampler
-from .plan import ALL_SEQS, StepChoice, StepPlan, build_step
-from .pool import NgramPool
+from engine.decoding.plan import ALL_SEQS, StepChoice, StepPlan, build_step
+from engine.decoding.pool import NgramPool
+from engine.llama.native import Batch, Context, Sampler
 
 
 @dataclass

@@ -1,9 +1,11 @@
 """Plain against lookahead on the same prompts, in the same process.
 
-Each prompt runs as a chat message through both decoders, in A-B-B-A blocks
-whose first mode alternates, so drift in the machine's speed does not favour
-either; each mode is timed by its fastest run. Speed is the ratio of the two
-in this run (``measure.speedup``); absolute rates are context only.
+Each prompt runs as a chat message through both decoders, measured as the
+app's Compare tab measures (``engine.speed.comparison``): A-B-B-A pairs whose
+first mode alternates from prompt to prompt, repeated until their speedups
+agree, each mode represented by its median run. Speed is the ratio of the two
+in this run, with the range of the pairs' ratios; absolute rates are context
+only.
 """
 
 from __future__ import annotations
@@ -15,11 +17,18 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from . import kept as kept_ngrams
-from .costmodel import CostCurve
-from .documents import DocumentContext, kind_of, read_document, with_documents
-from .drafts import CorpusIndex
-from .measure import (
+from engine.costs.curve import CostCurve
+from engine.decoding import kept as kept_ngrams
+from engine.decoding.drafts import CorpusIndex
+from engine.decoding.replay import ReplayDrafts
+from engine.decoding.runtime import Engine, GenerationControls
+from engine.decoding.session import ChatSession
+from engine.decoding.settings import LookaheadConfig, StopConfig
+from engine.decoding.text import Message
+from engine.documents import DocumentContext, kind_of, read_document, with_documents
+from engine.files import DATA_DIR
+from engine.speed.comparison import compare_decoders, prompt_result, speedup_cell
+from engine.speed.measure import (
     ALL,
     CategoryRow,
     PromptResult,
@@ -30,15 +39,8 @@ from .measure import (
     geomean,
     simulated_speedup,
 )
-from .replay import ReplayDrafts
-from .runtime import Engine, GenerationControls
-from .session import ChatSession
-from .settings import LookaheadConfig, StopConfig
-from .text import Message
 
-WORKLOADS_PATH = Path(__file__).with_name("data") / "workloads.jsonl"
-MIN_TIMED_TOKENS = 512  # per mode and prompt
-MAX_RUNS = 8
+WORKLOADS_PATH = DATA_DIR / "workloads.jsonl"
 
 
 def load_workloads(path: str | Path | None = None) -> list[Workload]:
@@ -138,15 +140,17 @@ class BenchReport:
 
     def table(self) -> str:
         lines = [
-            f"{'id':<18} {'cat':<7} {'tok':>4} {'plain t/s':>9} {'la t/s':>8} {'speedup':>7} "
-            f"{'tok/step':>8} {'oracle':>6} same"
+            f"{'id':<18} {'cat':<7} {'tok':>4} {'plain t/s':>9} {'la t/s':>8} {'speedup (range)':<24} "
+            f"{'predict':>7} {'tok/step':>8} {'oracle':>6} same"
         ]
         for r in self.results:
             oracle = r.extra.get("oracle_bound")
+            predicted = r.extra.get("steps_predict", 0.0)
+            cell = f"{r.speedup:.3f} priced" if self.simulated else speedup_cell(r)
             lines.append(
                 f"{r.id:<18} {r.cat:<7} {r.n_tokens:>4} {r.plain_tps:>9.1f} {r.lookahead_tps:>8.1f} "
-                f"{r.speedup:>7.3f} {r.tokens_per_step:>8.2f} {oracle if oracle is not None else 0:>6.3f} "
-                f"{'yes' if r.identical else 'NO'}"
+                f"{cell:<24} {predicted:>7.3f} {r.tokens_per_step:>8.2f} "
+                f"{oracle if oracle is not None else 0:>6.3f} {'yes' if r.identical else 'NO'}"
             )
         s = self.summary()
         lines.append("")
@@ -197,11 +201,6 @@ def run_one(
     )
 
 
-def fastest(runs: Sequence[RunStats]) -> RunStats:
-    """The run with the most tokens per second: other load on the machine only ever adds time."""
-    return max(runs, key=lambda r: r.tokens_per_s)
-
-
 def run_bench(
     engine: Engine,
     workloads: Sequence[Workload],
@@ -229,7 +228,7 @@ def run_bench(
     from the same drafts.
 
     ``replay``: each prompt's plain reply is recorded first and offered back as drafts, right at this share
-    of its positions (engine/replay.py); the prompts draft from nothing else beyond themselves.
+    of its positions (engine/decoding/replay.py); the prompts draft from nothing else beyond themselves.
     """
     cancel = cancel if cancel is not None else threading.Event()
     results: list[PromptResult] = []
@@ -339,33 +338,24 @@ def _bench_prompt_runs(
     price_on: CostCurve | None,
     earlier: _EarlierChats | None,
 ) -> PromptResult | None:
-    # A-B-B-A blocks (first mode alternating per prompt): drift in the
-    # machine's speed hits both modes alike. A short reply gets more blocks,
-    # so each mode is timed over at least MIN_TIMED_TOKENS tokens.
-    block: tuple[bool, ...] = (True, False, False, True) if lookahead_first else (False, True, True, False)
-    # (each: lookahead's turn?)
-    if price_on is not None:  # priced, not timed: one run of each is the whole measurement
-        block = (False, True)
-    outputs: dict[bool, list[RunStats]] = {False: [], True: []}
-    while True:
-        for is_la in block:
-            outputs[is_la].append(run_one(engine, prompt, second_mode if is_la else None, max_tokens, cancel=cancel))
-            if cancel.is_set():
-                return None
-        runs = len(outputs[False])
-        if runs * max(outputs[False][0].n_tokens, 1) >= MIN_TIMED_TOKENS or runs >= MAX_RUNS or price_on:
-            break
-    plain, la = outputs[False][0], outputs[True][0]
-    same = all(o.token_ids == plain.token_ids for o in outputs[False] + outputs[True])
-    div = first_divergence(plain, la, engine.detokenize)
-    if div is not None:
+    # The one measurement of engine/speed/comparison.py, as the app's Compare tab and speed report take it:
+    # A-B-B-A pairs (the first mode alternating per prompt) until their speedups agree, median runs.
+    comparison = compare_decoders(engine, prompt, second_mode, stop=StopConfig(max_tokens=max_tokens),
+                                  plain_first=not lookahead_first, cancel=cancel,
+                                  max_pairs=1 if price_on is not None else None)  # priced, not timed: one pair
+    if cancel.is_set() or not comparison.complete:
+        return None
+    res = prompt_result(w, comparison)
+    verdict = comparison.verdict
+    assert verdict is not None
+    plain, la = verdict.plain, verdict.lookahead
+    if comparison.divergence is not None:
         # The timed run skips the top-2 bookkeeping; an untimed one supplies the gap.
         gapped = run_one(engine, prompt, None, max_tokens, record_gaps=True, cancel=cancel)
         if cancel.is_set():
             return None
         div = first_divergence(gapped, la, engine.detokenize)
-    # Each mode is timed by its fastest run; the ratio is measure.speedup's.
-    res = PromptResult.from_runs(w, fastest(outputs[False]), fastest(outputs[True]), div is None and same, div)
+        res.first_divergence = None if div is None else div.as_dict()
     if price_on is not None:
         res.extra["measured_speedup"] = res.speedup
         res.speedup = round(simulated_speedup(plain, la, price_on), 4)
@@ -376,7 +366,7 @@ def _bench_prompt_runs(
             oracle_bound(prompt, plain.token_ids, engine.cost_curve, others=others), 4
         )
         earlier.add(engine.tokenize(w.prompt, add_special=False), plain.token_ids)
-    res.extra["runs"] = runs
+    res.extra["runs"] = 2 * len(comparison.pairs)
     res.extra["drafted"] = la.n_drafted
     res.extra["accepted"] = la.n_accepted
     res.extra["drafted_steps"] = la.drafted_steps
@@ -451,7 +441,7 @@ def run_grid(
             before = run_one(engine, prompt, None, max_tokens)
             runs = [run_one(engine, prompt, cfg, max_tokens) for cfg in configs]
             after = run_one(engine, prompt, None, max_tokens)
-        plain = fastest([before, after])
+        plain = max(before, after, key=lambda r: r.tokens_per_s)  # a sweep: one run per setting, not pairs
         for rows, la in zip(per_cfg, runs, strict=True):
             rows.append(PromptResult.from_runs(w, plain, la, identical=la.token_ids == before.token_ids))
         if on_prompt:

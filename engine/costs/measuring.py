@@ -1,32 +1,68 @@
-"""What a forward pass costs on this machine, as a function of batch size.
+"""Measuring what a forward pass costs here, and which batch sizes give a 1-token step's logits.
 
-On a CPU the extra tokens of a lookahead step are not free: a 2-token batch
-can cost nearly twice a 1-token step. Every lookahead decision is priced with
-this curve, measured for the loaded model and thread count in a few seconds
-and cached per (model file, threads, CPU) in the user cache dir.
+Drives an engine (anything with the parts ``Measurable`` names: ``engine.decoding.runtime.Engine`` is one)
+through timed decodes of each batch size, and probes which sizes give bit-identical logits; the result is a
+``CostCurve`` (engine/costs/curve.py), cached per model file, threads and CPU.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
-import platform
 import threading
 import time
-from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass, field, fields, replace
-from pathlib import Path
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import replace
+from typing import Protocol
 
 import numpy as np
 
-from .contention import DecodeSample, RestProfile, waiting_share
-from .files import cache_root, write_json_atomic
+from engine.costs.contention import DecodeSample, RestProfile, ThreadGovernor, waiting_share
+from engine.costs.curve import CostCurve, load_cached, save_cached
+from engine.decoding.decoders import KvState
+from engine.llama.models import GgufSummary
+from engine.llama.native import Batch, Context
 
-if TYPE_CHECKING:
-    from .runtime import Engine
+
+class Measurable(Protocol):
+    """What measuring needs of an engine: its llama.cpp context and batch, cache, threads and model file.
+
+    ``engine.decoding.runtime.Engine`` has these parts; naming them here keeps measuring from importing the
+    engine that calls it.
+    """
+
+    threads_agree: bool | None  # a 1-thread step's logits equal an all-thread one's (the probe finds out)
+
+    @property
+    def ctx(self) -> Context: ...
+    @property
+    def batch(self) -> Batch: ...
+    @property
+    def kv(self) -> KvState: ...
+    @property
+    def governor(self) -> ThreadGovernor: ...
+    @property
+    def summary(self) -> GgufSummary: ...
+    @property
+    def n_ctx(self) -> int: ...
+    @property
+    def n_threads(self) -> int: ...
+    @property
+    def drafts_only(self) -> bool: ...
+    @property
+    def rollback(self) -> int: ...
+    @property
+    def commit_seqs(self) -> tuple[int, ...]: ...
+
+    def tokenize(self, text: str, add_special: bool = True) -> list[int]: ...
+    def reset(self) -> None: ...
+    def all_threads(self) -> AbstractContextManager[None]: ...
+    def prefill(
+        self,
+        tokens: Sequence[int],
+        progress: Callable[[int, int], None] | None = None,
+        cancel: threading.Event | None = None,
+    ) -> int: ...
+
 
 # Every size up to 16 is measured and probed: matmul kernels change with the row count (4-row and 16-row
 # gemms, a gemv per leftover row, a tiled path from 8), so neither cost nor exactness can be interpolated there.
@@ -39,301 +75,6 @@ EXACT_PROBE_SIZES = (*range(2, 17), 24, 32, 48, 63, 64, 96, 128)
 QUICK_PROBE_SIZES = (*range(2, 17), 24, 32)
 # The one-thread curve's sizes stop here: steps on fewer threads are Auto's (up to LiveCosts.MAX_SIZE tokens).
 ONE_THREAD_MAX_SIZE = 32
-
-
-@dataclass(frozen=True)
-class CostCurve:
-    """Relative cost of a decode: ``cost(n, k)`` for n batch tokens of which k request logits.
-
-    Costs are relative to a 1-token step with logits (= 1.0); ``base_ms`` is
-    that step's time, for context only.
-    """
-
-    sizes: tuple[int, ...]
-    last_logit: tuple[float, ...]  # cost(n, 1)
-    all_logits: tuple[float, ...]  # cost(n, n)
-    base_ms: float
-    threads: int
-    measured_s: float = 0.0
-    # Largest batch whose logits are bit-identical to a 1-token step's (0 = none
-    # tested exact). Bigger batches switch matmul kernels on some models and
-    # CPUs, which changes near-tie argmaxes; steps are kept at or below it.
-    max_exact_batch: int = 32
-    # Whether decoding with fewer threads gives the same logits (probed with the batch sizes); the thread
-    # governor only changes the thread count for a model where it does.
-    threads_agree: bool = True
-    # The same model's curve on one thread, measured with this one when the governor may use it: a step run on
-    # fewer threads (another program holds a core) is priced on the curve of the threads it has (for_threads).
-    one_thread: CostCurve | None = None
-    # How this PC's decodes on every thread use their cores at rest (contention.RestProfile), learned while
-    # this curve was timed: below it, decodes wait for cores another program holds.
-    rest_floor: float | None = None
-    # cost(n) with all logits and with one, for n < _TABLE: filled in by __post_init__.
-    _every: list[float] = field(init=False, repr=False, compare=False)
-    _one: list[float] = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        every = [0.0] + [self._interp(n, n) for n in range(1, _TABLE)]
-        one = [0.0] + [self._interp(n, 1) for n in range(1, _TABLE)]
-        object.__setattr__(self, "_every", every)
-        object.__setattr__(self, "_one", one)
-
-    def cost(self, n: int, k: int | None = None) -> float:
-        """Relative cost of a batch of ``n`` tokens with ``k`` logits (default: all)."""
-        if 0 < n < _TABLE:
-            if k is None or k >= n:
-                return self._every[n]
-            if n > 1:
-                return self._one[n] + (self._every[n] - self._one[n]) * (max(k, 1) - 1) / (n - 1)
-        return self._interp(n, k)
-
-    def _interp(self, n: int, k: int | None = None) -> float:
-        n = max(1, int(n))
-        k = n if k is None else max(1, min(int(k), n))
-        sizes = np.asarray(self.sizes, dtype=float)
-        one = float(np.interp(n, sizes, self.last_logit))
-        every = float(np.interp(n, sizes, self.all_logits))
-        if n > self.sizes[-1]:  # extrapolate linearly from the last two points
-            slope1 = (self.last_logit[-1] - self.last_logit[-2]) / (sizes[-1] - sizes[-2])
-            slope2 = (self.all_logits[-1] - self.all_logits[-2]) / (sizes[-1] - sizes[-2])
-            one = self.last_logit[-1] + slope1 * (n - sizes[-1])
-            every = self.all_logits[-1] + slope2 * (n - sizes[-1])
-        if n == 1:
-            return every
-        return one + (every - one) * (k - 1) / (n - 1)
-
-    @property
-    def rest(self) -> RestProfile:
-        return RestProfile(self.rest_floor)
-
-    def for_threads(self, threads: int) -> CostCurve:
-        """The curve of ``threads`` threads: this one, the one-thread curve, or between the two in proportion to
-        the thread count (counts between are not measured; live step times correct them as they run)."""
-        one = self.one_thread
-        if one is None or threads >= self.threads:
-            return self
-        if threads <= 1:
-            return one
-        w = (threads - 1) / (self.threads - 1)
-
-        def mix(a: float, b: float) -> float:
-            return round(a + (b - a) * w, 3)
-
-        sizes = tuple(sorted(set(self.sizes) | set(one.sizes)))
-        return replace(
-            self,
-            sizes=sizes,
-            last_logit=tuple(mix(one.cost(n, 1), self.cost(n, 1)) for n in sizes),
-            all_logits=tuple(mix(one.cost(n), self.cost(n)) for n in sizes),
-            base_ms=mix(one.base_ms, self.base_ms),
-            threads=threads,
-            one_thread=None,
-        )
-
-    def table(self) -> str:
-        rows = [f"{'batch':>5} {'1 logit':>8} {'all logits':>10}"]
-        for n, a, b in zip(self.sizes, self.last_logit, self.all_logits, strict=False):
-            rows.append(f"{n:>5} {a:>8.2f} {b:>10.2f}")
-        rows.append(f"(1.00 = one token with logits = {self.base_ms:.2f} ms, {self.threads} threads)")
-        return "\n".join(rows)
-
-    def to_json(self) -> dict:
-        out = {f.name: getattr(self, f.name) for f in fields(self) if f.init}
-        out["one_thread"] = self.one_thread.to_json() if self.one_thread is not None else None
-        return out
-
-    @staticmethod
-    def from_json(obj: dict) -> CostCurve:
-        one = obj.get("one_thread")
-        rest = obj.get("rest_floor")
-        return CostCurve(
-            sizes=tuple(obj["sizes"]),
-            last_logit=tuple(obj["last_logit"]),
-            all_logits=tuple(obj["all_logits"]),
-            base_ms=float(obj["base_ms"]),
-            threads=int(obj["threads"]),
-            measured_s=float(obj.get("measured_s", 0.0)),
-            max_exact_batch=int(obj.get("max_exact_batch", 32)),
-            threads_agree=bool(obj.get("threads_agree", True)),
-            one_thread=CostCurve.from_json(one) if isinstance(one, dict) else None,
-            rest_floor=float(rest) if rest is not None else None,
-        )
-
-
-class LiveCosts:
-    """The cost curve, corrected by the steps this engine has actually run.
-
-    The curve is measured once and cached; the machine's load, its clock and
-    the cache length of a long chat change what a batch really costs, and a
-    lookahead step spends a little more time outside llama_decode than a
-    plain one. Every step's wall time is recorded: 1-token steps give the
-    current base, batches of n tokens (all with logits, as Auto's
-    verification steps are) give ``time / base`` samples, and the median of
-    the recent ones is blended with the curve's value, more so as samples
-    accumulate. A 1-token step right after a batch is slower than the others
-    (the compute graph changes shape back); what it takes beyond the base is
-    charged to that batch, as the measured curve does.
-
-    What the curve gets wrong here it mostly gets wrong alike for every size
-    (a chat's cache deeper than the one the curve was timed at, a clock that
-    changed since): every batch also teaches one shared scale of the curve's
-    cost beyond a 1-token step, which prices the sizes seen rarely or not yet.
-    """
-
-    SAMPLES = 24  # recent batches kept per size
-    PRIOR = 8.0  # the curve's value is worth this many samples
-    SHARED_SAMPLES = 48  # recent batches of any size behind the shared scale
-    SHARED_PRIOR = 6.0  # the curve as measured (scale 1) is worth this many of them
-    MAX_SIZE = 32
-
-    def __init__(self, curve: CostCurve, learn: bool = True) -> None:
-        """``learn=False`` keeps the curve as given (a what-if curve for another machine)."""
-        self.curve = curve
-        self.learn = learn
-        self._singles: deque[float] = deque(maxlen=64)
-        self._ratios: dict[int, deque[float]] = {}
-        self._cost: dict[int, float] = {}
-        # _floor[n]: the dearest live cost of a size below n (n > MAX_SIZE: of any), so that a size not run
-        # yet never looks cheaper than a smaller one that was (the measured curve may sit below live costs).
-        self._floor = [0.0] * (self.MAX_SIZE + 2)
-        self._after = 0  # batch size of the step just recorded (0: a 1-token step or none)
-        self._medians: dict[int, float] = {}  # of _ratios, per size (only the size just recorded changes)
-        self._excess: deque[float] = deque(maxlen=self.SHARED_SAMPLES)  # (seen - 1) / (curve - 1) per batch
-        self._scale = 1.0
-
-    def record(self, batch_size: int, n_logits: int, seconds: float) -> None:
-        if seconds <= 0 or not self.learn:
-            return
-        after, self._after = self._after, 0
-        if batch_size == 1:
-            if after and self._singles:  # the batch before made this step slower: charge it there
-                base = float(np.median(self._singles))
-                ratios = self._ratios[after]
-                ratios[-1] += max(seconds - base, 0.0) / base
-                self._add_excess(after, ratios[-1], replace_last=True)
-                self._update(after)
-            else:
-                self._singles.append(seconds)
-            return
-        if n_logits != batch_size or batch_size > self.MAX_SIZE or len(self._singles) < 8:
-            return
-        base = float(np.median(self._singles))
-        ratio = seconds / base
-        self._ratios.setdefault(batch_size, deque(maxlen=self.SAMPLES)).append(ratio)
-        self._add_excess(batch_size, ratio)
-        self._after = batch_size
-        self._update(batch_size)
-
-    def _add_excess(self, batch_size: int, ratio: float, replace_last: bool = False) -> None:
-        if replace_last and self._excess:
-            self._excess.pop()
-        self._excess.append((ratio - 1.0) / max(self.curve.cost(batch_size) - 1.0, 0.05))
-
-    def _scaled(self, curve_cost: float) -> float:
-        """The curve's cost with its part beyond a 1-token step scaled as the batches seen say."""
-        return 1.0 + (curve_cost - 1.0) * self._scale
-
-    def _update(self, batch_size: int) -> None:
-        """``batch_size`` has a new or changed sample: its median, the shared scale and every size's cost follow."""
-        self._medians[batch_size] = float(np.median(self._ratios[batch_size]))
-        w = len(self._excess) / (len(self._excess) + self.SHARED_PRIOR)
-        self._scale = max((1 - w) + w * float(np.median(self._excess)), 0.0)
-        for n, median in self._medians.items():
-            w = len(self._ratios[n]) / (len(self._ratios[n]) + self.PRIOR)
-            self._cost[n] = max((1 - w) * self._scaled(self.curve.cost(n)) + w * median, 1.0)
-        dearest = 0.0
-        for n in range(1, len(self._floor)):
-            self._floor[n] = dearest
-            dearest = max(dearest, self._cost.get(n, 0.0))
-
-    def cost(self, n: int, k: int | None = None) -> float:
-        if (k is None or k >= n) and n in self._cost:
-            return self._cost[n]
-        return max(self._scaled(self.curve.cost(n, k)), self._floor[min(max(n, 0), len(self._floor) - 1)])
-
-    def scale(self) -> float:
-        """The shared scale of the curve's cost beyond a 1-token step (1.0: as measured)."""
-        return self._scale
-
-    def observed(self) -> dict[int, tuple[float, int]]:
-        """Batch size -> (cost in use, samples behind it), for sizes seen while generating."""
-        return {n: (round(c, 3), len(self._ratios[n])) for n, c in sorted(self._cost.items())}
-
-
-# A curve to plan with before (or instead of) measuring: the shape measured on
-# 2-core x86 machines with a 135M Q4_1 model.
-DEFAULT_CURVE = CostCurve(
-    sizes=(1, 2, 3, 4, 6, 8, 16, 32, 64),
-    last_logit=(1.0, 1.75, 2.4, 3.0, 4.0, 4.8, 7.8, 15.0, 29.0),
-    all_logits=(1.0, 1.95, 2.7, 3.4, 4.5, 5.6, 9.0, 16.0, 31.0),
-    base_ms=12.0,
-    threads=2,
-)
-
-
-# Reference curves: plan as if on a CPU where batches are dear, or nearly free. ``LOOKAHEAD_COST_CURVE``
-# (a name here or a curve file) makes an engine plan with one instead of measuring this machine, so that
-# what Auto does can be checked as it would run on either kind of machine (the test suite runs under both).
-REFERENCE_CURVES = {
-    # The bundled model on a 2-core AMD EPYC (AVX-512, VNNI), all logits c(2) 2.08, c(4) 3.05, c(8) 5.03
-    # as measured by engine tune; the sizes between and beyond follow that curve's slope.
-    "steep": CostCurve(
-        sizes=(1, 2, 3, 4, 6, 8, 16, 32, 64),
-        last_logit=(1.0, 1.95, 2.45, 2.85, 3.8, 4.7, 8.4, 16.0, 31.0),
-        all_logits=(1.0, 2.08, 2.6, 3.05, 4.05, 5.03, 9.0, 17.0, 33.0),
-        base_ms=9.6,
-        threads=2,
-    ),
-    # A machine whose small batches cost little more than a step: Auto drafts whenever it has a draft.
-    "flat": CostCurve(
-        sizes=(1, 2, 3, 4, 6, 8, 16, 32, 64),
-        last_logit=(1.0, 1.03, 1.06, 1.1, 1.2, 1.3, 1.7, 2.7, 4.9),
-        all_logits=(1.0, 1.05, 1.1, 1.15, 1.25, 1.35, 1.75, 2.8, 5.0),
-        base_ms=9.6,
-        threads=2,
-    ),
-}
-COST_CURVE_ENV = "LOOKAHEAD_COST_CURVE"
-
-
-def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def cache_key(model_path: str, threads: int) -> str:
-    from .native import build_id  # local: keeps this module importable without llama.cpp
-
-    st = os.stat(model_path)
-    ident = (f"v{CACHE_VERSION}|{os.path.abspath(model_path)}|{st.st_size}|{int(st.st_mtime)}|{threads}"
-             f"|{cpu_name()}|{os.cpu_count()}|{build_id()}")
-    return hashlib.sha256(ident.encode()).hexdigest()[:24]
-
-
-def cache_dir() -> Path:
-    return cache_root() / "costs"
-
-
-def load_cached(model_path: str, threads: int) -> CostCurve | None:
-    path = cache_dir() / f"{cache_key(model_path, threads)}.json"
-    try:
-        return CostCurve.from_json(json.loads(path.read_text(encoding="utf-8")))
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-
-
-def save_cached(model_path: str, threads: int, curve: CostCurve) -> Path:
-    d = cache_dir()
-    d.mkdir(parents=True, exist_ok=True)
-    path = d / f"{cache_key(model_path, threads)}.json"
-    write_json_atomic(path, curve.to_json())
-    return path
 
 
 class MeasurementCancelled(Exception):
@@ -369,7 +110,7 @@ _PROBE_SHARE = 0.1
 
 
 def measure(
-    engine: Engine,
+    engine: Measurable,
     budget_s: float = 6.0,
     sizes: tuple[int, ...] = SIZES,
     progress: Callable[[float], None] | None = None,
@@ -437,7 +178,7 @@ def measure(
 
 
 def _time_sizes(
-    engine: Engine,
+    engine: Measurable,
     filler: list[int],
     budget_s: float,
     sizes: tuple[int, ...],
@@ -542,7 +283,7 @@ def _time_sizes(
 
 
 def probe_exact_batch(
-    engine: Engine,
+    engine: Measurable,
     filler: list[int] | None = None,
     progress: Callable[[float], None] | None = None,
     sizes: tuple[int, ...] = EXACT_PROBE_SIZES,
@@ -583,7 +324,7 @@ class _ProbeSteps:
         self.done += amount
 
 
-def _read_prefix(engine: Engine, prefix: list[int], step: _ProbeSteps) -> None:
+def _read_prefix(engine: Measurable, prefix: list[int], step: _ProbeSteps) -> None:
     """Empty the cache, then read ``prefix`` in PROBE_CHUNK pieces, so that a cancel is never far off."""
     engine.reset()
     for i in range(0, len(prefix), PROBE_CHUNK):
@@ -592,7 +333,7 @@ def _read_prefix(engine: Engine, prefix: list[int], step: _ProbeSteps) -> None:
 
 
 def _probe_chain(
-    engine: Engine, filler: list[int], progress: Callable[[float], None] | None, sizes: tuple[int, ...]
+    engine: Measurable, filler: list[int], progress: Callable[[float], None] | None, sizes: tuple[int, ...]
 ) -> int:
     """probe_exact_batch for a model that verifies one draft at a time (recurrent memory, ``drafts_only``).
 
@@ -645,9 +386,9 @@ def _probe_chain(
 
 
 def _probe_sizes(
-    engine: Engine, filler: list[int], progress: Callable[[float], None] | None, sizes: tuple[int, ...]
+    engine: Measurable, filler: list[int], progress: Callable[[float], None] | None, sizes: tuple[int, ...]
 ) -> int:
-    from .plan import ALL_SEQS
+    from engine.decoding.plan import ALL_SEQS
 
     batch, ctx = engine.batch, engine.ctx
     # A small context cannot hold the probe's depth: go as deep as it leaves room for the smallest batches
@@ -691,11 +432,11 @@ def _probe_sizes(
 
 
 def _threads_agree(
-    engine: Engine, filler: list[int], start: int, chain: list[np.ndarray], before_decode: Callable[[], None]
+    engine: Measurable, filler: list[int], start: int, chain: list[np.ndarray], before_decode: Callable[[], None]
 ) -> bool:
     """Whether one thread gives the logits ``chain`` holds (decoded with all of them), for a lone token past
     the probe's depth and for a batch of the chain's tokens."""
-    from .plan import ALL_SEQS
+    from engine.decoding.plan import ALL_SEQS
 
     if engine.n_threads < 2:
         return True
@@ -718,7 +459,7 @@ def _threads_agree(
 
 
 def curve_for(
-    engine: Engine,
+    engine: Measurable,
     refresh: bool = False,
     budget_s: float = 6.0,
     progress: Callable[[float], None] | None = None,

@@ -19,29 +19,19 @@ from dataclasses import replace
 
 import numpy as np
 
-from . import kept as kept_ngrams
-from .auto import AcceptanceStats
-from .contention import CpuLoad, DecodeSample, ThreadGovernor
-from .costmodel import (
-    DEFAULT_CURVE,
-    QUICK_PROBE_SIZES,
-    CostCurve,
-    LiveCosts,
-    MeasurementCancelled,
-    curve_for,
-    load_cached,
-    measure,
-    probe_exact_batch,
-)
-from .cpus import default_threads
-from .decoders import KvState
-from .drafts import CorpusIndex, DraftCorpus
-from .generation import Generation, GenerationControls, StepEvent
-from .models import ContextTooLargeError, GgufSummary, check_context_fits, check_gguf
-from .native import Batch, Context, Model, NativeError
-from .plan import ALL_SEQS, N_SEQ
-from .pool import NgramPool
-from .settings import (
+from engine.costs.contention import CpuLoad, DecodeSample, ThreadGovernor
+from engine.costs.cpus import default_threads
+from engine.costs.curve import DEFAULT_CURVE, CostCurve, LiveCosts, load_cached
+from engine.costs.measuring import QUICK_PROBE_SIZES, MeasurementCancelled, curve_for, measure, probe_exact_batch
+from engine.costs.whatif import curve_from_env
+from engine.decoding import kept as kept_ngrams
+from engine.decoding.auto import AcceptanceStats
+from engine.decoding.decoders import KvState
+from engine.decoding.drafts import CorpusIndex, DraftCorpus
+from engine.decoding.generation import Generation, GenerationControls, StepEvent
+from engine.decoding.plan import ALL_SEQS, N_SEQ
+from engine.decoding.pool import NgramPool
+from engine.decoding.settings import (
     MAX_GUESSES,
     MAX_NGRAM,
     MAX_WINDOW,
@@ -50,8 +40,11 @@ from .settings import (
     SettingsError,
     StopConfig,
 )
-from .text import ChatTemplate, Message, render_parts
-from .whatif import curve_from_env
+from engine.decoding.text import ChatTemplate, Message, render_parts
+from engine.llama.memory import check_context_fits
+from engine.llama.models import GgufSummary, check_gguf
+from engine.llama.native import Batch, Context, Model, NativeError
+from engine.llama.problems import ContextTooLargeError
 
 # Largest batch one lookahead step can need: re-evaluated drafts, the input
 # token, G candidates of N-1 tokens and a window of W x (N-1).
@@ -79,7 +72,7 @@ def open_context(model: Model, n_ctx: int, n_threads: int) -> Context:
 
     A model with recurrent memory keeps one state per sequence: it gets one sequence, and ROLLBACK_TOKENS
     states kept back so that a verified draft's rejected tail can be taken back (where llama.cpp can).
-    engine/probe.py's child opens the same one, so a file that passes its test load loads here too.
+    engine/llama/probe.py's child opens the same one, so a file that passes its test load loads here too.
     """
     info = model.info()
     n_ctx = min(n_ctx, info.n_ctx_train) if info.n_ctx_train > 0 else n_ctx
@@ -101,8 +94,8 @@ class Engine:
     ) -> None:
         """``summary``: this file's ``check_gguf``, when the caller has just made it (else it is made here).
 
-        ``n_threads``: None picks them from this PC's cores (engine/cpus.py) and gives one up while another
-        program holds a core (engine/contention.py); a number is kept as given.
+        ``n_threads``: None picks them from this PC's cores (engine/costs/cpus.py) and gives one up while another
+        program holds a core (engine/costs/contention.py); a number is kept as given.
         """
         self.summary = summary if summary is not None else check_gguf(model_path)
         self.n_threads = n_threads or default_threads()
@@ -226,7 +219,7 @@ class Engine:
             self.ctx.set_threads(self.n_threads)
 
     def plan_with(self, curve: CostCurve | None) -> None:
-        """Let Auto plan with ``curve``, another machine's (engine/whatif.py), as if it ran there.
+        """Let Auto plan with ``curve``, another machine's (engine/costs/whatif.py), as if it ran there.
 
         Steps stay within the batch size this machine gives exact logits for (probed if unknown),
         and live step times do not correct the curve: they are this machine's, not that one's.

@@ -1,7 +1,7 @@
 """What-if cost curves: planning and pricing a run as if it ran on another machine.
 
 A cost curve says what a batch of n tokens costs relative to a 1-token step
-(costmodel.py). This machine's curve is measured; the machines users run the
+(curve.py). This machine's curve is measured; the machines users run the
 app on (8-core laptops with 1-8B Q4_K_M models) have much flatter curves, and
 there the drafts, not the cost of a batch, limit lookahead. ``engine bench
 --curve FILE`` lets Auto plan with such a curve and prices both runs on it:
@@ -35,9 +35,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .costmodel import COST_CURVE_ENV, REFERENCE_CURVES, CostCurve
+from engine.costs.curve import COST_CURVE_ENV, REFERENCE_CURVES, CostCurve
+from engine.files import DATA_DIR
 
-CURVES_DIR = Path(__file__).with_name("data") / "curves"
+CURVES_DIR = DATA_DIR / "curves"
 # Batch sizes a derived curve is tabulated at: the sizes engine tune measures.
 CURVE_SIZES = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24, 32, 48, 64)
 

@@ -1,6 +1,6 @@
 """Soak test: many generations on one engine, checking the cache after every step and watching memory.
 
-    python -m engine.soak --generations 200
+    python -m engine.tools.soak --generations 200
 
 Generations cycle through plain, fixed lookahead and Auto; fixed ones change W/N/G half-way
 through, some are stopped early, and every fifth starts from an empty cache (the others reuse
@@ -21,11 +21,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .bench import load_workloads
-from .models import ModelFileError, default_model_path
-from .runtime import Engine, GenerationControls
-from .settings import LookaheadConfig, SettingsError, StopConfig
-from .text import Message
+from engine.decoding.runtime import Engine, GenerationControls
+from engine.decoding.settings import LookaheadConfig, SettingsError, StopConfig
+from engine.decoding.text import Message
+from engine.llama.bundled import default_model_path
+from engine.llama.problems import ModelFileError
+from engine.tools.bench import load_workloads
 
 # Fixed shapes visited in turn; each generation switches to the next one half-way through.
 FIXED_SHAPES = (
@@ -162,7 +163,7 @@ def run_soak(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m engine.soak", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m engine.tools.soak", description=__doc__.splitlines()[0])
     parser.add_argument("--generations", type=int, default=200)
     parser.add_argument("--max-tokens", type=int, default=48)
     parser.add_argument("--warmup", type=int, default=3, help="generations before the RSS baseline (default 3)")

@@ -19,10 +19,10 @@ from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from .costmodel import CostCurve, LiveCosts
-from .drafts import AGREE, ALONE, SPLIT, Draft, DraftSources
-from .plan import StepChoice
-from .settings import MAX_GUESSES, MAX_WINDOW, LookaheadConfig
+from engine.costs.curve import CostCurve, LiveCosts
+from engine.decoding.drafts import AGREE, ALONE, SPLIT, Draft, DraftSources
+from engine.decoding.plan import StepChoice
+from engine.decoding.settings import MAX_GUESSES, MAX_WINDOW, LookaheadConfig
 
 # Longest history draft Auto verifies in one step. Drafts are not bound by N, the
 # window's n-gram size: a long copy of earlier text can land 15 tokens at a time.

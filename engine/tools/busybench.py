@@ -8,9 +8,12 @@ with every thread fixed (as before the governor), and with one thread fixed
 taken). Conditions are interleaved round by round (idle and busy, and the
 policies in turn first) so that drift in the machine's speed reaches all of
 them, after one untimed Auto pass over the prompts (Auto's first replies learn
-how often drafts land); each is timed by its total over the rounds. The
-ratios busy / idle are what the user feels when another program takes a core;
-the governor's thread counts step by step show what it did.
+how often drafts land). Each condition's rate in a round is its tokens over its
+seconds; two conditions compare as any two are compared here
+(``engine.speed.comparison.paired_ratio``): rounds are the pairs, the ratio is
+that of the median rounds and the range spans the rounds' ratios. The ratios
+busy / idle are what the user feels when another program takes a core; the
+governor's thread counts step by step show what it did.
 """
 
 from __future__ import annotations
@@ -22,9 +25,11 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from .runtime import Engine, GenerationControls
-from .settings import LookaheadConfig, StopConfig
-from .text import Message
+from engine.decoding.runtime import Engine, GenerationControls
+from engine.decoding.settings import LookaheadConfig, StopConfig
+from engine.decoding.text import Message
+from engine.speed.comparison import paired_ratio
+from engine.speed.measure import RatioRange
 
 MODES = ("plain", "auto")
 POLICIES = ("governor", "fixed", "one")  # adapting threads; every thread kept; one thread kept
@@ -66,6 +71,7 @@ class Cell:
     # Per reply, the thread count of every step, run-length coded: [(threads, steps), ...].
     timelines: list[list[tuple[int, int]]] = field(default_factory=list)
     busy_steps: int = 0  # steps judged to have waited for cores (StepEvent.contended)
+    round_rates: list[float] = field(default_factory=list)  # tokens per second in each round, in round order
 
     @property
     def tokens_per_s(self) -> float:
@@ -84,14 +90,15 @@ class BusyReport:
     busy_cpu: int | None
     governor_on: bool  # False: this model or setting keeps its thread count, "governor" runs equal "fixed"
 
-    def ratio(self, mode: str, policy: str, num: str = "busy", den: str = "idle", den_policy: str = "") -> float:
-        a = self.cells[(num, mode, policy)].tokens_per_s
-        b = self.cells[(den, mode, den_policy or policy)].tokens_per_s
-        return a / b if b > 0 else 0.0
+    def ratio(self, mode: str, policy: str, num: str = "busy", den: str = "idle", den_policy: str = "") -> RatioRange:
+        """One condition's rate against another's, round by round (``paired_ratio``)."""
+        a = self.cells[(num, mode, policy)].round_rates
+        b = self.cells[(den, mode, den_policy or policy)].round_rates
+        return paired_ratio(a, b) if a and len(a) == len(b) else RatioRange(0.0, 0.0, 0.0, 0)
 
-    def ratios(self) -> dict[str, float]:
-        """The figures the governor is judged by, per mode (all tokens per second over the same run)."""
-        out: dict[str, float] = {}
+    def ratios(self) -> dict[str, RatioRange]:
+        """The figures the governor is judged by, per mode (each from the same rounds of this run)."""
+        out: dict[str, RatioRange] = {}
         for mode in MODES:
             out |= {
                 f"{mode}_busy_vs_idle_governor": self.ratio(mode, "governor", "busy", "idle", "fixed"),
@@ -100,7 +107,7 @@ class BusyReport:
                 f"{mode}_one_thread_vs_idle": self.ratio(mode, "one", "idle", "idle", "fixed"),
                 f"{mode}_idle_governor_vs_fixed": self.ratio(mode, "governor", "idle", "idle", "fixed"),
             }
-        return {k: round(v, 3) for k, v in out.items()}
+        return out
 
     def identical(self) -> bool:
         """Whether every run of every cell wrote the text plain decoding wrote for that prompt."""
@@ -122,7 +129,8 @@ class BusyReport:
                  "timelines": c.timelines}
                 for (load, mode, policy), c in self.cells.items()
             ],
-            "ratios": self.ratios(),
+            "ratios": {k: round(r.value, 3) for k, r in self.ratios().items()},
+            "ratio_ranges": {k: [round(r.low, 3), round(r.high, 3), r.n] for k, r in self.ratios().items()},
         }
 
     def table(self) -> str:
@@ -139,14 +147,20 @@ class BusyReport:
                 replies = " | ".join(" ".join(f"{t}x{n}" for t, n in line) for line in c.timelines)
                 rows.append(f"{load:<5} {mode:<6} {replies}")
         r = self.ratios()
+
+        def said(key: str, digits: int = 2) -> str:
+            x = r[f"{mode}_{key}"]
+            return f"{x.value:.{digits}f}x ({x.low:.{digits}f}-{x.high:.{digits}f})"
+
         rows.append("")
         for mode in MODES:
             rows.append(
-                f"{mode}: busy/idle {r[f'{mode}_busy_vs_idle_governor']:.2f}x with the governor, "
-                f"{r[f'{mode}_busy_vs_idle_fixed']:.2f}x with {self.threads} fixed threads; "
-                f"busy governor/one thread {r[f'{mode}_busy_governor_vs_one_thread']:.2f}x; "
-                f"one thread idle/idle {r[f'{mode}_one_thread_vs_idle']:.2f}x; "
-                f"idle governor/fixed {r[f'{mode}_idle_governor_vs_fixed']:.3f}x")
+                f"{mode}: busy/idle {said('busy_vs_idle_governor')} with the governor, "
+                f"{said('busy_vs_idle_fixed')} with {self.threads} fixed threads; "
+                f"busy governor/one thread {said('busy_governor_vs_one_thread')}; "
+                f"one thread idle/idle {said('one_thread_vs_idle')}; "
+                f"idle governor/fixed {said('idle_governor_vs_fixed', 3)}")
+        rows.append(f"(each: the median rounds' ratio, and the lowest and highest of the {self.rounds} rounds' ratios)")
         if not self.governor_on:
             rows.append("the thread governor is off for this model or thread setting: it runs as 'fixed'")
         rows.append(f"text identical in every run: {self.identical()}")
@@ -209,8 +223,11 @@ def _round(
             _start_cell(engine, threads)
             _generate(engine, chats[0], lookahead, 16, Cell())
             _start_cell(engine, threads)
+            tokens, seconds = cell.tokens, cell.seconds
             for chat in chats:
                 _generate(engine, chat, lookahead, max_tokens, cell)
+            spent = cell.seconds - seconds
+            cell.round_rates.append((cell.tokens - tokens) / spent if spent > 0 else 0.0)
             if on_cell is not None:
                 on_cell(load, mode, policy, cell)
 

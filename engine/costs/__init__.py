@@ -1,0 +1,1 @@
+"""What a step costs and how many threads to spend: the cost curve, its measurement, CPU contention."""

@@ -1,0 +1,1 @@
+"""Speed measured: a run's statistics and plain against lookahead on the same prompt."""

@@ -1,0 +1,1 @@
+"""The command-line tools behind ``python -m engine``: bench, the busy bench, tune, the soak test."""
