@@ -7,7 +7,7 @@ prints the reply and its stats, and exits 0 (non-zero on any failure). With
 and lookahead decoding, replayed side by side, then the speedup. It uses
 a temporary data dir unless ``LOOKAHEAD_CHAT_HOME`` is set, so the user's chats
 are never touched. ``--list-models [--json]`` prints the model library's scan (see
-``engine/library.py``) without importing Qt, so it works without a display.
+``engine/library/``) without importing Qt, so it works without a display.
 
 Warnings go to stderr and to a size-capped log file in the data folder's ``logs`` (Help → Open log folder),
 with uncaught exceptions' tracebacks: a bundled app has no terminal, and one that fails must leave a trace.
@@ -63,7 +63,9 @@ def _list_models(as_json: bool) -> int:
     """``--list-models``: the library's scan, printed; no Qt, so it works without a display."""
     import json
 
-    from engine.library import format_table, library_roots, scan
+    from engine.library.folders import library_roots
+    from engine.library.table import format_table
+    from engine.library.walk import scan
 
     from .settings import AppSettings
 

@@ -53,13 +53,12 @@ from PySide6.QtWidgets import (
     QScrollArea,
     QSplitter,
     QTabWidget,
-    QToolButton,
     QVBoxLayout,
     QWidget,
 )
 
 from engine import ModelFileError, default_model_path
-from engine.library import DRAFTS_ONLY_NOTE
+from engine.library.names import DRAFTS_ONLY_NOTE
 
 from . import paths
 from .chat_controller import ChatController, ReplyRecord, RequestIds
@@ -79,15 +78,13 @@ from .widgets.library import LibraryDialog
 from .widgets.measure_status import MeasureStatus
 from .widgets.model_info import ModelInfoDialog
 from .widgets.shortcuts import ShortcutsDialog, shortcut_rows
+from .widgets.side_panels import DEFAULT_SPLITTER_SIZES, SidePanels
 from .worker import EngineThread
 
 log = logging.getLogger(__name__)
 
 __all__ = ["MainWindow", "ReplyRecord"]
 
-# Below this window width the chat keeps priority: the chats list steps aside and the panel takes its least width.
-NARROW_WINDOW_WIDTH = 1200
-DEFAULT_SPLITTER_SIZES = (220, 760, 380)  # chats list | chat and compare tabs | decoding panel
 DEFAULT_SIZE = QSize(1360, 860)  # the first window's size on a screen with room for it
 # What the window system adds around the window (title bar, borders): it says how much only once the window is shown.
 FRAME_ALLOWANCE = QMargins(8, 32, 8, 8)
@@ -128,17 +125,6 @@ class MainWindow(QMainWindow):
         self.store = store
         self._closed = False
         install_wheel_guard()  # the wheel scrolls; only a focused field takes it (also for windows tests make)
-        self._narrow: bool | None = None  # the window's width class, once known (see _fit_side_panels)
-        self._auto_hidden_list = False  # the chats list was put away for a narrow window, not by the user
-        self._list_chosen = False  # the user showed or hid the chats list: from then on, it is theirs to place
-        self._wide_panel_width: int | None = None  # the panel's width before a narrow window narrowed it
-        self._wide_splitter_state: QByteArray | None = None  # the splitter as it was, saved while narrowed
-        self._splitter_moved = False  # the user dragged a splitter handle since the window turned narrow
-        self._hidden_widths: dict[int, int] = {}  # splitter index -> its width when it was hidden
-        self._fit_timer = QTimer(self)  # fits the side panels once the splitter has laid out at the new size
-        self._fit_timer.setSingleShot(True)
-        self._fit_timer.setInterval(0)
-        self._fit_timer.timeout.connect(self._fit_side_panels)
         ids = RequestIds()
         self.chat = ChatController(self.store, ids)
 
@@ -196,7 +182,6 @@ class MainWindow(QMainWindow):
         self.panel_scroll.setWidget(self.panel)
         self.panel_scroll.setWidgetResizable(True)
         self.panel_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        self.panel_scroll.setMinimumWidth(self._panel_min_width())
 
         self.splitter = QSplitter(Qt.Orientation.Horizontal)
         for widget, stretch in ((self.conversations, 0), (self.tabs, 1), (self.panel_scroll, 0)):
@@ -271,33 +256,15 @@ class MainWindow(QMainWindow):
         self._on_show_lookahead(self.settings.show_lookahead)
 
         # The side panels: a narrow window puts the chats list away and narrows the panel; these bring them back.
-        self.chat_list_action = QAction("&Chats list", self)
-        self.chat_list_action.setIconText("☰ Chats")
-        self.chat_list_action.setShortcut(QKeySequence("Ctrl+B"))
-        self.chat_list_action.setToolTip("Show or hide the list of chats (Ctrl+B)")
-        self.panel_action = QAction("&Decoding panel", self)
-        self.panel_action.setIconText("Panel ☰")
-        self.panel_action.setShortcut(QKeySequence("Ctrl+Shift+B"))
-        self.panel_action.setToolTip("Show or hide the decoding panel: live stats and settings (Ctrl+Shift+B)")
+        self.side_panels = SidePanels(
+            self, self.splitter, self.conversations, self.tabs, self.panel_scroll,
+            show_chats=self.settings.show_chat_list, show_panel=self.settings.show_decoding_panel,
+            chosen=self._on_side_panel_chosen,
+        )
+        self.chat_list_action = self.side_panels.chat_list_action
+        self.panel_action = self.side_panels.panel_action
         view_menu.addSeparator()
-        for action, shown in ((self.chat_list_action, self.settings.show_chat_list),
-                              (self.panel_action, self.settings.show_decoding_panel)):
-            action.setCheckable(True)
-            action.setChecked(shown)
-            view_menu.addAction(action)
-        self.conversations.setVisible(self.settings.show_chat_list)
-        self.panel_scroll.setVisible(self.settings.show_decoding_panel)
-        self.chat_list_action.toggled.connect(self._on_chat_list_toggled)
-        self.chat_list_action.triggered.connect(self._on_chat_list_chosen)
-        self.panel_action.toggled.connect(self._on_panel_toggled)
-        self.panel_action.triggered.connect(self._on_panel_chosen)
-        # Also as buttons at the tabs' corners, in view when the menus are not.
-        self.chat_list_button, self.panel_button = QToolButton(), QToolButton()
-        for button, action, corner in ((self.chat_list_button, self.chat_list_action, Qt.Corner.TopLeftCorner),
-                                       (self.panel_button, self.panel_action, Qt.Corner.TopRightCorner)):
-            button.setDefaultAction(action)
-            button.setAutoRaise(True)
-            self.tabs.setCornerWidget(button, corner)
+        view_menu.addActions([self.chat_list_action, self.panel_action])
 
     def _build_help_menu(self) -> None:
         help_menu = self.menuBar().addMenu("&Help")
@@ -320,90 +287,18 @@ class MainWindow(QMainWindow):
 
     # --- side panels ---
 
-    def _panel_min_width(self) -> int:
-        """The least width that shows the whole panel: its own least width, the scroll bar and the frame."""
-        scroll = self.panel_scroll
-        return (self.panel.minimumSizeHint().width() + scroll.verticalScrollBar().sizeHint().width()
-                + 2 * scroll.frameWidth())
-
-    @Slot(bool)
-    def _on_chat_list_toggled(self, on: bool) -> None:
-        self._show_side(self.conversations, on)
-
-    @Slot(bool)
-    def _on_panel_toggled(self, on: bool) -> None:
-        self._show_side(self.panel_scroll, on)
-
-    def _show_side(self, widget: QWidget, on: bool) -> None:
-        index = self.splitter.indexOf(widget)
-        if not on and not widget.isHidden():
-            width = self.splitter.sizes()[index]
-            if width > 0:
-                self._hidden_widths[index] = width  # the splitter forgets it if sizes are set meanwhile
-        widget.setVisible(on)
-
-    @Slot(bool)
-    def _on_chat_list_chosen(self, on: bool) -> None:
-        """The user's own choice: kept, saved, and never undone by resizing the window."""
-        self._auto_hidden_list = False
-        self._list_chosen = True
-        self.settings.show_chat_list = on
+    def _on_side_panel_chosen(self, setting: str, shown: bool) -> None:
+        """The user showed or hid a side panel: kept in the settings (``SidePanels`` keeps it on resizing)."""
+        setattr(self.settings, setting, shown)
         self._save_settings()
-
-    @Slot(bool)
-    def _on_panel_chosen(self, on: bool) -> None:
-        self.settings.show_decoding_panel = on
-        self._save_settings()
-
-    @Slot()
-    def _on_splitter_moved(self) -> None:
-        self._splitter_moved = True
 
     def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 (Qt name)
         super().resizeEvent(event)
-        self._fit_timer.start()  # the splitter's own resize comes after ours: its sizes are not real yet
-
-    @Slot()
-    def _fit_side_panels(self) -> None:
-        """When the window turns narrow the chat keeps priority; when it turns wide again, the panels come back.
-
-        Only a change of width class acts, and never on a panel the user showed or hid themselves; a splitter
-        they dragged while the window was narrow is not dragged back.
-        """
-        narrow = self.width() < NARROW_WINDOW_WIDTH
-        if narrow == self._narrow:
-            return
-        self._narrow = narrow
-        if narrow:
-            self._wide_splitter_state = self.splitter.saveState()
-            self._splitter_moved = False
-            panel_width = self.splitter.sizes()[2]
-            self._wide_panel_width = panel_width if panel_width > 0 else None
-            if self.chat_list_action.isChecked() and not self._list_chosen:
-                self._auto_hidden_list = True
-                self.chat_list_action.setChecked(False)
-            self._set_panel_width(self._panel_min_width())
-            return
-        if self._auto_hidden_list:
-            self._auto_hidden_list = False
-            self.chat_list_action.setChecked(True)
-        if self._wide_panel_width is not None and not self._splitter_moved:
-            self._set_panel_width(self._wide_panel_width)
-        self._wide_splitter_state = None
-
-    def _set_panel_width(self, width: int) -> None:
-        """The decoding panel ``width`` wide; the chat takes or gives the difference."""
-        sizes = self.splitter.sizes()
-        for index, size in enumerate(sizes):
-            if size == 0:  # hidden: keep the width it comes back with
-                sizes[index] = self._hidden_widths.get(index, DEFAULT_SPLITTER_SIZES[index])
-        sizes[1] += sizes[2] - width
-        sizes[2] = width
-        self.splitter.setSizes(sizes)
+        self.side_panels.window_resized()
 
     def is_narrow(self) -> bool:
         """The window is narrower than ``NARROW_WINDOW_WIDTH``: the side panels give way to the chat."""
-        return bool(self._narrow)
+        return self.side_panels.is_narrow()
 
     # --- help ---
 
@@ -505,7 +400,6 @@ class MainWindow(QMainWindow):
         self.comparisons.started.connect(self.measure_status.interrupt)
         self.comparisons.finished.connect(self.measure_status.resume_later)
         self.measure_status.message.connect(lambda text: self.statusBar().showMessage(text, 5000))
-        self.splitter.splitterMoved.connect(self._on_splitter_moved)
 
         self._settings_timer = QTimer(self)  # debounce: spin boxes change on every keystroke
         self._settings_timer.setSingleShot(True)
@@ -791,9 +685,7 @@ class MainWindow(QMainWindow):
         if self.model is not None:
             self.settings.remember_model_settings(self.model.path)
         self.settings.geometry = _encode(self.saveGeometry())
-        state = self.splitter.saveState()
-        if self._wide_splitter_state is not None and not self._splitter_moved:
-            state = self._wide_splitter_state  # narrowed for a narrow window, not by the user: keep theirs
+        state = self.side_panels.splitter_state()  # as the user arranged it, not as a narrow window narrowed it
         self.settings.splitter_state = _encode(state)
         try:
             self.settings.save()

@@ -39,7 +39,7 @@ from engine.costs.curve import CostCurve
 from engine.costs.measuring import MachineBusy, MeasurementCancelled
 from engine.decoding.runtime import default_threads
 from engine.documents import with_documents
-from engine.library import friendly_name
+from engine.library.names import friendly_name
 from engine.llama.kernels import matrix_kernels
 from engine.llama.native import system_features
 from engine.llama.probe import ProbeResult, ensure_loadable

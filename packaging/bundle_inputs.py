@@ -35,8 +35,6 @@ REPO_DATA: tuple[tuple[str, str], ...] = (
     ("resources/styles/app.qss", "resources/styles"),
     ("resources/lookahead-chat.desktop", "resources"),
     ("engine/data/workloads.jsonl", "engine/data"),
-    ("engine/data/curves/laptop-8core-llama3.1-8b-q4_k_m.json", "engine/data/curves"),
-    ("engine/data/curves/laptop-8core-llama3.2-3b-q4_k_m.json", "engine/data/curves"),
 )
 
 # Icons for the executable. Windows wants .ico and macOS .icns; PyInstaller

@@ -9,14 +9,22 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 from engine import Engine
 from engine.costs import measuring
 from engine.costs.curve import REFERENCE_CURVES, CostCurve
+from engine.costs.whatif import load_curve
 from engine.decoding.auto import AcceptanceStats
 
 FLAT = REFERENCE_CURVES["flat"]
 STEEP = REFERENCE_CURVES["steep"]
+# What-if curves of 8-core laptops (engine/costs/whatif.py's roofline, not measurements): examples of flat curves.
+LAPTOP_CURVES = Path(__file__).with_name("data") / "curves"
+
+
+def laptop_curve(name: str) -> CostCurve:
+    return load_curve(LAPTOP_CURVES / f"{name}.json")
 
 
 @contextmanager

@@ -8,8 +8,9 @@ from types import SimpleNamespace
 import pytest
 from PySide6.QtWidgets import QWidget
 
-from app.main_window import NARROW_WINDOW_WIDTH, MainWindow
+from app.main_window import MainWindow
 from app.settings import AppSettings
+from app.widgets.side_panels import NARROW_WINDOW_WIDTH
 from tests.app_fixtures import OFFSCREEN_NOISE, quick_settings, use_fake_engine
 
 pytestmark = [OFFSCREEN_NOISE]
@@ -62,7 +63,8 @@ def test_on_a_laptop_screen_the_chat_is_wider_than_each_side_panel_and_nothing_e
     assert label.full_text() == "123,456 / 131,072 tokens · system 7,890"
     assert label.text() == label.full_text() or (label.text().endswith("…") and label.toolTip() == label.full_text())
     # Whatever was put away can be brought back from a button in view.
-    for button, side in ((window.chat_list_button, window.conversations), (window.panel_button, window.panel_scroll)):
+    for button, side in ((window.side_panels.chat_list_button, window.conversations),
+                         (window.side_panels.panel_button, window.panel_scroll)):
         assert wholly_inside(window, button) and button.defaultAction().isChecked() == side.isVisible()
 
 
@@ -86,7 +88,7 @@ def test_a_narrow_window_puts_the_chats_list_away_and_a_wide_one_brings_it_back_
 
 def test_the_users_own_choice_of_panels_is_not_undone_by_resizing(qtbot, make_window, fake_engine):
     window = resized(qtbot, make_window(quick_settings()), 1024, 700)
-    window.chat_list_button.click()  # the user wants the list even in a narrow window
+    window.side_panels.chat_list_button.click()  # the user wants the list even in a narrow window
     assert window.conversations.isVisible()
     resized(qtbot, window, 1400, 860)
     resized(qtbot, window, 1024, 700)

@@ -186,7 +186,7 @@ def test_the_bundled_model_shows_its_own_template_and_its_header_facts(qtbot, ma
 def test_a_hybrid_model_says_it_gets_drafts_only_in_the_panel_model_info_and_library(make_window, qtbot, tmp_path):
     from app.widgets.library import LibraryDialog
     from app.widgets.model_info import ModelInfoDialog
-    from engine.library import DRAFTS_ONLY_NOTE
+    from engine.library.names import DRAFTS_ONLY_NOTE
     from tests.app_fixtures import MODEL_LOAD_TIMEOUT_MS, quick_settings
     from tests.tiny_models import write_tiny_hybrid
 

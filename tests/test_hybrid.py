@@ -137,7 +137,7 @@ def test_a_reply_stopped_midway_then_regenerated_and_a_chat_that_continues(hybri
 
 
 def test_the_library_and_the_engine_name_the_same_kind_of_lookahead(hybrid):
-    from engine.library import lookahead_kind
+    from engine.library.names import lookahead_kind
 
     assert lookahead_kind(hybrid.summary.architecture) == hybrid.lookahead_kind == "drafts only"
 

@@ -21,20 +21,12 @@ from pathlib import Path
 import pytest
 from PySide6.QtCore import Qt
 
-import engine.library as library
 from app.settings import AppSettings
 from app.widgets.library import COLUMNS
 from engine import default_model_path
-from engine.library import (
-    KIND_FILE,
-    SOURCE_BUNDLED,
-    SOURCE_USER,
-    HeaderCache,
-    LibraryRoot,
-    known_roots,
-    library_roots,
-    scan,
-)
+from engine.library import names, walk
+from engine.library.folders import KIND_FILE, SOURCE_BUNDLED, SOURCE_USER, LibraryRoot, known_roots, library_roots
+from engine.library.walk import HeaderCache, scan
 from engine.llama.models import GgufSummary, check_gguf
 from tests.app_fixtures import MODEL_LOAD_TIMEOUT_MS, OFFSCREEN_NOISE, quick_settings
 from tests.tiny_models import write_tiny_llama, write_tiny_mamba
@@ -157,7 +149,7 @@ def home_roots(fake: FakeHome, folders: tuple[str, ...] = ()) -> list[LibraryRoo
     return kept
 
 
-def rows(result: library.ScanResult) -> set[tuple]:
+def rows(result: walk.ScanResult) -> set[tuple]:
     return {
         (m.path, m.name, m.source, m.architecture, m.file_type, m.context_length, m.has_chat_template,
          m.can_lookahead, m.error is not None)
@@ -190,8 +182,8 @@ def expected_skipped(fake: FakeHome) -> set[tuple[str, str, str]]:
     "hf_model", "  ", "",
 ])
 def test_a_metadata_name_that_is_a_training_tag_or_a_default_gives_way_to_the_file_name(tag):
-    assert library.name_is_training_tag(tag)
-    assert library.friendly_name(tag, "/m/SmolLM2-135M-Instruct.Q4_1.gguf") == "SmolLM2-135M-Instruct.Q4_1"
+    assert names.name_is_training_tag(tag)
+    assert names.friendly_name(tag, "/m/SmolLM2-135M-Instruct.Q4_1.gguf") == "SmolLM2-135M-Instruct.Q4_1"
 
 
 @pytest.mark.parametrize("name", [
@@ -199,12 +191,12 @@ def test_a_metadata_name_that_is_a_training_tag_or_a_default_gives_way_to_the_fi
     "Phi 3 Mini 4k Instruct", "Meta-Llama-3.1-8B-Instruct", "DeepSeek R1 Distill Qwen 1.5B",
 ])
 def test_a_metadata_name_people_would_give_a_model_is_kept(name):
-    assert not library.name_is_training_tag(name)
-    assert library.friendly_name(f" {name} ", "/m/model-q4_k_m.gguf") == name
+    assert not names.name_is_training_tag(name)
+    assert names.friendly_name(f" {name} ", "/m/model-q4_k_m.gguf") == name
 
 
 def test_a_file_without_a_metadata_name_is_named_after_the_file():
-    assert library.friendly_name(None, Path("/m/tiny.Q8_0.gguf")) == "tiny.Q8_0"
+    assert names.friendly_name(None, Path("/m/tiny.Q8_0.gguf")) == "tiny.Q8_0"
 
 
 # --- where the apps keep their models ---
@@ -244,12 +236,12 @@ def test_the_environment_moves_the_folders_as_it_moves_the_apps():
 
 
 def test_what_lookahead_an_architecture_gets_by_its_name_alone():
-    assert library.lookahead_block_reason("llama") is None and library.lookahead_kind("llama") == "lookahead"
-    assert "recurrent" in library.lookahead_block_reason("mamba") and library.lookahead_kind("mamba") == "plain"
-    assert "hybrid" in library.lookahead_block_reason("jamba") and library.lookahead_kind("jamba") == "plain"
+    assert names.lookahead_block_reason("llama") is None and names.lookahead_kind("llama") == "lookahead"
+    assert "recurrent" in names.lookahead_block_reason("mamba") and names.lookahead_kind("mamba") == "plain"
+    assert "hybrid" in names.lookahead_block_reason("jamba") and names.lookahead_kind("jamba") == "plain"
     # llama.cpp keeps earlier states of these (llm_arch_supports_rs_rollback): one draft per step, no window
     for arch in ("lfm2", "qwen35", "nemotron_h"):
-        assert library.lookahead_block_reason(arch) is None and library.lookahead_kind(arch) == "drafts only"
+        assert names.lookahead_block_reason(arch) is None and names.lookahead_kind(arch) == "drafts only"
 
 
 def test_the_header_counts_parameters_as_llama_cpp_does(engine):
@@ -322,13 +314,13 @@ def test_a_file_reached_twice_is_listed_once(fake_home, unreadable_as_root, tmp_
 def test_a_second_scan_reads_no_header_and_a_changed_file_is_read_again(fake_home, unreadable_as_root, monkeypatch):
     first = scan(home_roots(fake_home))
     read: list[str] = []
-    real = library.check_gguf
+    real = walk.check_gguf
 
     def counting(path):
         read.append(str(path))
         return real(path)
 
-    monkeypatch.setattr(library, "check_gguf", counting)
+    monkeypatch.setattr(walk, "check_gguf", counting)
     again = scan(home_roots(fake_home))
     assert read == [] and rows(again) == rows(first)
 
@@ -349,7 +341,7 @@ def test_a_rescan_of_a_thousand_cached_files_lists_the_folder_once_stats_each_fi
         path.write_bytes(b"GGUF" + i.to_bytes(4, "little"))
         cache.put(str(path), path.stat(), GgufSummary(**{**facts.__dict__, "path": str(path)}))
     cache.save()
-    monkeypatch.setattr(library, "check_gguf", lambda path: pytest.fail(f"read a cached header: {path}"))
+    monkeypatch.setattr(walk, "check_gguf", lambda path: pytest.fail(f"read a cached header: {path}"))
     roots = [LibraryRoot(str(folder), SOURCE_USER)]
 
     # The work itself, counted: one listing of the folder and one stat per file, whatever the machine's speed.
@@ -378,7 +370,7 @@ def test_a_rescan_of_a_thousand_cached_files_lists_the_folder_once_stats_each_fi
     # or 20x that least work on a machine slowed by other programs: a rescan that reads the cache again per
     # file, or whose work per file grows with the library, still fails, and a busy CI machine does not.
     def least_work() -> None:
-        json.loads(library.cache_path().read_text(encoding="utf-8"))
+        json.loads(walk.cache_path().read_text(encoding="utf-8"))
         for entry in os.scandir(folder):
             os.stat(entry.path)
             os.access(entry.path, os.R_OK)
@@ -397,9 +389,9 @@ def _timed(fn) -> float:
 
 
 def test_a_cache_of_another_version_or_damaged_is_ignored(app_home, tmp_path):
-    path = library.cache_path()
+    path = walk.cache_path()
     path.parent.mkdir(parents=True)
-    path.write_text(json.dumps({"version": library.CACHE_VERSION + 1, "entries": {"x": {}}}))
+    path.write_text(json.dumps({"version": walk.CACHE_VERSION + 1, "entries": {"x": {}}}))
     assert HeaderCache().entries == {}
     path.write_text("{not json")
     assert HeaderCache().entries == {}
@@ -629,9 +621,9 @@ def test_closing_the_dialog_cancels_its_scan_and_ends_its_thread(qtbot, fake_hom
     files = [slow / f"m{i:03d}.gguf" for i in range(200)]
     for path in files:
         path.write_bytes(b"GGUF" + bytes(40))
-    real = library.check_gguf
+    real = walk.check_gguf
     read: list[str] = []
-    monkeypatch.setattr(library, "check_gguf", lambda path: (read.append(str(path)), time.sleep(0.05), real(path))[2])
+    monkeypatch.setattr(walk, "check_gguf", lambda path: (read.append(str(path)), time.sleep(0.05), real(path))[2])
     from app.widgets.library import LibraryDialog
 
     dialog = LibraryDialog([str(slow)])

@@ -9,11 +9,10 @@ import pytest
 
 from engine import Engine, GenerationControls, Message, RunStats, StopConfig
 from engine.costs.curve import DEFAULT_CURVE
-from engine.costs.whatif import load_curve
 from engine.decoding.drafts import CorpusIndex
 from engine.decoding.settings import DEFAULT_LOOKAHEAD, LookaheadConfig
 from engine.tools.bench import load_workloads, workload_prompt
-from tests.planning import auto_on_curve
+from tests.planning import auto_on_curve, laptop_curve
 
 pytestmark = pytest.mark.model
 
@@ -88,7 +87,7 @@ def test_lookahead_equals_plain_on_the_workloads_with_every_draft_source_and_a_w
     equality is test_engine_model's."""
     engine = memory_engine
     engine.kept = None
-    laptop = load_curve("laptop-8core-llama3.2-3b-q4_k_m")
+    laptop = laptop_curve("laptop-8core-llama3.2-3b-q4_k_m")
     runs = [(DEFAULT_LOOKAHEAD, None), (LookaheadConfig(window=3, ngram=4, guesses=3), None),
             (DEFAULT_LOOKAHEAD, laptop)]
     try:

@@ -8,16 +8,17 @@ import pytest
 
 from engine import GenerationControls, Message, RunStats, StopConfig
 from engine.costs.curve import CostCurve
-from engine.costs.whatif import CurveFileError, Roofline, load_curve, save_curve, shipped_curves
+from engine.costs.whatif import CurveFileError, Roofline, load_curve, save_curve
 from engine.decoding.auto import AcceptanceStats
 from engine.decoding.settings import DEFAULT_LOOKAHEAD
 from engine.speed.measure import priced, simulated_speedup
+from tests.planning import LAPTOP_CURVES, laptop_curve
 
 GIB = 1024**3
 
 
-def test_the_repo_ships_laptop_curves_whose_numbers_follow_from_their_stated_inputs():
-    files = shipped_curves()
+def test_the_example_laptop_curves_numbers_follow_from_their_stated_inputs():
+    files = sorted(LAPTOP_CURVES.glob("*.json"))
     assert len(files) >= 2
     for path in files:
         obj = json.loads(path.read_text(encoding="utf-8"))
@@ -49,7 +50,7 @@ def test_curve_files_round_trip_and_bad_ones_are_refused_with_a_reason(tmp_path)
                       threads=8, max_exact_batch=16)
     save_curve(curve, tmp_path / "mine.json", model="test")
     assert load_curve(tmp_path / "mine.json") == curve
-    assert load_curve("laptop-8core-llama3.2-3b-q4_k_m").base_ms > 0  # a shipped one, by name
+    assert laptop_curve("laptop-8core-llama3.2-3b-q4_k_m").base_ms > 0
     (tmp_path / "bad.json").write_text("{not json", encoding="utf-8")
     (tmp_path / "other.json").write_text('{"sizes": [1, 2]}', encoding="utf-8")
     for name, words in (("missing.json", "no such curve file"), ("bad.json", "cannot read"),
@@ -80,7 +81,7 @@ def _auto_run(engine, curve, prompt):
 
 @pytest.mark.model
 def test_auto_plans_the_same_steps_on_the_same_curve_and_uses_the_window_where_batches_are_cheap(engine):
-    laptop = load_curve("laptop-8core-llama3.1-8b-q4_k_m")
+    laptop = laptop_curve("laptop-8core-llama3.1-8b-q4_k_m")
     prompt = engine.render_chat([Message("user", "List the planets of the solar system with one fact each.")])
     first, events = _auto_run(engine, laptop, prompt)
     second, _ = _auto_run(engine, laptop, prompt)
@@ -110,7 +111,7 @@ def test_a_pinned_reference_curve_replaces_the_measurement_and_no_step_time_corr
         prompt = eng.render_chat([Message("user", "Repeat after me: one two three four five six.")])
         list(eng.generate(prompt, GenerationControls(lookahead=DEFAULT_LOOKAHEAD), stop=StopConfig(max_tokens=24)))
         assert eng.live_costs.observed() == {}
-        eng.plan_with(load_curve("laptop-8core-llama3.1-8b-q4_k_m"))
+        eng.plan_with(laptop_curve("laptop-8core-llama3.1-8b-q4_k_m"))
         eng.plan_with(None)  # back to the pinned curve, not to a measured or the default one
         assert eng.cost_curve_source == "pinned" and eng.cost_curve == curve
     # A curve file works as well as a name; anything else is refused with the variable named.

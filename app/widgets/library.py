@@ -1,6 +1,6 @@
 """Model → Library…: the GGUF models already on disk in other apps' folders, with their facts, to load.
 
-The scan (``engine.library.scan``) runs on a thread of its own, never the engine's: the chat and
+The scan (``engine.library.walk.scan``) runs on a thread of its own, never the engine's: the chat and
 the window stay responsive, and closing the dialog cancels it between two files.
 """
 
@@ -31,18 +31,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine.library import (
-    DRAFTS_ONLY_NOTE,
-    KIND_FILE,
-    HeaderCache,
-    LibraryModel,
-    LibraryRoot,
-    ScanResult,
-    SearchedFolder,
-    library_roots,
-    lookahead_cell,
-    scan,
-)
+from engine.library.folders import KIND_FILE, LibraryRoot, library_roots
+from engine.library.names import DRAFTS_ONLY_NOTE, lookahead_cell
+from engine.library.walk import HeaderCache, LibraryModel, ScanResult, SearchedFolder, scan
 from engine.llama.problems import LoadProblem
 from engine.units import format_params, plain_size
 

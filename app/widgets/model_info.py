@@ -15,7 +15,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine.library import DRAFTS_ONLY_NOTE
+from engine.library.names import DRAFTS_ONLY_NOTE
 from engine.llama.problems import LoadProblem
 from engine.units import format_params, plain_size
 

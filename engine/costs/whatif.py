@@ -7,8 +7,11 @@ there the drafts, not the cost of a batch, limit lookahead. ``engine bench
 --curve FILE`` lets Auto plan with such a curve and prices both runs on it:
 the tokens are this machine's real output, only the cost is assumed.
 
-The shipped curves (``data/curves/*.json``) are derived here from a roofline
-model whose inputs each file states with their sources:
+The example laptop curves the tests plan on (``tests/data/curves/*.json``) were
+derived here from a roofline model whose inputs each file states with their
+sources. Fed this machine's own llama-bench speeds, the same model predicted
+c(2)/c(4)/c(8) of 1.05/1.35/2.34 where ``engine tune`` measured 1.98/3.37/7.19:
+no speed this project states rests on it.
 
     t(n, k) = smax(B_body / BW, n * F_body / R)     the transformer layers
             + smax(B_head / BW, k * F_head / R)     the output matrix, k logit rows
@@ -36,9 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.costs.curve import COST_CURVE_ENV, REFERENCE_CURVES, CostCurve
-from engine.files import DATA_DIR
 
-CURVES_DIR = DATA_DIR / "curves"
 # Batch sizes a derived curve is tabulated at: the sizes engine tune measures.
 CURVE_SIZES = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24, 32, 48, 64)
 
@@ -91,10 +92,8 @@ class Roofline:
 
 
 def load_curve(path: str | Path) -> CostCurve:
-    """A curve from ``engine tune --save`` or a shipped what-if file (a bare name looks in data/curves/)."""
+    """A curve from ``engine tune --save`` (or a what-if file in the same format)."""
     p = Path(path)
-    if not p.exists() and str(path) == p.name and (CURVES_DIR / f"{p.name}.json").is_file():
-        p = CURVES_DIR / f"{p.name}.json"
     try:
         obj = json.loads(p.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -130,8 +129,3 @@ def curve_from_env() -> CostCurve | None:
 def save_curve(curve: CostCurve, path: str | Path, **about: Any) -> None:
     """Write ``curve`` in the format ``load_curve`` reads (``about``: extra keys, e.g. the model's name)."""
     Path(path).write_text(json.dumps({**about, **curve.to_json()}, indent=1) + "\n", encoding="utf-8")
-
-
-def shipped_curves() -> list[Path]:
-    """The what-if curves kept in the repo, for machines users have."""
-    return sorted(CURVES_DIR.glob("*.json"))

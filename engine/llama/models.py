@@ -147,8 +147,6 @@ _SPECIAL_TOKEN_KEYS = (
     "tokenizer.ggml.eot_token_id",
     "tokenizer.ggml.eom_token_id",
 )
-
-
 _NO_VOCAB_MODELS = ("no_vocab", "none")
 
 

@@ -15,47 +15,19 @@ from engine.decoding.settings import SettingsError
 
 # What went wrong with a model file, as ``ModelFileError.kind``.
 KIND_MISSING = "missing"
-
-
 KIND_NOT_A_FILE = "not a file"
-
-
 KIND_UNREADABLE = "unreadable"
-
-
 KIND_EMPTY = "empty"
-
-
 KIND_NOT_GGUF = "not gguf"
-
-
 KIND_TRUNCATED = "truncated"
-
-
 KIND_VERSION = "version"
-
-
 KIND_DAMAGED = "damaged"
-
-
 KIND_ARCHITECTURE = "architecture"
-
-
 KIND_MEMORY = "memory"
-
-
 KIND_CRASHED = "crashed"
-
-
 KIND_TOO_SLOW = "too slow"
-
-
 KIND_NOT_INSTALLED = "not installed"
-
-
 KIND_OTHER = "other"
-
-
 DOWNLOAD_AGAIN = "Download it again, or choose another model."
 
 
@@ -127,8 +99,6 @@ _PLAIN = {
     KIND_UNREADABLE: "This file cannot be opened.",
     KIND_OTHER: "This file could not be loaded as a model.",
 }
-
-
 # Technical texts that come without a kind, read back into one: llama.cpp's own refusals, and the load probe's
 # verdicts as an older version cached them. (a phrase of the text, kind); first match wins.
 _PHRASES = (

@@ -140,7 +140,7 @@ class BenchReport:
 
     def table(self) -> str:
         lines = [
-            f"{'id':<18} {'cat':<7} {'tok':>4} {'plain t/s':>9} {'la t/s':>8} {'speedup (range)':<24} "
+            f"{'id':<18} {'cat':<7} {'tok':>4} {'plain t/s':>9} {'la t/s':>8} {'speedup (range)':<27} "
             f"{'predict':>7} {'tok/step':>8} {'oracle':>6} same"
         ]
         for r in self.results:
@@ -149,7 +149,7 @@ class BenchReport:
             cell = f"{r.speedup:.3f} priced" if self.simulated else speedup_cell(r)
             lines.append(
                 f"{r.id:<18} {r.cat:<7} {r.n_tokens:>4} {r.plain_tps:>9.1f} {r.lookahead_tps:>8.1f} "
-                f"{cell:<24} {predicted:>7.3f} {r.tokens_per_step:>8.2f} "
+                f"{cell:<27} {predicted:>7.3f} {r.tokens_per_step:>8.2f} "
                 f"{oracle if oracle is not None else 0:>6.3f} {'yes' if r.identical else 'NO'}"
             )
         s = self.summary()

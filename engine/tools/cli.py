@@ -35,6 +35,7 @@ from engine.llama.native import NativeError
 from engine.llama.probe import ensure_loadable
 from engine.llama.problems import ModelFileError
 from engine.llama.shapes import QUANT_TYPES, SHAPES, build_shape
+from engine.speed.comparison import speedup_cell
 from engine.speed.measure import PromptResult, RunStats, Workload, geomean
 from engine.tools.bench import (
     BenchReport,
@@ -144,8 +145,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="offer each prompt's plain reply back as drafts, right at this share (0..1) of its positions "
                         "and wrong elsewhere: lookahead's speed on a model whose text nothing predicts (a shape with "
                         "random weights); the prompts draft from nothing else beyond themselves")
-    b.add_argument("--curve", help="plan and price on a what-if cost curve (a file from tune --save, or the name "
-                                   "of one in engine/data/curves); speedups are simulated")
+    b.add_argument("--curve", help="plan and price on another machine's cost curve (a file from tune --save "
+                                   "there); speedups are simulated")
 
     t = sub.add_parser("tune", help="measure this machine's cost curve for Auto and show what Auto will do")
     _add_model_args(t)
@@ -361,8 +362,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         def progress(r: PromptResult) -> None:
             if not args.json:
                 differs = f"DIFFERS at {(r.first_divergence or {}).get('index')}"
+                pairs = r.extra.get("pairs", 1)
                 print(
-                    f"{r.id:<18} {r.cat:<7} speedup {r.speedup:.3f}  tokens/step {r.tokens_per_step:.2f}  "
+                    f"{r.id:<18} {r.cat:<7} speedup {speedup_cell(r)} over {pairs} pair{'s' if pairs != 1 else ''}  "
+                    f"tokens/step {r.tokens_per_step:.2f}  "
                     f"{'identical' if r.identical else differs}",
                     file=sys.stderr,
                 )

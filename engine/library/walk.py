@@ -1,12 +1,9 @@
-"""The model library: GGUF files already on disk in the folders where other apps keep them.
+"""Scanning the library's folders for GGUF files, and the header cache that makes a second scan fast.
 
-Each known folder is a ``LibraryRoot`` of one of three layouts: a plain tree of .gguf files
-(LM Studio, GPT4All, Jan, folders the user adds), the Hugging Face hub cache (snapshots whose
-files are symlinks into ``blobs/``), or Ollama's store (JSON manifests naming extension-less
-blobs). ``scan`` walks them with ``os.scandir``, reads each file's header with ``check_gguf``
-(never the weights), and keeps the facts in a JSON cache keyed by (path, size, mtime), so a
-second scan only stats the files. Directories are remembered by (st_dev, st_ino): a symlink
-loop ends where it starts, and a file reached twice is listed once.
+``scan`` walks the roots with ``os.scandir``, reads each file's header with ``check_gguf`` (never the weights),
+and keeps the facts in a JSON cache keyed by (path, size, mtime), so a second scan only stats the files.
+Directories are remembered by (st_dev, st_ino): a symlink loop ends where it starts, and a file reached twice is
+listed once.
 """
 
 from __future__ import annotations
@@ -15,253 +12,31 @@ import json
 import os
 import re
 import stat
-import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from engine.files import cache_root, write_json_atomic
-from engine.llama.bundled import default_model_path
+from engine.library.folders import KIND_FILE, KIND_HF, KIND_OLLAMA, SOURCE_USER, LibraryRoot
+from engine.library.names import (
+    NOT_A_LANGUAGE_MODEL,
+    NOT_A_LANGUAGE_MODEL_PLAIN,
+    friendly_name,
+    lookahead_block_reason,
+    lookahead_kind,
+)
 from engine.llama.models import GgufSummary, check_gguf
 from engine.llama.problems import LoadProblem, ModelFileError, explain
-from engine.units import format_params, plain_size
 
 CACHE_VERSION = 1  # bump when the facts kept per file change
 MAX_DEPTH = 16  # folders deeper than this under a root are not walked
 MAX_MANIFEST_BYTES = 1 << 20  # an Ollama manifest is a few hundred bytes
-
-# Where each app's folders come from (looked up, not guessed):
-SOURCE_LM_STUDIO = "LM Studio"
-SOURCE_HF = "Hugging Face"
-SOURCE_GPT4ALL = "GPT4All"
-SOURCE_JAN = "Jan"
-SOURCE_OLLAMA = "Ollama"
-SOURCE_USER = "Added folder"
-SOURCE_BUNDLED = "Bundled"
-
-KIND_TREE = "tree"  # walk for *.gguf
-KIND_HF = "hf"  # the Hugging Face hub cache: models--org--repo/snapshots/<rev>/...
-KIND_OLLAMA = "ollama"  # manifests/<host>/<namespace>/<model>/<tag> naming blobs/sha256-<hex>
 _OLLAMA_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
-KIND_FILE = "file"  # one file (the bundled model)
-
-# llama.cpp's llm_arch_is_recurrent / llm_arch_is_hybrid (src/llama-arch.cpp), by the names
-# llama-arch.cpp gives these architectures in GGUF files. Their memory keeps one state per
-# sequence: no lookahead window, and a rejected guess can be dropped only where llama.cpp keeps
-# earlier states to go back to (llm_arch_supports_rs_rollback): those verify one draft per step
-# ("drafts only", engine/decoding/runtime.py), the others decode plainly. The header's architecture says
-# which before loading; the loaded engine says the same.
-RECURRENT_ARCHITECTURES = frozenset({"mamba", "mamba2", "rwkv6", "rwkv6qwen2", "rwkv7", "arwkv7"})
-HYBRID_ARCHITECTURES = frozenset({
-    "jamba", "falcon-h1", "plamo2", "granitehybrid", "lfm2", "lfm2moe", "nemotron_h", "nemotron_h_moe",
-    "qwen3next", "kimi-linear", "bailingmoe3", "kimi-k3", "glm5-next", "qwen35", "qwen35moe", "qwen4exp",
-    "deepseek4", "minimax-01",
-})
-ROLLBACK_ARCHITECTURES = frozenset({
-    "kimi-k3", "qwen35", "qwen35moe", "qwen4exp", "deepseek4", "glm5-next", "nemotron_h", "nemotron_h_moe",
-    "lfm2", "lfm2moe", "bailingmoe3",
-})
-DRAFTS_ONLY_NOTE = (
-    "Drafts only: this model's memory is recurrent in part, so each step checks one guessed continuation and "
-    "takes back what is rejected; the lookahead window is not used."
-)
-# GGUF files that are not language models: a vision model's projector (llama.cpp's mtmd "clip").
-NOT_A_LANGUAGE_MODEL = {"clip": "a vision projector (mmproj) for another model, not a language model"}
-NOT_A_LANGUAGE_MODEL_PLAIN = (
-    "This file is an add-on for another model (it lets that model see images), not a chat model."
-)
-
 OLLAMA_MODEL_MEDIA_TYPE = "application/vnd.ollama.image.model"
 OLLAMA_DEFAULT_REGISTRY = "registry.ollama.ai"
 OLLAMA_DEFAULT_NAMESPACE = "library"
-
-
-def lookahead_block_reason(architecture: str) -> str | None:
-    """Why a model of this architecture cannot run lookahead (None: it can), from its name alone."""
-    if architecture in RECURRENT_ARCHITECTURES or architecture in HYBRID_ARCHITECTURES:
-        if architecture in ROLLBACK_ARCHITECTURES:
-            return None
-        kind = "recurrent" if architecture in RECURRENT_ARCHITECTURES else "hybrid"
-        return (f"llama.cpp cannot take back rejected guesses from the {kind} memory of its architecture "
-                f"({architecture}); plain decoding still works")
-    return None
-
-
-def lookahead_kind(architecture: str) -> str:
-    """What lookahead a model of this architecture gets: "lookahead", "drafts only" or "plain"."""
-    if lookahead_block_reason(architecture):
-        return "plain"
-    if architecture in RECURRENT_ARCHITECTURES or architecture in HYBRID_ARCHITECTURES:
-        return "drafts only"
-    return "lookahead"
-
-
-def lookahead_cell(kind: str) -> str:
-    """A ``lookahead_kind`` as the library's column says it: "yes", "drafts only" or "no"."""
-    return {"lookahead": "yes", "drafts only": "drafts only"}.get(kind, "no")
-
-
-# --- the name to show for a model ---------------------------------------------------------------
-
-# A word of a GGUF's general.name that marks a training run rather than a model people would name:
-# epochs, steps, checkpoints, data mixes, seeds, learning rates (e.g. "Smollm2 135M 8k Lc100K Mix1 Ep2").
-_TRAINING_TAG = re.compile(
-    r"^(?:ep|epoch|step|steps|iter|ckpt|checkpoint|mix|lc|seed|run|lr|bs|gs|globalstep)\d[\w.]*$"
-    r"|^(?:ckpt|checkpoint|tmp\w*)$",
-    re.IGNORECASE,
-)
-_HEX_ID = re.compile(r"^(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{8,}$", re.IGNORECASE)  # a commit or run id
-# Names that say nothing about which model it is: a converter's or trainer's default.
-_GENERIC_NAMES = frozenset({"model", "models", "hf", "temp", "output", "out", "merged", "base", "pytorch", "gguf",
-                            "final", "unsloth", "default", "untitled"})
-
-
-def name_is_training_tag(name: str) -> bool:
-    """Whether a GGUF's general.name is a training run's tag or a tool's default rather than a model's name."""
-    words = [w for w in re.split(r"[\s_/\\]+|(?<=\D)-|-(?=\D)", name.strip()) if w]
-    if not words:
-        return True
-    if any(_TRAINING_TAG.match(w) or _HEX_ID.match(w) for w in words):
-        return True
-    return all(w.casefold() in _GENERIC_NAMES for w in words)
-
-
-def friendly_name(gguf_name: str | None, path: str | os.PathLike[str]) -> str:
-    """The name to show for a model file: its general.name, unless missing or a training tag; then the
-    file's name without .gguf ("SmolLM2-135M-Instruct.Q4_1"). The library and the status bar both use it."""
-    if gguf_name and gguf_name.strip() and not name_is_training_tag(gguf_name):
-        return gguf_name.strip()
-    return Path(path).stem
-
-
-# --- where the apps keep their models ----------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class LibraryRoot:
-    """One folder to scan, the app it belongs to, and its layout (``KIND_*``)."""
-
-    path: str
-    source: str
-    kind: str = KIND_TREE
-
-
-def _platform(platform: str | None) -> str:
-    name = platform or sys.platform
-    if name.startswith("win"):
-        return "windows"
-    return "macos" if name == "darwin" else "linux"
-
-
-def _home(env: Mapping[str, str], os_name: str) -> Path:
-    home = env.get("USERPROFILE") if os_name == "windows" else env.get("HOME")
-    return Path(home) if home else Path.home()
-
-
-def _env_dir(env: Mapping[str, str], name: str, default: Path) -> Path:
-    """An XDG-style variable: used when set to an absolute path, otherwise the default."""
-    value = env.get(name, "")
-    return Path(value) if value and os.path.isabs(value) else default
-
-
-def known_roots(env: Mapping[str, str] | None = None, platform: str | None = None) -> list[LibraryRoot]:
-    """The folders where LM Studio, the Hugging Face hub, GPT4All, Jan and Ollama keep models on this OS.
-
-    Read from ``env`` (default: the process environment) the way each app reads it: HOME
-    (USERPROFILE on Windows), XDG_DATA_HOME / XDG_CONFIG_HOME / XDG_CACHE_HOME on Linux,
-    HF_HUB_CACHE / HF_HOME, LOCALAPPDATA / APPDATA on Windows, OLLAMA_MODELS.
-    """
-    env = os.environ if env is None else env
-    os_name = _platform(platform)
-    home = _home(env, os_name)
-    roots: list[LibraryRoot] = []
-
-    def add(path: Path, source: str, kind: str = KIND_TREE) -> None:
-        root = LibraryRoot(str(path), source, kind)
-        if root not in roots:
-            roots.append(root)
-
-    # LM Studio: ~/.lmstudio/models/<publisher>/<model>/<file>.gguf on every OS (Windows: %USERPROFILE%),
-    # https://lmstudio.ai/docs/app/basics/import-model ("LM Studio's expected models directory structure");
-    # releases before 0.3 kept them in ~/.cache/lm-studio/models (the tree in
-    # https://github.com/lmstudio-ai/lmstudio-bug-tracker/issues/230, and C:\Users\<name>\.cache\lm-studio\models
-    # on Windows in https://github.com/apache/cloudstack/issues/9075).
-    add(home / ".lmstudio" / "models", SOURCE_LM_STUDIO)
-    add(home / ".cache" / "lm-studio" / "models", SOURCE_LM_STUDIO)
-
-    # Hugging Face hub cache: $HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub ($XDG_CACHE_HOME
-    # when set), https://huggingface.co/docs/huggingface_hub/package_reference/environment_variables;
-    # layout (models--org--repo/snapshots/<rev>/ symlinks into blobs/) in
-    # https://huggingface.co/docs/huggingface_hub/guides/manage-cache. HUGGINGFACE_HUB_CACHE is the older name
-    # (https://huggingface.co/docs/huggingface_hub/v0.13.2/guides/manage-cache).
-    hub = env.get("HF_HUB_CACHE") or env.get("HUGGINGFACE_HUB_CACHE")
-    if hub:
-        add(Path(hub), SOURCE_HF, KIND_HF)
-    else:
-        hf_home = env.get("HF_HOME")
-        cache = _env_dir(env, "XDG_CACHE_HOME", home / ".cache")
-        add((Path(hf_home) if hf_home else cache / "huggingface") / "hub", SOURCE_HF, KIND_HF)
-
-    # GPT4All downloads into QStandardPaths::AppLocalDataLocation (gpt4all-chat/src/mysettings.cpp,
-    # defaultLocalModelsPath) of organization "nomic.ai", application "GPT4All" (gpt4all-chat/src/main.cpp);
-    # that location per OS is Qt's table in https://doc.qt.io/qt-6/qstandardpaths.html (the macOS one is
-    # also what Homebrew's cask removes: https://github.com/Homebrew/homebrew-cask/blob/HEAD/Casks/g/gpt4all.rb).
-    # Jan keeps models in <data folder>/llamacpp/models/<id>/ (janhq/jan extensions/llamacpp-extension/src/index.ts);
-    # the default data folder is dirs::data_dir()/Jan/data (janhq/jan src-tauri/src/core/app/commands.rs,
-    # default_data_folder_path); Jan's docs give ~/.config/Jan/data on Linux for the releases before it
-    # (https://www.jan.ai/docs/data-folder), and releases before 0.6 used ~/jan/models (janhq/jan
-    # docs/docs/guides/quickstart.md).
-    if os_name == "linux":
-        data = _env_dir(env, "XDG_DATA_HOME", home / ".local" / "share")
-        config = _env_dir(env, "XDG_CONFIG_HOME", home / ".config")
-        add(data / "nomic.ai" / "GPT4All", SOURCE_GPT4ALL)
-        jan_data = [data / "Jan" / "data", config / "Jan" / "data"]
-    elif os_name == "macos":
-        support = home / "Library" / "Application Support"
-        add(support / "nomic.ai" / "GPT4All", SOURCE_GPT4ALL)
-        jan_data = [support / "Jan" / "data"]
-    else:
-        local = Path(env["LOCALAPPDATA"]) if env.get("LOCALAPPDATA") else home / "AppData" / "Local"
-        roaming = Path(env["APPDATA"]) if env.get("APPDATA") else home / "AppData" / "Roaming"
-        add(local / "nomic.ai" / "GPT4All", SOURCE_GPT4ALL)
-        jan_data = [roaming / "Jan" / "data"]
-    for folder in jan_data:
-        add(folder / "llamacpp" / "models", SOURCE_JAN)
-        add(folder / "models", SOURCE_JAN)
-    add(home / "jan" / "models", SOURCE_JAN)
-
-    # Ollama: $OLLAMA_MODELS, else ~/.ollama/models (envconfig/config.go, Models()); its FAQ gives
-    # ~/.ollama/models on macOS, C:\Users\%username%\.ollama\models on Windows and, for the Linux service the
-    # install script creates, /usr/share/ollama/.ollama/models (https://github.com/ollama/ollama/blob/main/docs/faq.mdx,
-    # "Where are models stored?"). Blobs are blobs/sha256-<hex> (":" on older non-Windows releases), named by
-    # manifests/<host>/<namespace>/<model>/<tag> (server/modelpath.go, GetBlobsPath and GetManifestPath).
-    if env.get("OLLAMA_MODELS"):
-        add(Path(env["OLLAMA_MODELS"]), SOURCE_OLLAMA, KIND_OLLAMA)
-    add(home / ".ollama" / "models", SOURCE_OLLAMA, KIND_OLLAMA)
-    if os_name == "linux":
-        add(Path("/usr/share/ollama/.ollama/models"), SOURCE_OLLAMA, KIND_OLLAMA)
-    return roots
-
-
-def library_roots(
-    user_folders: Iterable[str] = (), env: Mapping[str, str] | None = None, platform: str | None = None,
-    bundled: bool = True,
-) -> list[LibraryRoot]:
-    """Every root to scan: the bundled model (if installed), the apps' folders, then the user's own folders."""
-    roots: list[LibraryRoot] = []
-    if bundled:
-        try:
-            roots.append(LibraryRoot(str(default_model_path()), SOURCE_BUNDLED, KIND_FILE))
-        except ModelFileError:
-            pass
-    roots += known_roots(env, platform)
-    roots += [LibraryRoot(str(Path(folder).expanduser()), SOURCE_USER) for folder in user_folders if folder]
-    return roots
-
-
-# --- results -----------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -371,9 +146,6 @@ class ScanCancelled(Exception):
     """The cancel event was set; the scan stops between two files."""
 
 
-# --- the header cache --------------------------------------------------------------------------
-
-
 def cache_path() -> Path:
     return cache_root() / "library" / "headers.json"
 
@@ -429,8 +201,6 @@ class HeaderCache:
         except OSError:
             pass
 
-
-# --- scanning ----------------------------------------------------------------------------------
 
 Progress = Callable[[int, str], None]  # (files looked at so far, the file now)
 
@@ -689,36 +459,3 @@ def _examine(
     # Hugging Face and Ollama give their own names ("org/repo/file", "model:tag"); others get the file's
     # friendly name, the one the status bar shows once it is loaded.
     return LibraryModel(cand.path, cand.name or friendly_name(facts.name, cand.path), cand.source, st.st_size, facts)
-
-
-# --- text for people ---------------------------------------------------------------------------
-
-
-TABLE_COLUMNS = (
-    "path", "name", "architecture", "parameters", "quantization", "size", "context", "template", "lookahead",
-    "found in",
-)
-
-
-def table_row(model: LibraryModel) -> tuple[str, ...]:
-    """One model as the cells of ``lookahead-chat --list-models``'s table."""
-    if not model.ok:
-        return (model.path, model.name, "", "", "", plain_size(model.size_bytes), "", "", "no", model.source)
-    return (
-        model.path, model.name, model.architecture, format_params(model.n_params), model.file_type,
-        plain_size(model.size_bytes), f"{model.context_length:,}" if model.context_length else "",
-        "yes" if model.has_chat_template else "no",
-        lookahead_cell(model.lookahead_kind), model.source,
-    )
-
-
-def format_table(models: list[LibraryModel]) -> str:
-    """An aligned text table with a header line; broken files say why on the line below theirs."""
-    rows = [tuple(c.upper() for c in TABLE_COLUMNS)] + [table_row(m) for m in models]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(TABLE_COLUMNS))]
-    lines = []
-    for row, model in zip(rows, [None, *models], strict=True):
-        lines.append("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
-        if model is not None and model.error:
-            lines.append(f"    ! {model.error}")
-    return "\n".join(lines)
