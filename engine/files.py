@@ -17,7 +17,7 @@ import platformdirs
 
 APP_NAME = "lookahead-chat"
 HOME_ENV = "LOOKAHEAD_CHAT_HOME"
-DATA_DIR = Path(__file__).resolve().parent / "data"  # what ships with the engine: workloads, reference curves
+DATA_DIR = Path(__file__).resolve().parent / "data"  # what ships with the engine: the workloads and their files
 
 
 def home_override() -> Path | None:
