@@ -78,8 +78,7 @@ def run_comparison(
         on_progress=on_progress,
         request_id=request.request_id,
     )
-    return CompareResult(**{f: getattr(comparison, f) for f in comparison.__dataclass_fields__},
-                         request_id=request.request_id)
+    return CompareResult(**vars(comparison), request_id=request.request_id)
 
 
 class ReplayTrack:

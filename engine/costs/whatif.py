@@ -1,17 +1,14 @@
 """What-if cost curves: planning and pricing a run as if it ran on another machine.
 
 A cost curve says what a batch of n tokens costs relative to a 1-token step
-(curve.py). This machine's curve is measured; the machines users run the
-app on (8-core laptops with 1-8B Q4_K_M models) have much flatter curves, and
-there the drafts, not the cost of a batch, limit lookahead. ``engine bench
---curve FILE`` lets Auto plan with such a curve and prices both runs on it:
-the tokens are this machine's real output, only the cost is assumed.
+(curve.py). This machine's curve is measured; another machine's can be
+measured there (``engine tune --save FILE``). ``engine bench --curve FILE``
+lets Auto plan with it and prices both runs on it: the tokens are this
+machine's real output, only the cost is assumed.
 
-The example laptop curves the tests plan on (``tests/data/curves/*.json``) were
-derived here from a roofline model whose inputs each file states with their
-sources. Fed this machine's own llama-bench speeds, the same model predicted
-c(2)/c(4)/c(8) of 1.05/1.35/2.34 where ``engine tune`` measured 1.98/3.37/7.19:
-no speed this project states rests on it.
+The example laptop curves the tests plan on (``tests/data/curves/*.json``)
+were derived here from a roofline model whose inputs each file states with
+their sources:
 
     t(n, k) = smax(B_body / BW, n * F_body / R)     the transformer layers
             + smax(B_head / BW, k * F_head / R)     the output matrix, k logit rows
@@ -23,11 +20,14 @@ no speed this project states rests on it.
 
 BW and R are effective rates: measured token generation (tg128, memory-bound)
 and prompt processing (pp512, compute-bound) speeds of llama.cpp on that
-machine and model, turned into bytes and FLOPs per second. A sharp corner
-(s -> infinity) says a 4-token batch is free on such a machine; real kernels
-are not, and s = 3 reproduces a published small-batch measurement of an 8B
-Q4_K_M model on a 12-thread CPU (pp4, pp8, pp16, pp32 against tg128) within 5%
-(tests/test_whatif.py holds it).
+machine and model, turned into bytes and FLOPs per second. s = 3 reproduces a
+published small-batch measurement of an 8B Q4_K_M model on a 12-thread CPU
+(pp4, pp8, pp16, pp32 against tg128) within 5% (tests/test_whatif.py holds
+it); fed this machine's own llama-bench speeds, the same model predicted
+c(2)/c(4)/c(8) of 1.05/1.35/2.34 where ``engine tune`` measured
+1.98/3.37/7.19. So the derived curves are the tests' examples of a flat
+curve, not a laptop's measured costs: no speed this project states rests on
+them.
 """
 
 from __future__ import annotations
