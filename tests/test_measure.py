@@ -220,9 +220,20 @@ def test_a_prompt_row_is_built_from_two_runs():
 # --- everyone who reports a speedup agrees ---
 
 
+def shown_in_compare_view(qtbot, request, result):
+    """A Compare tab that ran ``request`` and got ``result``, its replay skipped to the verdict."""
+    from app.widgets.compare_view import CompareView
+
+    view = CompareView()
+    qtbot.addWidget(view)
+    view.begin(request)
+    view.on_finished(result)
+    view.skip_replay()
+    return view
+
+
 def test_the_compare_tab_the_speed_report_and_the_bench_give_the_same_speedup_for_the_same_runs(qtbot):
     from app.compare import CompareRequest, SpeedReportRequest, run_comparison, run_speed_report
-    from app.widgets.compare_view import CompareView
     from engine.speed.comparison import prompt_result
 
     workload = Workload("recorded", "code", "Count to ten.")
@@ -246,11 +257,7 @@ def test_the_compare_tab_the_speed_report_and_the_bench_give_the_same_speedup_fo
         assert (row.plain_tps, row.lookahead_tps, row.n_tokens, row.identical) == (100.0, 133.33, 8, False)
         assert row.first_divergence["index"] == 7
 
-    view = CompareView()
-    qtbot.addWidget(view)
-    view.begin(request)
-    view.on_finished(compared)
-    view.skip_replay()
+    view = shown_in_compare_view(qtbot, request, compared)
     assert f"Speedup {RUN_SPEEDUP:.2f}×" in view.verdict.text()
     # The panes showed the run's own statistics, not a count of their own.
     assert view.plain_pane.stats == compared.plain.stats and view.lookahead_pane.stats == compared.lookahead.stats
@@ -283,7 +290,6 @@ class ScheduledEngine(RecordedEngine):
 
 def test_bench_compare_and_the_speed_report_print_the_same_ratio_and_range_for_runs_that_spread(qtbot):
     from app.compare import CompareRequest, SpeedReportRequest, prompt_cells, run_comparison, run_speed_report
-    from app.widgets.compare_view import CompareView
     from engine.speed.comparison import MAX_PAIRS, speedup_cell
 
     workload = Workload("scheduled", "code", "Count to ten.")
@@ -315,11 +321,7 @@ def test_bench_compare_and_the_speed_report_print_the_same_ratio_and_range_for_r
     assert cell == speedup_cell(reported) == f"{measured.value:.2f}× ({measured.low:.2f}–{measured.high:.2f})"
     assert cell in bench.table() and cell in prompt_cells(reported)
 
-    view = CompareView()
-    qtbot.addWidget(view)
-    view.begin(request)
-    view.on_finished(compared)
-    view.skip_replay()
+    view = shown_in_compare_view(qtbot, request, compared)
     assert f"Speedup {measured.value:.2f}×" in view.verdict.text()
     assert f"{measured.low:.2f}–{measured.high:.2f}× over 6 pairs of runs" in view.verdict.text()
 

@@ -16,15 +16,15 @@ from typing import Protocol
 
 import numpy as np
 
-from engine.costs.contention import DecodeSample, RestProfile, ThreadGovernor, waiting_share
+from engine.costs.contention import DecodeSample, RestProfile, waiting_share
 from engine.costs.curve import CostCurve, load_cached, save_cached
-from engine.decoding.decoders import KvState
+from engine.decoding.parts import EngineParts
 from engine.llama.models import GgufSummary
-from engine.llama.native import Batch, Context
 
 
-class Measurable(Protocol):
-    """What measuring needs of an engine: its llama.cpp context and batch, cache, threads and model file.
+class Measurable(EngineParts, Protocol):
+    """What measuring needs of an engine besides its llama.cpp state: its model file, tokenizer, cache reset and
+    prefill, and every thread.
 
     ``engine.decoding.runtime.Engine`` has these parts; naming them here keeps measuring from importing the
     engine that calls it.
@@ -33,25 +33,7 @@ class Measurable(Protocol):
     threads_agree: bool | None  # a 1-thread step's logits equal an all-thread one's (the probe finds out)
 
     @property
-    def ctx(self) -> Context: ...
-    @property
-    def batch(self) -> Batch: ...
-    @property
-    def kv(self) -> KvState: ...
-    @property
-    def governor(self) -> ThreadGovernor: ...
-    @property
     def summary(self) -> GgufSummary: ...
-    @property
-    def n_ctx(self) -> int: ...
-    @property
-    def n_threads(self) -> int: ...
-    @property
-    def drafts_only(self) -> bool: ...
-    @property
-    def rollback(self) -> int: ...
-    @property
-    def commit_seqs(self) -> tuple[int, ...]: ...
 
     def tokenize(self, text: str, add_special: bool = True) -> list[int]: ...
     def reset(self) -> None: ...

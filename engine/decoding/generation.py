@@ -22,19 +22,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
-from engine.costs.contention import ThreadGovernor
 from engine.costs.curve import CostCurve, LiveCosts
 from engine.decoding.auto import AcceptanceStats, AutoPolicy, FixedPolicy
-from engine.decoding.decoders import ChainDecoder, JacobiWindow, KvState, LookaheadDecoder, PlainDecoder, TokenDrawer
+from engine.decoding.decoders import ChainDecoder, JacobiWindow, LookaheadDecoder, PlainDecoder, TokenDrawer
 from engine.decoding.drafts import CorpusIndex, DraftCorpus, DraftSources, HistoryIndex
+from engine.decoding.parts import EngineParts
 from engine.decoding.plan import StepChoice
 from engine.decoding.pool import NgramPool
 from engine.decoding.settings import MAX_NGRAM, LookaheadConfig, SamplingConfig, StopConfig
 from engine.decoding.text import StopMatcher, TextStream
-from engine.llama.native import Batch, Context, Model, Sampler
+from engine.llama.native import Model, Sampler
 
 
-class Engine(Protocol):
+class Engine(EngineParts, Protocol):
     """What a generation uses of the engine that runs it (``engine.decoding.runtime.Engine``).
 
     The engine lasts across replies (model, context, cache, what drafts come from, what steps cost); a
@@ -43,24 +43,6 @@ class Engine(Protocol):
 
     @property
     def model(self) -> Model: ...
-    @property
-    def ctx(self) -> Context: ...
-    @property
-    def batch(self) -> Batch: ...
-    @property
-    def kv(self) -> KvState: ...
-    @property
-    def governor(self) -> ThreadGovernor: ...
-    @property
-    def n_ctx(self) -> int: ...
-    @property
-    def n_threads(self) -> int: ...
-    @property
-    def drafts_only(self) -> bool: ...
-    @property
-    def rollback(self) -> int: ...
-    @property
-    def commit_seqs(self) -> tuple[int, ...]: ...
     @property
     def acceptance(self) -> AcceptanceStats: ...
     @property

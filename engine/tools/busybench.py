@@ -115,6 +115,7 @@ class BusyReport:
         return all(c.texts == reference for c in self.cells.values())
 
     def to_json(self) -> dict:
+        ratios = self.ratios()
         return {
             "threads": self.threads,
             "rounds": self.rounds,
@@ -129,8 +130,8 @@ class BusyReport:
                  "timelines": c.timelines}
                 for (load, mode, policy), c in self.cells.items()
             ],
-            "ratios": {k: round(r.value, 3) for k, r in self.ratios().items()},
-            "ratio_ranges": {k: [round(r.low, 3), round(r.high, 3), r.n] for k, r in self.ratios().items()},
+            "ratios": {k: round(r.value, 3) for k, r in ratios.items()},
+            "ratio_ranges": {k: [round(r.low, 3), round(r.high, 3), r.n] for k, r in ratios.items()},
         }
 
     def table(self) -> str:
