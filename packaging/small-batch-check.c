@@ -1,13 +1,14 @@
 // The engine's contract, checked on a llama.cpp build: a matmul over k token columns gives each column
 // the result of a 1-column matmul, bit for bit (see llama-cpp-small-batch.patch).
 //
-//   small-batch-check [--types q4_K,q6_K,...] [--shapes N] [--threads 1,2] [--seed S] [--quiet]
+//   small-batch-check [--types q4_K,q6_K,...] [--shapes N] [--threads 1,2] [--seed S] [--vec-dot] [--quiet]
 //
 // For each weight type, N random (rows, row length) shapes; for each shape and thread count, the k-column
 // products for k = 1..32 and a few larger k are compared with the columns computed one at a time. The
 // weights are placed as llama.cpp places a model's: in the CPU's repack buffer where this build repacks
 // the type (Q4_0, IQ4_NL; Q4_K on CPUs without the AVX-512 tile), in plain memory otherwise.
-// Prints one line per type and exits 1 if any column differs.
+// With --vec-dot, each 1-column result is also compared with the type's own ggml vec_dot (what a 1-token
+// matmul computes without the patch). Prints one line per type and exits 1 if any column differs.
 //
 // Built and run by tests/test_small_batch_kernels.py against the installed llama-cpp-python's libraries.
 
@@ -92,7 +93,8 @@ struct weights {
     struct ggml_context * ctx;
     ggml_backend_buffer_t buffer;
     struct ggml_tensor  * w;
-    const char          * placed;  // buffer type name
+    const char          * placed;     // buffer type name
+    void                * quantized;  // the rows as quantized, before any repacking
 };
 
 static struct weights make_weights(enum ggml_type type, int64_t n_rows, int64_t row_len) {
@@ -120,7 +122,7 @@ static struct weights make_weights(enum ggml_type type, int64_t n_rows, int64_t 
     void * quantized = malloc(ggml_row_size(type, row_len) * n_rows);
     ggml_quantize_chunk(type, values, quantized, 0, n_rows, row_len, NULL);
     ggml_backend_tensor_set(w, quantized, 0, ggml_nbytes(w));
-    free(quantized);
+    out.quantized = quantized;
     free(values);
     return out;
 }
@@ -149,10 +151,29 @@ static void matmul(struct weights * W, const float * act, int n_cols, int n_thre
 struct type_result {
     long long compared, differ;
     int shapes, first_bad_k, repacked;
+    long long vs_vec_dot_compared, vs_vec_dot_differ;  // 1-column results against ggml's vec_dot
 };
 
+// y[c * n_rows + r] = the type's vec_dot of weight row r and activation column c, as llama.cpp computes a
+// 1-token matmul without the patch: the activation quantized to the vec_dot type, then one call per pair
+static void vec_dot_reference(const struct weights * W, const float * act, int n_cols, float * y) {
+    const enum ggml_type type = W->w->type;
+    const int64_t row_len = W->w->ne[0], n_rows = W->w->ne[1];
+    const struct ggml_type_traits_cpu * traits = ggml_get_type_traits_cpu(type);
+    const struct ggml_type_traits_cpu * act_traits = ggml_get_type_traits_cpu(traits->vec_dot_type);
+    const size_t w_row = ggml_row_size(type, row_len), a_row = ggml_row_size(traits->vec_dot_type, row_len);
+    char * qa = malloc(a_row);
+    for (int c = 0; c < n_cols; ++c) {
+        act_traits->from_float(act + (size_t) c * row_len, qa, row_len);
+        for (int64_t r = 0; r < n_rows; ++r) {
+            traits->vec_dot((int) row_len, &y[(size_t) c * n_rows + r], 0, (const char *) W->quantized + r * w_row, 0, qa, 0, 1);
+        }
+    }
+    free(qa);
+}
+
 static void check_shape(enum ggml_type type, int64_t n_rows, int64_t row_len, const int * threads, int n_threads_opts,
-                        struct type_result * res) {
+                        bool vs_vec_dot, struct type_result * res) {
     struct weights W = make_weights(type, n_rows, row_len);
     res->repacked += strcmp(W.placed, ggml_backend_buft_name(ggml_backend_cpu_buffer_type())) != 0;
     float * act = malloc(sizeof(float) * row_len * MAX_COLS);
@@ -163,6 +184,14 @@ static void check_shape(enum ggml_type type, int64_t n_rows, int64_t row_len, co
     for (int t = 0; t < n_threads_opts; ++t) {
         for (int c = 0; c < MAX_COLS; ++c) {
             matmul(&W, act + (size_t) c * row_len, 1, threads[t], single + (size_t) c * n_rows);
+        }
+        if (vs_vec_dot && t == 0) {
+            const int n_ref = 8;
+            vec_dot_reference(&W, act, n_ref, batch);
+            for (int64_t i = 0; i < n_rows * n_ref; ++i) {
+                res->vs_vec_dot_compared++;
+                res->vs_vec_dot_differ += memcmp(&batch[i], &single[i], sizeof(float)) != 0;
+            }
         }
         for (int b = 0; b < N_BATCH_SIZES; ++b) {
             const int k = BATCH_SIZES[b];
@@ -182,6 +211,7 @@ static void check_shape(enum ggml_type type, int64_t n_rows, int64_t row_len, co
     free(batch);
     free(single);
     free(act);
+    free(W.quantized);
     ggml_backend_buffer_free(W.buffer);
     ggml_free(W.ctx);
 }
@@ -210,6 +240,7 @@ int main(int argc, char ** argv) {
     int threads[4] = {1, 2};
     int n_threads_opts = 2;
     bool quiet = false;
+    bool vs_vec_dot = false;
     for (int i = 1; i < argc; ++i) {
         if (strcmp(argv[i], "--types") == 0 && i + 1 < argc) {
             types_arg = argv[++i];
@@ -221,8 +252,10 @@ int main(int argc, char ** argv) {
             n_threads_opts = sscanf(argv[++i], "%d,%d,%d,%d", &threads[0], &threads[1], &threads[2], &threads[3]);
         } else if (strcmp(argv[i], "--quiet") == 0) {
             quiet = true;
+        } else if (strcmp(argv[i], "--vec-dot") == 0) {
+            vs_vec_dot = true;
         } else {
-            fprintf(stderr, "usage: %s [--types q4_K,q6_K,...] [--shapes N] [--threads 1,2] [--seed S] [--quiet]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--types q4_K,q6_K,...] [--shapes N] [--threads 1,2] [--seed S] [--vec-dot] [--quiet]\n", argv[0]);
             return 2;
         }
     }
@@ -245,15 +278,19 @@ int main(int argc, char ** argv) {
             // row lengths of up to 4096 values (as a model's hidden size), row counts 1..160 (odd ones included)
             const int64_t row_len = block * (1 + (int64_t) (rng_next() % (uint64_t) (4096 / block)));
             const int64_t n_rows  = s % 3 == 0 ? 8 * (1 + (int64_t) (rng_next() % 20)) : 1 + (int64_t) (rng_next() % 160);
-            check_shape(type, n_rows, row_len, threads, n_threads_opts, &res);
+            check_shape(type, n_rows, row_len, threads, n_threads_opts, vs_vec_dot, &res);
         }
-        printf("%-6s %3d shapes (%3d repacked), k up to %d, %d thread setting(s): %lld outputs, %lld differ%s",
-               ggml_type_name(type), res.shapes, res.repacked, MAX_COLS, n_threads_opts, res.compared, res.differ,
-               res.differ ? "" : "\n");
+        printf("%-6s %3d shapes (%3d repacked), k up to %d, %d thread setting(s): %lld outputs, %lld differ",
+               ggml_type_name(type), res.shapes, res.repacked, MAX_COLS, n_threads_opts, res.compared, res.differ);
         if (res.differ) {
-            printf(" (first at k = %d)\n", res.first_bad_k);
+            printf(" (first at k = %d)", res.first_bad_k);
             failed = 1;
         }
+        if (vs_vec_dot) {
+            printf("; 1 token against vec_dot: %lld outputs, %lld differ", res.vs_vec_dot_compared, res.vs_vec_dot_differ);
+            failed |= res.vs_vec_dot_differ != 0;
+        }
+        printf("\n");
         if (!quiet) {
             fflush(stdout);
         }

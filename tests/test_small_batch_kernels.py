@@ -57,11 +57,23 @@ def _run_check(exe: Path, *args: str) -> tuple[int, dict[str, str]]:
 
 @x86_only
 def test_every_kernel_the_patch_adds_gives_batch_tokens_their_1_token_results(small_batch_check):
-    # Q4_1: the bundled model; Q4_K and Q6_K: a Q4_K_M file. k = 1..32, 48, 63, 64, 96, 128, 232; 1 and 2 threads.
-    code, lines = _run_check(small_batch_check, "--types", "q4_1,q4_K,q6_K", "--shapes", "8")
-    assert set(lines) == {"q4_1", "q4_K", "q6_K"}, lines
+    # Q4_1: the bundled model; Q4_K and Q6_K: a Q4_K_M file; Q8_0 and Q5_0: a small model's Q4_K_M file (its
+    # fallbacks and output matrix). k = 1..32, 48, 63, 64, 96, 128, 232; 1 and 2 threads.
+    code, lines = _run_check(small_batch_check, "--types", "q4_1,q4_K,q6_K,q8_0,q5_0", "--shapes", "8")
+    assert set(lines) == {"q4_1", "q4_K", "q6_K", "q8_0", "q5_0"}, lines
     for line in lines.values():
         assert " 0 differ" in line and "8 shapes" in line, line
+    assert code == 0
+
+
+@x86_only
+def test_a_token_alone_gets_the_unpatched_vec_dot_result_where_the_patch_keeps_its_arithmetic(small_batch_check):
+    # The tiles for these types do ggml's vec_dot float operations in vec_dot's order (Q4_K's follow the repacked
+    # gemv instead), so a 1-token step gives what the unpatched build gives, bit for bit.
+    code, lines = _run_check(small_batch_check, "--types", "q4_1,q6_K,q8_0,q5_0", "--shapes", "4", "--vec-dot")
+    assert set(lines) == {"q4_1", "q6_K", "q8_0", "q5_0"}, lines
+    for line in lines.values():
+        assert "1 token against vec_dot: " in line and line.endswith(" 0 differ"), line
     assert code == 0
 
 
@@ -97,6 +109,17 @@ def test_a_q4_k_m_model_is_exact_at_every_size_on_avx512_and_avx2_builds_alike()
     assert all(k.exact_up_to is EVERY_SIZE for k in on_512 + on_avx2)
     assert "tile" in on_512[0].kernel and "repacked" in on_avx2[0].kernel
     assert on_512[0].describe == "Q4_K (96): one-pass tile kernel (patched); every batch size gives 1-token results"
+
+
+def test_a_small_models_q4_k_m_file_with_q5_0_and_q8_0_fallbacks_is_exact_at_every_size():
+    # Gemma 3 270M's Q4_K_M file: rows of 640 values fall back to Q5_0, and its output matrix is Q8_0.
+    types = {"Q5_0": 81, "Q4_K": 27, "Q8_0": 10, "Q6_K": 9}
+    for features in (AVX512, AVX2_ONLY):
+        kernels = {k.ggml_type: k for k in matrix_kernels(types, features, machine="x86_64")}
+        assert kernels["Q5_0"].exact_up_to is EVERY_SIZE and kernels["Q8_0"].exact_up_to is EVERY_SIZE
+        assert "tile" in kernels["Q8_0"].kernel and "vec_dot" in kernels["Q8_0"].kernel
+    no_avx2 = matrix_kernels(types, {"AVX2": "0", "FMA": "0", "AVX512": "0"}, machine="x86_64")
+    assert all(k.exact_up_to == 0 for k in no_avx2 if k.ggml_type in ("Q5_0", "Q8_0"))
 
 
 def test_the_limit_a_probe_finds_is_put_down_to_the_weights_whose_kernels_set_it():

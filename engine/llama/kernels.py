@@ -2,8 +2,8 @@
 
 A step keeps a guessed token only if its row of logits is bit for bit the one a 1-token step gives, so the
 batches a step may use are those whose matmuls keep the 1-token arithmetic. Which those are depends on the
-weights' types and the CPU: our llama.cpp patch (packaging/llama-cpp-small-batch.patch) gives Q4_1, Q4_K and
-Q6_K kernels whose rows never depend on the batch size; other types keep llama.cpp's, and some of those switch
+weights' types and the CPU: our llama.cpp patch (packaging/llama-cpp-small-batch.patch) gives Q4_1, Q4_K,
+Q6_K, Q8_0 and Q5_0 kernels whose rows never depend on the batch size; other types keep llama.cpp's, and some of those switch
 to another float order at some batch size. The exact-batch probe (``measuring.probe_exact_batch``) measures
 what holds for a model; this module names why, for ``engine tune`` and the app's model info.
 """
@@ -45,6 +45,8 @@ _TILED_FROM_8 = {"Q2_K", "Q3_K", "Q5_K", "IQ4_XS", "IQ2_XXS", "IQ2_XS", "IQ2_S",
 def _x86_kernel(ggml_type: str, avx512: bool, avx2: bool) -> tuple[str, int | None]:
     if ggml_type == "Q4_1" and avx2:
         return "one-pass tile kernel (patched)", EVERY_SIZE
+    if ggml_type in ("Q8_0", "Q5_0") and avx2:
+        return "one-pass tile kernel for batches, vec_dot's arithmetic (patched)", EVERY_SIZE
     if ggml_type in ("Q4_K", "Q6_K") and avx512:
         return "one-pass tile kernel (patched)", EVERY_SIZE
     if ggml_type == "Q4_K" and avx2:
