@@ -4,10 +4,14 @@ from engine.costs.curve import CostCurve
 from engine.decoding.auto import AcceptanceStats, AutoPolicy, FixedPolicy, break_even_p, bucket, expected_tokens
 from engine.decoding.drafts import AGREE, ALONE, SPLIT, Draft, DraftSources, HistoryIndex
 from engine.decoding.pool import NgramPool
+from engine.decoding.plan import StepChoice
 from engine.decoding.settings import LookaheadConfig
 
 STEEP = CostCurve(sizes=(1, 2, 4, 8, 16, 64), last_logit=(1, 1.7, 2.6, 4.4, 8, 30),
                   all_logits=(1, 1.8, 2.9, 4.8, 9, 32), base_ms=10, threads=2)
+# A Q4_1 or tiled-kernel model on 2 cores: a draft pays where each token lands with p >= 0.2 or so.
+MID = CostCurve(sizes=(1, 2, 4, 8, 16, 64), last_logit=(1, 1.15, 1.35, 1.9, 3, 9),
+                all_logits=(1, 1.2, 1.5, 2.2, 3.5, 11), base_ms=10, threads=2)
 FLAT = CostCurve(sizes=(1, 2, 4, 8, 16, 64), last_logit=(1, 1.01, 1.02, 1.04, 1.1, 1.5),
                  all_logits=(1, 1.01, 1.03, 1.05, 1.12, 1.6), base_ms=10, threads=8)
 CFG = LookaheadConfig(window=4, ngram=8, guesses=2, auto=True)
@@ -67,6 +71,46 @@ def test_auto_runs_a_window_only_where_the_curve_is_flat():
     flat = AutoPolicy(DraftSources(h, NgramPool(max_len=7)), FLAT, AcceptanceStats()).choose(3, CFG, room=60)
     assert steep.window == 0
     assert flat.window > 0
+
+
+def test_a_reply_whose_drafts_fail_stops_drafting_within_a_few_steps_and_tries_again_later():
+    def fail_until_plain(auto: AutoPolicy, keep_trust: bool) -> tuple[int, StepChoice]:
+        failed, choice = 0, auto.choose(h.tokens[-1], CFG, room=60)
+        while not choice.plain and failed < 20:
+            assert choice.expected_gain > 1.0
+            auto.observe(choice, [999], "", 0)  # the model wrote something else: nothing of the draft landed
+            failed += 1
+            if keep_trust:
+                auto.observe_cost(choice, 1, MID.cost(1 + sum(len(d.tokens) for d in choice.drafts)))
+            choice = auto.choose(h.tokens[-1], CFG, room=60)
+        return failed, choice
+
+    h = copying_history()
+    auto = AutoPolicy(DraftSources(h, NgramPool(max_len=7)), MID, AcceptanceStats())
+    failed, choice = fail_until_plain(auto, keep_trust=True)
+    assert 1 <= failed <= 3 and choice.plain
+    # The statistics alone learn it far more slowly: with the trust held at 1, Auto goes on drafting.
+    stats_only = AutoPolicy(DraftSources(h, NgramPool(max_len=7)), MID, AcceptanceStats())
+    assert fail_until_plain(stats_only, keep_trust=False)[0] == 20
+    # Steps without drafts give the reply's drafts their chance back.
+    for _ in range(200):
+        auto.observe(choice, [999], "", 0)
+        auto.observe_cost(choice, 1, 1.0)
+        choice = auto.choose(h.tokens[-1], CFG, room=60)
+        if not choice.plain:
+            break
+    assert not choice.plain and 0 < auto.trust < 1
+
+
+def test_drafts_that_land_as_expected_keep_their_full_value():
+    h = copying_history()
+    auto = AutoPolicy(DraftSources(h, NgramPool(max_len=7)), STEEP, AcceptanceStats())
+    for _ in range(5):
+        choice = auto.choose(h.tokens[-1], CFG, room=60)
+        drafted = choice.drafts[0].tokens
+        auto.observe(choice, [*drafted, 7], "history", len(drafted))
+        auto.observe_cost(choice, len(drafted) + 1, STEEP.cost(1 + len(drafted)))
+    assert auto.trust == 1.0
 
 
 def test_acceptance_stats_learn_from_what_landed():
@@ -141,6 +185,7 @@ def replay_steps(stats: AcceptanceStats, right: float, n_tokens: int, seed: int 
             landed += 1
         committed = reply[pos : pos + landed + 1]
         auto.observe(choice, committed, "replay" if landed else "", landed)
+        auto.observe_cost(choice, len(committed), HYBRID.cost(1 + len(drafted)))
         history.extend(committed, "reply")
         steps.append((1 + len(drafted), len(committed)))
         pos += len(committed)

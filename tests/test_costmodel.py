@@ -85,6 +85,14 @@ def test_live_costs_move_towards_what_batches_really_cost():
     assert live.observed() == {2: (round(live.cost(2), 3), 24)}
 
 
+def test_a_steps_measured_time_reads_in_1_token_steps_once_there_are_enough_of_those():
+    live = LiveCosts(CURVE)
+    assert live.in_steps(0.5, 4, 4) == pytest.approx(2.4)  # no 1-token steps yet: the batch's price
+    for seconds in (0.010, 0.012, 0.011, 0.010, 0.009, 0.010, 0.030, 0.010):  # one slow outlier
+        live.record(1, 1, seconds)
+    assert live.in_steps(0.025, 4, 4) == pytest.approx(2.5)  # over the median 1-token step, 10 ms
+
+
 def test_the_slower_step_after_a_batch_is_charged_to_the_batch():
     live = with_base()
     for _ in range(24):

@@ -236,6 +236,13 @@ class LiveCosts:
             return self._cost[n]
         return max(self._scaled(self.curve.cost(n, k)), self._floor[min(max(n, 0), len(self._floor) - 1)])
 
+    def in_steps(self, seconds: float, batch_size: int, n_logits: int) -> float:
+        """A step that took ``seconds`` in 1-token steps: over the recent 1-token steps' median time, or, before
+        there are enough of those, the price of its batch."""
+        if len(self._singles) < 8:
+            return self.cost(batch_size, n_logits)
+        return seconds / float(np.median(self._singles))
+
     def scale(self) -> float:
         """The shared scale of the curve's cost beyond a 1-token step (1.0: as measured)."""
         return self._scale
