@@ -3,8 +3,8 @@ import pytest
 from engine.costs.curve import CostCurve
 from engine.decoding.auto import AcceptanceStats, AutoPolicy, FixedPolicy, break_even_p, bucket, expected_tokens
 from engine.decoding.drafts import AGREE, ALONE, SPLIT, Draft, DraftSources, HistoryIndex
-from engine.decoding.pool import NgramPool
 from engine.decoding.plan import StepChoice
+from engine.decoding.pool import NgramPool
 from engine.decoding.settings import LookaheadConfig
 
 STEEP = CostCurve(sizes=(1, 2, 4, 8, 16, 64), last_logit=(1, 1.7, 2.6, 4.4, 8, 30),

@@ -3,9 +3,10 @@
 A step keeps a guessed token only if its row of logits is bit for bit the one a 1-token step gives, so the
 batches a step may use are those whose matmuls keep the 1-token arithmetic. Which those are depends on the
 weights' types and the CPU: our llama.cpp patch (packaging/llama-cpp-small-batch.patch) gives Q4_1, Q4_K,
-Q6_K, Q8_0 and Q5_0 kernels whose rows never depend on the batch size; other types keep llama.cpp's, and some of those switch
-to another float order at some batch size. The exact-batch probe (``measuring.probe_exact_batch``) measures
-what holds for a model; this module names why, for ``engine tune`` and the app's model info.
+Q6_K, Q8_0 and Q5_0 kernels whose rows never depend on the batch size; other types keep llama.cpp's, and some
+of those switch to another float order at some batch size. The exact-batch probe
+(``measuring.probe_exact_batch``) measures what holds for a model; this module names why, for ``engine tune``
+and the app's model info.
 """
 
 from __future__ import annotations
