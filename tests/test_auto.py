@@ -1,7 +1,15 @@
 import pytest
 
 from engine.costs.curve import CostCurve
-from engine.decoding.auto import AcceptanceStats, AutoPolicy, FixedPolicy, break_even_p, bucket, expected_tokens
+from engine.decoding.auto import (
+    SHORT_MATCH,
+    AcceptanceStats,
+    AutoPolicy,
+    FixedPolicy,
+    break_even_p,
+    bucket,
+    expected_tokens,
+)
 from engine.decoding.drafts import AGREE, ALONE, SPLIT, Draft, DraftSources, HistoryIndex
 from engine.decoding.plan import StepChoice
 from engine.decoding.pool import NgramPool
@@ -73,26 +81,40 @@ def test_auto_runs_a_window_only_where_the_curve_is_flat():
     assert flat.window > 0
 
 
-def test_a_reply_whose_drafts_fail_stops_drafting_within_a_few_steps_and_tries_again_later():
-    def fail_until_plain(auto: AutoPolicy, keep_trust: bool) -> tuple[int, StepChoice]:
+def coincidental_history() -> HistoryIndex:
+    """The last token follows a 2-token context seen three times before, each time continued the same way."""
+    h = HistoryIndex()
+    h.extend([5, 4, 3, 8, 9, 10, 6, 4, 3, 8, 9, 10, 1, 4, 3, 8, 9, 10, 7, 4, 3])
+    return h
+
+
+def test_a_reply_whose_short_match_drafts_fail_stops_drafting_them_within_a_few_steps_and_tries_again_later():
+    def fail_until_plain(auto: AutoPolicy, count_costs: bool) -> tuple[int, StepChoice]:
         failed, choice = 0, auto.choose(h.tokens[-1], CFG, room=60)
         while not choice.plain and failed < 20:
-            assert choice.expected_gain > 1.0
+            assert choice.drafts[0].match < SHORT_MATCH and choice.expected_gain > 1.0
             auto.observe(choice, [999], "", 0)  # the model wrote something else: nothing of the draft landed
             failed += 1
-            if keep_trust:
+            if count_costs:
                 auto.observe_cost(choice, 1, MID.cost(1 + sum(len(d.tokens) for d in choice.drafts)))
             choice = auto.choose(h.tokens[-1], CFG, room=60)
         return failed, choice
 
-    h = copying_history()
+    h = coincidental_history()
     auto = AutoPolicy(DraftSources(h, NgramPool(max_len=7)), MID, AcceptanceStats())
-    failed, choice = fail_until_plain(auto, keep_trust=True)
+    failed, choice = fail_until_plain(auto, count_costs=True)
     assert 1 <= failed <= 3 and choice.plain
-    # The statistics alone learn it far more slowly: with the trust held at 1, Auto goes on drafting.
+    # The statistics alone learn it far more slowly: without the steps' costs, Auto goes on drafting.
     stats_only = AutoPolicy(DraftSources(h, NgramPool(max_len=7)), MID, AcceptanceStats())
-    assert fail_until_plain(stats_only, keep_trust=False)[0] == 20
-    # Steps without drafts give the reply's drafts their chance back.
+    assert fail_until_plain(stats_only, count_costs=False)[0] == 20
+    # A copy of earlier text is still drafted at once: a long match is not a coincidence.
+    copying = copying_history()
+    assert not AutoPolicy(DraftSources(copying, NgramPool(max_len=7)), MID, auto.stats).choose(
+        copying.tokens[-1], CFG, room=60).plain
+    copy_choice = AutoPolicy(DraftSources(copying, NgramPool(max_len=7)), MID, AcceptanceStats())
+    copy_choice.drafted_tokens, copy_choice.drafted_cost = auto.drafted_tokens, auto.drafted_cost
+    assert not copy_choice.choose(copying.tokens[-1], CFG, room=60).plain
+    # Steps without drafts give the reply's short-match drafts their chance back.
     for _ in range(200):
         auto.observe(choice, [999], "", 0)
         auto.observe_cost(choice, 1, 1.0)
@@ -102,14 +124,17 @@ def test_a_reply_whose_drafts_fail_stops_drafting_within_a_few_steps_and_tries_a
     assert not choice.plain and 0 < auto.trust < 1
 
 
-def test_drafts_that_land_as_expected_keep_their_full_value():
-    h = copying_history()
-    auto = AutoPolicy(DraftSources(h, NgramPool(max_len=7)), STEEP, AcceptanceStats())
-    for _ in range(5):
+def test_short_match_drafts_that_land_keep_their_full_value_though_one_fails_now_and_then():
+    h = coincidental_history()
+    auto = AutoPolicy(DraftSources(h, NgramPool(max_len=7)), MID, AcceptanceStats())
+    for step in range(8):
         choice = auto.choose(h.tokens[-1], CFG, room=60)
+        assert not choice.plain
         drafted = choice.drafts[0].tokens
-        auto.observe(choice, [*drafted, 7], "history", len(drafted))
-        auto.observe_cost(choice, len(drafted) + 1, STEEP.cost(1 + len(drafted)))
+        landed = 0 if step == 3 else len(drafted)
+        committed = [*drafted[:landed], 999]
+        auto.observe(choice, committed, "history", landed)
+        auto.observe_cost(choice, len(committed), MID.cost(1 + len(drafted)))
     assert auto.trust == 1.0
 
 

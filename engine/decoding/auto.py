@@ -61,17 +61,19 @@ DECAY = 0.95
 # where its drafts really never land.
 PASS_DECAY = 0.998
 MAX_P = 0.995
-# Whether a reply's recent drafts paid (AutoPolicy.trust): the tokens its recent drafting steps committed over what
-# those steps cost in 1-token steps, measured (their wall time over a 1-token step's), each older step counting
-# LEDGER_DECAY as much as the one after it. Below 1, those steps gave fewer tokens per second than plain decoding
-# would have, and every draft's expected extra tokens are scaled by that rate to the power TRUST_POWER: a reply
-# whose drafts fail (free writing, where a short match is a coincidence) stops paying for them within a few steps,
-# without waiting for every (source, match, support) bucket to learn it, while drafts that land often enough to
-# pay keep their full value even when some fail. Steps without drafts move the rate back towards 1 by
-# LEDGER_RETURN, so drafts are tried again later in the reply.
+# Whether a reply's recent drafts of short matches paid (AutoPolicy.trust): the tokens its recent steps that verified
+# such a draft committed over what those steps cost in 1-token steps, measured (their wall time over a 1-token
+# step's), each older step counting LEDGER_DECAY as much as the one after it. A match shorter than SHORT_MATCH tokens
+# may be a coincidence (in free writing it mostly is); a longer one is text being copied, which its own statistics
+# price. Below 1, those steps gave fewer tokens per second than plain decoding would have, and the expected extra
+# tokens of every short-match draft are scaled by that rate to the power TRUST_POWER: a reply whose coincidental
+# drafts fail stops paying for them within a few steps, without waiting for every (source, match, support) bucket
+# to learn it, while a copy that starts later in the reply is drafted at once. Steps without such drafts move the
+# rate back towards 1 by LEDGER_RETURN, so they are tried again later in the reply.
+SHORT_MATCH = 4
 LEDGER_DECAY = 0.8
 LEDGER_RETURN = 0.02
-TRUST_POWER = 2.0
+TRUST_POWER = 3.0
 
 Bucket = tuple[str, int, int, bool]  # (source, match edge, support, sure)
 # The model was sure of the token a draft follows (its probability at least this): text being copied or
@@ -212,8 +214,9 @@ class AutoPolicy:
         self.sources = sources
         self.stats = stats
         self.curve = curve
-        # This reply's recent drafting steps: tokens committed and their cost in 1-token steps (one step's worth
-        # of prior at rate 1); ``trust`` scales every draft's expected extra tokens (see LEDGER_DECAY).
+        # This reply's recent steps that verified a short-match draft: tokens committed and their cost in 1-token
+        # steps (one step's worth of prior at rate 1); ``trust`` scales such drafts' expected extra tokens (see
+        # LEDGER_DECAY).
         self.drafted_tokens = 1.0
         self.drafted_cost = 1.0
         # The least per-token acceptance that makes any draft length pay: n-gram drafts
@@ -239,7 +242,7 @@ class AutoPolicy:
         sure = confidence >= SURE
         drafts = self._drafts(token, cfg, min(MAX_AUTO_DRAFT, room))
         trust = self.trust
-        options = [(d, [1.0 + trust * (e - 1.0) for e in self.stats.expected(d, sure)]) for d in drafts]
+        options = [(d, self._expected(d, sure, trust)) for d in drafts]
         chosen: list[Draft] = []
         reasons: list[str] = []
         gain, length, best_rate = 1.0, 0, plain_rate
@@ -264,7 +267,7 @@ class AutoPolicy:
         # The window: columns of N-1 levels, each expected to earn window_gain() tokens in later steps.
         W = N = 0
         n = 1 + length
-        per_column = trust * self.stats.window_gain()
+        per_column = self.stats.window_gain()
         for ngram in range(3, max(3, min(cfg.ngram, 4)) + 1):
             for w in range(1, min(cfg.window, MAX_WINDOW) + 1):
                 extra = (w - 1) + w * (ngram - 2)
@@ -307,17 +310,23 @@ class AutoPolicy:
         if choice.window or landed:
             self.stats.observe_window(choice.window, landed)
 
+    def _expected(self, d: Draft, sure: bool, trust: float) -> list[float]:
+        expected = self.stats.expected(d, sure)
+        if d.match >= SHORT_MATCH or trust >= 1.0:
+            return expected
+        return [1.0 + trust * (e - 1.0) for e in expected]
+
     @property
     def trust(self) -> float:
-        """How much of the extra tokens the statistics expect of a draft Auto counts on: 1 while this reply's
-        recent drafting steps paid, less the more they lost."""
+        """How much of the extra tokens the statistics expect of a short-match draft Auto counts on: 1 while this
+        reply's recent steps that verified one paid, less the more they lost."""
         return min(self.drafted_tokens / self.drafted_cost, 1.0) ** TRUST_POWER
 
     def observe_cost(self, choice: StepChoice, n_committed: int, cost: float) -> None:
         """A step of ``choice`` committed ``n_committed`` tokens and cost ``cost`` 1-token steps (its measured time
         over a 1-token step's)."""
-        if choice.drafts:
+        if choice.drafts and choice.drafts[0].match < SHORT_MATCH:
             self.drafted_tokens = self.drafted_tokens * LEDGER_DECAY + n_committed
             self.drafted_cost = self.drafted_cost * LEDGER_DECAY + max(cost, 1.0)
-        else:
+        elif not choice.drafts:
             self.drafted_tokens += (self.drafted_cost - self.drafted_tokens) * LEDGER_RETURN
