@@ -170,6 +170,7 @@ class LiveCosts:
     SHARED_SAMPLES = 48  # recent batches of any size behind the shared scale
     SHARED_PRIOR = 6.0  # the curve as measured (scale 1) is worth this many of them
     MAX_SIZE = 32
+    MIN_SINGLES = 8  # recent 1-token steps before their median is the base a step's time is read against
 
     def __init__(self, curve: CostCurve, learn: bool = True) -> None:
         """``learn=False`` keeps the curve as given (a what-if curve for another machine)."""
@@ -192,7 +193,7 @@ class LiveCosts:
         after, self._after = self._after, 0
         if batch_size == 1:
             if after and self._singles:  # the batch before made this step slower: charge it there
-                base = float(np.median(self._singles))
+                base = self._single_s()
                 ratios = self._ratios[after]
                 ratios[-1] += max(seconds - base, 0.0) / base
                 self._add_excess(after, ratios[-1], replace_last=True)
@@ -200,9 +201,9 @@ class LiveCosts:
             else:
                 self._singles.append(seconds)
             return
-        if n_logits != batch_size or batch_size > self.MAX_SIZE or len(self._singles) < 8:
+        if n_logits != batch_size or batch_size > self.MAX_SIZE or len(self._singles) < self.MIN_SINGLES:
             return
-        base = float(np.median(self._singles))
+        base = self._single_s()
         ratio = seconds / base
         self._ratios.setdefault(batch_size, deque(maxlen=self.SAMPLES)).append(ratio)
         self._add_excess(batch_size, ratio)
@@ -239,9 +240,13 @@ class LiveCosts:
     def in_steps(self, seconds: float, batch_size: int, n_logits: int) -> float:
         """A step that took ``seconds`` in 1-token steps: over the recent 1-token steps' median time, or, before
         there are enough of those, the price of its batch."""
-        if len(self._singles) < 8:
+        if len(self._singles) < self.MIN_SINGLES:
             return self.cost(batch_size, n_logits)
-        return seconds / float(np.median(self._singles))
+        return seconds / self._single_s()
+
+    def _single_s(self) -> float:
+        """The recent 1-token steps' median wall time."""
+        return float(np.median(self._singles))
 
     def scale(self) -> float:
         """The shared scale of the curve's cost beyond a 1-token step (1.0: as measured)."""
