@@ -33,7 +33,7 @@ from engine.decoding.text import conversation_messages
 
 from .attachments import Attachment, ReplySources, as_the_model_read_it
 from .marks import TokenMarks
-from .requests import DocumentsPlaced, GenerationRequest, ReplyOutcome
+from .requests import DocumentsPlaced, GenerationRequest, ReadAheadRequest, ReplyOutcome
 from .stats import ReplyStats
 from .store import ChatStore, Conversation, StoredMessage, export_markdown
 
@@ -229,6 +229,17 @@ class ChatController:
             sources=sources,
         )
         return self.turn, request
+
+    def read_ahead_request(self, settings: TurnSettings, attachments: Sequence[Attachment] = ()) -> ReadAheadRequest:
+        """The start of the prompt the next Send would build (the branch in view, before a message being edited,
+        and the files attached so far), for the worker to read while the user writes."""
+        history, _replaced = self._split_history(self.editing_message_id)
+        turns = [(m.role, as_the_model_read_it(m.content, m.documents)) for m in history]
+        return ReadAheadRequest(
+            messages=tuple(conversation_messages(settings.system_prompt, turns)),
+            attachments=tuple(attachments),
+            max_tokens=settings.stop.max_tokens,
+        )
 
     # --- the worker's answers ---
 

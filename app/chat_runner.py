@@ -118,6 +118,10 @@ class ChatRunner(QObject):
         self._build_actions()
         self.busyChanged.connect(self._update_actions)
         self.conversationShown.connect(self._update_actions)
+        # While the user writes, the worker reads what the next prompt begins with (the chat, the files).
+        self.conversationShown.connect(self.want_read_ahead)
+        self.turnEnded.connect(self.want_read_ahead)
+        pane.attachmentsChanged.connect(self.want_read_ahead)
 
     def _build_actions(self) -> None:
         def action(text: str, slot: Callable[[], object], shortcut: str | None = None) -> QAction:
@@ -368,6 +372,15 @@ class ChatRunner(QObject):
         self.busyChanged.emit()
         self._engine.generateRequested.emit(request)
 
+    @Slot()
+    def want_read_ahead(self) -> None:
+        """Tell the worker what the next message's prompt begins with, to read while the user writes it."""
+        if self.closed or self.chat.is_generating():
+            return  # the reply reads its own prompt; its end asks again
+        self._engine.readAheadRequested.emit(
+            self.chat.read_ahead_request(self._settings(), self._pane.pending_attachments())
+        )
+
     @Slot(int)
     def begin_edit(self, message_id: int) -> None:
         """Put a user message back into the input, with its files; sending adds the new one beside it."""
@@ -375,11 +388,13 @@ class ChatRunner(QObject):
         self._pane.set_editing(text)
         if text is not None:
             self._pane.set_attachments(self.chat.attachments_of(message_id))
+        self.want_read_ahead()
 
     @Slot()
     def cancel_edit(self) -> None:
         if self.chat.cancel_edit():
             self._pane.set_editing(None)
+            self.want_read_ahead()
 
     @Slot(object)
     def _on_lookahead_changed(self, config: object) -> None:

@@ -387,6 +387,7 @@ class MainWindow(QMainWindow):
         self.runner.rejected.connect(self.replyRejected)
         self.runner.busyChanged.connect(self._update_actions)
         self.runner.requestSent.connect(self.measure_status.interrupt)
+        self.chat_pane.attachmentsChanged.connect(self.measure_status.make_way)
         self.runner.turnEnded.connect(self.measure_status.resume_later)
 
         self.runner.stopRequested.connect(self.stop_reply)

@@ -56,6 +56,16 @@ class GenerationRequest:
 
 
 @dataclass(frozen=True)
+class ReadAheadRequest:
+    """What the next message's prompt will begin with, to read into the cache while the user writes it: the chat
+    so far (``messages``, without a new user message) and the files attached to the message being written."""
+
+    messages: tuple[Message, ...]
+    attachments: tuple[Attachment, ...] = ()
+    max_tokens: int = 512
+
+
+@dataclass(frozen=True)
 class DocumentsPlaced:
     """What of the new message's files the worker put before its text, sent before the reply's first step.
 

@@ -56,7 +56,7 @@ from .compare import (
     run_comparison,
     run_speed_report,
 )
-from .requests import DocumentsPlaced, GenerationRequest, LoadedModel, ReplyOutcome, StepUpdate
+from .requests import DocumentsPlaced, GenerationRequest, LoadedModel, ReadAheadRequest, ReplyOutcome, StepUpdate
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +101,7 @@ class EngineWorker(QObject):
         measureFinished(int, str, str): measurement ``id`` is over: ("measured" | "cached" | "cancelled" |
             "unneeded" | "failed" | "busy", a sentence for the user).
         promptProgress(int, int, int): request ``id`` has read this many of its prompt's new tokens, of so many.
+        readAheadDone(int): a read ahead of the next prompt's start ended, having read this many tokens.
     """
 
     modelLoading = Signal(float)
@@ -120,6 +121,9 @@ class EngineWorker(QObject):
     measureProgress = Signal(float)
     measureFinished = Signal(int, str, str)
     promptProgress = Signal(int, int, int)
+    readAheadDone = Signal(int)
+    _readAheadLater = Signal()  # to itself, queued: once the slot running now has returned
+    _probeThreadsLater = Signal()
 
     def __init__(
         self,
@@ -144,6 +148,15 @@ class EngineWorker(QObject):
         self._job_cancel: threading.Event | None = None  # the running comparison's or speed report's
         self._measuring: tuple[int, threading.Event] | None = None  # the running measurement's id and cancel
         self._measure_cancelled_upto = 0  # measurements with this id or a lower one are not wanted any more
+        # What the next prompt will begin with (the chat in view, the files attached so far): read into the cache
+        # when the worker has nothing else to do, and again after work that emptied the cache (wantReadAhead).
+        self._read_ahead: ReadAheadRequest | None = None
+        # Set when the user asks for anything: stop background work (reading ahead; the thread probe). A new
+        # read-ahead stops an older one, not the probe.
+        self._read_ahead_cancel = threading.Event()
+        self._probe_cancel = threading.Event()
+        self._readAheadLater.connect(self.readAhead, Qt.ConnectionType.QueuedConnection)
+        self._probeThreadsLater.connect(self.probeThreads, Qt.ConnectionType.QueuedConnection)
 
     # --- slots run on the worker thread (queued) ---
 
@@ -198,6 +211,10 @@ class EngineWorker(QObject):
             batch_kernels=tuple(k.describe for k in matrix_kernels(dict(s.matrix_types), system_features())),
         )
         self.modelLoaded.emit(loaded)
+        with self._lock:
+            self._probe_cancel = threading.Event()
+        self._probeThreadsLater.emit()
+        self._read_ahead_later()  # the chat in view, for this model (after the probe: it empties the cache)
 
     @Slot(str, object)
     def rememberChats(self, model_path: str, texts: list[str]) -> None:
@@ -295,7 +312,12 @@ class EngineWorker(QObject):
         Meant for idle time: ``interruptMeasurement`` with this id or a later one
         stops it (also before it starts), so a reply asked for meanwhile waits at
         most one decode and plans with the reference curve (see ``Engine.tune``).
+        A measurement empties the cache: the chat in view is read again after it.
         """
+        self._measure_machine(request_id)
+        self._read_ahead_later()
+
+    def _measure_machine(self, request_id: int) -> None:
         engine = self._engine
         if engine is None or engine.lookahead_block_reason is not None:
             self.measureFinished.emit(request_id, "unneeded", "")
@@ -328,6 +350,41 @@ class EngineWorker(QObject):
         if isinstance(curve, CostCurve):  # the result in a few words: what a typical batch of guesses costs
             took += f": batches of 4 tokens cost {curve.cost(4):.1f} steps"
         self.measureFinished.emit(request_id, "measured", took)
+
+    @Slot()
+    def readAhead(self) -> None:
+        """Read the start of the next prompt (``wantReadAhead``'s) into the cache, a chunk at a time, until done or
+        interrupted by anything the user asks for (a reply, a comparison, another chat, closing)."""
+        with self._lock:
+            request, cancel = self._read_ahead, self._read_ahead_cancel  # made when it was queued
+        session = self._session
+        if request is None or session is None or cancel.is_set() or self._shutting_down.is_set():
+            return
+        docs = [a.document() for a in request.attachments]
+        try:
+            read = session.read_ahead(list(request.messages), docs, request.max_tokens, cancel=cancel)
+        except Exception as exc:  # reading ahead is only a head start: the reply reads what is missing
+            log.warning("reading ahead failed: %s", exc, exc_info=True)
+            return
+        if read:
+            log.info("read %d tokens of the next prompt ahead", read)
+        self.readAheadDone.emit(read)
+
+    @Slot()
+    def probeThreads(self) -> None:
+        """Find out whether the thread count may change (about a second, once per model; after a load), so the
+        thread governor works from the first reply; interrupted like reading ahead, it waits for the measurement."""
+        with self._lock:
+            cancel = self._probe_cancel  # made when it was queued
+        engine = self._engine
+        if engine is None or cancel.is_set() or self._shutting_down.is_set():
+            return
+        try:
+            engine.probe_threads(cancel)
+        except MeasurementCancelled:
+            return
+        except Exception as exc:  # the governor then stays off until a measurement finds out
+            log.warning("thread probe failed: %s", exc, exc_info=True)
 
     def _apply_pending_lookahead(self, controls: GenerationControls) -> LookaheadConfig | None:
         with self._lock:
@@ -394,6 +451,14 @@ class EngineWorker(QObject):
     def _end_job(self) -> None:
         with self._lock:
             self._job_cancel = None
+        self._read_ahead_later()  # the job's runs emptied the cache
+
+    def _read_ahead_later(self) -> None:
+        """Read ahead once the slot running now has returned (and after what was queued before); anything the user
+        asks for from now on stops it."""
+        with self._lock:
+            self._read_ahead_cancel = threading.Event()
+        self._readAheadLater.emit()
 
     @Slot()
     def shutdown(self) -> None:
@@ -414,6 +479,22 @@ class EngineWorker(QObject):
             self._measure_cancelled_upto = max(self._measure_cancelled_upto, upto_id)
             if self._measuring is not None and self._measuring[0] <= upto_id:
                 self._measuring[1].set()
+
+    @Slot(object)
+    def wantReadAhead(self, request: ReadAheadRequest | None) -> None:
+        """From now on the next prompt begins with ``request``'s chat and files (None: nothing known): a read of an
+        older one stops after its chunk; ``readAhead`` (queued) reads this one."""
+        with self._lock:
+            self._read_ahead = request
+            self._read_ahead_cancel.set()
+            self._read_ahead_cancel = threading.Event()  # the queued readAhead's
+
+    @Slot()
+    def interruptBackground(self) -> None:
+        """Stop reading ahead or probing after the current decode: the user asked for something."""
+        with self._lock:
+            self._read_ahead_cancel.set()
+            self._probe_cancel.set()
 
     @Slot()
     def stop(self) -> None:
@@ -437,6 +518,7 @@ class EngineWorker(QObject):
         """Thread-safe: abort a running load and the running generation."""
         self._shutting_down.set()
         self.interruptMeasurement(2**62)
+        self.interruptBackground()
         self.stop()
 
 
@@ -463,6 +545,9 @@ class EngineThread(QObject):
         stopRequested(): direct to ``EngineWorker.stop``.
         measureInterruptRequested(int): direct to ``EngineWorker.interruptMeasurement``.
         lookaheadChanged(object): direct to ``EngineWorker.setLookahead``.
+        readAheadRequested(object): a ``ReadAheadRequest`` (or None), direct to ``EngineWorker.wantReadAhead``,
+            then queued to ``EngineWorker.readAhead``. Every request the user makes (not the idle-time
+            measurement, which waits its turn) interrupts reading ahead and the thread probe.
     """
 
     loadRequested = Signal(str, int, int)
@@ -474,6 +559,8 @@ class EngineThread(QObject):
     stopRequested = Signal()
     measureInterruptRequested = Signal(int)
     lookaheadChanged = Signal(object)
+    readAheadRequested = Signal(object)
+    _readAheadQueued = Signal()
     _shutdownRequested = Signal()
 
     def __init__(self, parent: QObject | None = None, **worker_options: Any) -> None:
@@ -494,6 +581,12 @@ class EngineThread(QObject):
         self.stopRequested.connect(self.worker.stop, Qt.ConnectionType.DirectConnection)
         self.measureInterruptRequested.connect(self.worker.interruptMeasurement, Qt.ConnectionType.DirectConnection)
         self.lookaheadChanged.connect(self.worker.setLookahead, Qt.ConnectionType.DirectConnection)
+        self.readAheadRequested.connect(self.worker.wantReadAhead, Qt.ConnectionType.DirectConnection)
+        self.readAheadRequested.connect(self._readAheadQueued)
+        self._readAheadQueued.connect(self.worker.readAhead, Qt.ConnectionType.QueuedConnection)
+        for asked in (self.loadRequested, self.generateRequested, self.compareRequested, self.speedReportRequested,
+                      self.stopRequested):
+            asked.connect(self.worker.interruptBackground, Qt.ConnectionType.DirectConnection)
         LIVE_THREADS.add(self.worker_thread)
         self.worker_thread.start()
 

@@ -208,11 +208,20 @@ class FakeEngine(FakeEngineMemory):
     def load_cached_curve(self) -> bool:
         return True  # nothing to measure: the app never shows the measurement for a fake
 
+    def probe_threads(self, cancel=None) -> bool:
+        return True  # nothing to probe: a fake's thread count never changes what it writes
+
 
 def use_fake_engine(worker_options: dict, session_factory: Callable) -> None:
     """Windows made after this load ``FakeEngine`` at once and reply through ``session_factory``'s sessions."""
     from engine.llama.probe import ProbeResult
 
-    worker_options.update(engine_factory=FakeEngine, session_factory=session_factory,
+    def session_reading_nothing_ahead(engine):
+        session = session_factory(engine)
+        if not hasattr(session, "read_ahead"):  # a fake session has no cache to read the next prompt into
+            session.read_ahead = lambda *_a, **_k: 0
+        return session
+
+    worker_options.update(engine_factory=FakeEngine, session_factory=session_reading_nothing_ahead,
                           check_loadable=lambda *_a, **_k: ProbeResult(probed=False, seconds=0.0),
                           default_model=lambda: Path("/models/fake.gguf"))

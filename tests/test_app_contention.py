@@ -13,7 +13,7 @@ from app.widgets.chat_pane import WAITING_LINE
 from app.widgets.chat_view import MessageBubble
 from engine import GenerationControls, StepEvent
 from engine.costs.measuring import MachineBusy
-from engine.decoding.runtime import PREFILL_FIRST_CHUNK
+from engine.decoding.runtime import PREFILL_CHUNK
 from engine.llama import native
 from engine.tools.busybench import BusyLoop
 from tests.app_fixtures import (
@@ -149,14 +149,14 @@ def test_a_measurement_stopped_by_a_busy_pc_says_so_and_is_tried_again_later_not
 
 
 @pytest.mark.model
-def test_a_1000_token_prompt_beside_a_busy_program_shows_progress_after_its_first_short_chunk_and_never_freezes(
+def test_a_1000_token_prompt_beside_a_busy_program_shows_progress_after_its_first_chunk_and_never_freezes(
     qtbot, make_window, monkeypatch
 ):
     """Real time, measured as the parts the app controls: the model's decodes take what this PC gives them.
 
-    The window measures this PC when the model loads (a fresh home has no curve); Send stops that measurement
-    before its next decode, and the prompt's first chunk is short, so the first progress comes right after
-    that chunk, with at most the measurement's decode under way before it. What the app adds around them
+    The window probes and measures this PC when the model loads (a fresh home has no curve) and reads the chat
+    ahead; Send stops all of that before its next decode, so the first progress comes right after the prompt's
+    first chunk, with at most one such decode under way before it. What the app adds around them
     (saving the message, queueing, the template, tokenizing a 1000-token message) must stay well under half a
     second.
     """
@@ -198,11 +198,11 @@ def test_a_1000_token_prompt_beside_a_busy_program_shows_progress_after_its_firs
     total = progress[-1][2]
     assert total >= 1000 and progress[-1][1] == total
     first_at, first_done, _ = progress[0]
-    assert first_done == PREFILL_FIRST_CHUNK
+    assert first_done == PREFILL_CHUNK
     stopped = interrupted[0] if interrupted else clicked
     before_first = [d for d in decodes if clicked < d[1] <= first_at]
     started_after_stop = [d for d in before_first if d[0] >= stopped]
-    assert [n for _, _, n in started_after_stop] == [PREFILL_FIRST_CHUNK], before_first  # only the first chunk
+    assert [n for _, _, n in started_after_stop] == [PREFILL_CHUNK], before_first  # only the first chunk
     assert len([d for d in before_first if d[0] < stopped < d[1]]) <= 1, before_first  # one measurement decode
     in_decodes = sum(end - max(start, clicked) for start, end, _ in before_first)
     overhead = first_at - clicked - in_decodes

@@ -136,7 +136,7 @@ def test_the_exact_batch_probe_checks_batches_past_256_cached_tokens(engine):
     from engine.costs.measuring import PROBE_DEPTH, QUICK_PROBE_SIZES, probe_exact_batch
 
     assert PROBE_DEPTH > 256
-    assert engine.ctx.kv_type == "q8_0"  # the cache type whose attention is the same for every batch size
+    assert engine.ctx.kv_type == "f16" and engine.ctx.flash_attn  # one attention path for steps and small batches
     assert probe_exact_batch(engine, sizes=QUICK_PROBE_SIZES) == QUICK_PROBE_SIZES[-1]
     assert engine.kv.n == 0
 
@@ -267,7 +267,7 @@ def test_the_measured_cost_curve_rises_with_batch_size_and_caps_exact_batches(en
 def test_auto_drafts_where_the_reply_copies_the_prompt_and_says_why(engine):
     from engine.costs.curve import DEFAULT_CURVE
 
-    w = next(w for w in load_workloads() if w.id == "code-rename")  # the reply copies code from the prompt
+    w = next(w for w in load_workloads() if w.id == "edit-bullets")  # the reply copies the prompt's phrases
     prompt = engine.render_chat([Message("user", w.prompt)])
     tune_here(engine)
     # Auto's choices, not this machine's costs, are under test: plan on the reference curves with no live

@@ -157,6 +157,13 @@ class MeasureStatus(QWidget):
             self._engine.measureInterruptRequested.emit(self._id)
             self._hide()
 
+    def make_way(self) -> None:
+        """Other work the user will want soon (reading an attached file ahead) goes first: pause, and go on once
+        it is done (the worker takes requests in order; the cache survives a measurement)."""
+        if self.state == "running":
+            self.interrupt()
+            self.resume_later()
+
     def resume_later(self) -> None:
         if self.state in ("idle", "paused") and not self._resume.isActive():
             wait_ms = int((self._busy_until - time.monotonic()) * 1000)

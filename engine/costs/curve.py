@@ -23,7 +23,7 @@ from engine.costs.contention import RestProfile
 from engine.files import cache_root, write_json_atomic
 
 _TABLE = 300
-CACHE_VERSION = 9
+CACHE_VERSION = 10
 
 
 @dataclass(frozen=True)

@@ -413,6 +413,35 @@ def _probe_sizes(
     return best
 
 
+def probe_threads_agree(engine: Measurable, cancel: threading.Event | None = None) -> bool:
+    """Whether one thread gives the logits all of them give (``engine.threads_agree``), alone: the part of the
+    exact-batch probe the thread governor needs, at a fraction of its cost (a chunk of filler and ten decodes).
+    Raises ``MeasurementCancelled`` between two decodes once ``cancel`` is set. Leaves the engine's cache empty.
+    """
+    from engine.decoding.plan import ALL_SEQS
+
+    def stop_if_cancelled() -> None:
+        if cancel is not None and cancel.is_set():
+            engine.reset()
+            raise MeasurementCancelled(None, "the thread probe was cancelled")
+
+    filler = engine.tokenize(FILLER_TEXT, add_special=False)
+    batch, ctx = engine.batch, engine.ctx
+    with engine.all_threads():
+        engine.reset()
+        engine.prefill(filler[:PROBE_CHUNK])
+        start = engine.kv.n
+        chain: list[np.ndarray] = []
+        for k in range(CHAIN_ROWS):
+            stop_if_cancelled()
+            batch.set_single_seq(filler[start + k : start + k + 1], start + k, ALL_SEQS, last_logits=True)
+            ctx.decode(batch)
+            chain.append(ctx.logits_rows(1)[0].copy())
+        agree = _threads_agree(engine, filler, start, chain, before_decode=stop_if_cancelled)
+    engine.reset()
+    return agree
+
+
 def _threads_agree(
     engine: Measurable, filler: list[int], start: int, chain: list[np.ndarray], before_decode: Callable[[], None]
 ) -> bool:

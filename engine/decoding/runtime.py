@@ -22,7 +22,14 @@ import numpy as np
 from engine.costs.contention import CpuLoad, DecodeSample, ThreadGovernor
 from engine.costs.cpus import default_threads
 from engine.costs.curve import DEFAULT_CURVE, CostCurve, LiveCosts, load_cached
-from engine.costs.measuring import QUICK_PROBE_SIZES, MeasurementCancelled, curve_for, measure, probe_exact_batch
+from engine.costs.measuring import (
+    QUICK_PROBE_SIZES,
+    MeasurementCancelled,
+    curve_for,
+    measure,
+    probe_exact_batch,
+    probe_threads_agree,
+)
 from engine.costs.whatif import curve_from_env
 from engine.decoding import kept as kept_ngrams
 from engine.decoding.auto import AcceptanceStats
@@ -50,11 +57,12 @@ from engine.llama.problems import ContextTooLargeError
 # token, G candidates of N-1 tokens and a window of W x (N-1).
 STEP_BATCH_MAX = (MAX_NGRAM - 1) + 1 + MAX_GUESSES * (MAX_NGRAM - 1) + MAX_WINDOW * (MAX_NGRAM - 1)
 PREFILL_BATCH = 512
-# A prompt is read in chunks this long: progress shows and Stop works within one chunk (~0.3 s on 2 cores
-# for the bundled model idle, ~0.6 s with a core busy), and on these CPUs a 512-token batch reads no faster
-# per token. The first chunk is shorter, so that progress shows at once.
+# A prompt is read in chunks that end at multiples of this position: progress shows and Stop works within
+# one chunk (~0.2 s on 2 cores for the bundled model idle, ~0.5 s with a core busy), and on these CPUs a
+# 512-token batch reads no faster per token. Chunks end at fixed positions so that what the cache holds does
+# not depend on where an earlier read stopped (read-ahead, Stop): kernels that are not exact at every batch
+# size would otherwise give a prompt read in other pieces other values.
 PREFILL_CHUNK = 64
-PREFILL_FIRST_CHUNK = 16
 KEPT_SAVE_INTERVAL_S = 60.0
 DEFAULT_N_CTX = 4096
 
@@ -241,9 +249,24 @@ class Engine:
         cache then.
         """
         if self.cost_curve_source == "default" and not self.load_cached_curve():
-            cap = probe_exact_batch(self, sizes=QUICK_PROBE_SIZES)  # leaves the cache empty
+            with self.cache_kept():
+                cap = probe_exact_batch(self, sizes=QUICK_PROBE_SIZES)
             self._use_curve(replace(self._reference_curve, max_exact_batch=cap), "quick-probed")
         return self.cost_curve.max_exact_batch
+
+    def probe_threads(self, cancel: threading.Event | None = None) -> bool:
+        """Find out, if not known yet, whether the thread count may change (one thread gives all threads' logits),
+        so that the thread governor works from the first reply, plain decoding's too. A cached curve knows;
+        else a short probe (about a second) that empties the cache; ``cancel`` stops it (``MeasurementCancelled``)
+        and it stays unknown. True once known."""
+        if self.threads_agree is None:
+            self.load_cached_curve()
+        if self.threads_agree is None:
+            with self.cache_kept():
+                agree = probe_threads_agree(self, cancel)
+            self.threads_agree = agree
+            self.governor.adapt = agree and self.threads_chosen and self.n_threads > 1
+        return self.threads_agree is not None
 
     def load_cached_curve(self) -> bool:
         """Use the curve measured before for this model, threads and CPU, if there is one (instant)."""
@@ -262,13 +285,23 @@ class Engine:
     ) -> CostCurve:
         """Load (or measure, when missing or ``refresh``) this machine's cost curve for Auto.
 
-        Measuring takes a few seconds and empties the cache. ``progress`` hears
+        Measuring takes a few seconds; the cache holds what it held before after it. ``progress`` hears
         0..1; setting ``cancel`` stops it with ``MeasurementCancelled`` (Auto then
         keeps planning with the reference curve, capped by the exact-batch probe
         when that had finished). With a pinned curve (``LOOKAHEAD_COST_CURVE``)
         only the exact-batch probe runs: which batches are exact is this model's
         and CPU's, whatever the costs are taken to be.
         """
+        with self.cache_kept():
+            return self._tune(refresh, budget_s, progress, cancel)
+
+    def _tune(
+        self,
+        refresh: bool,
+        budget_s: float,
+        progress: Callable[[float], None] | None,
+        cancel: threading.Event | None,
+    ) -> CostCurve:
         probed = self.cost_curve.max_exact_batch if self.cost_curve_source == "probed" else None
         pinned = self._pinned_curve
         try:
@@ -282,11 +315,11 @@ class Engine:
                     self, refresh=refresh, budget_s=budget_s, progress=progress, cancel=cancel, max_exact_batch=probed
                 )
                 source = "measured" if measured else "cached"
-        except MeasurementCancelled as exc:  # the measurement left the cache empty
+        except MeasurementCancelled as exc:
             if exc.max_exact_batch is not None and not self.cost_curve_measured:
                 self._use_curve(replace(self._reference_curve, max_exact_batch=exc.max_exact_batch), "probed")
             raise
-        self._use_curve(curve, source)  # a measurement leaves the cache empty
+        self._use_curve(curve, source)
         return self.cost_curve
 
     def _lookahead_block_reason(self) -> str | None:
@@ -407,6 +440,22 @@ class Engine:
         self.ctx.clear()
         self.kv = KvState()
 
+    @contextlib.contextmanager
+    def cache_kept(self) -> Iterator[None]:
+        """Work inside that empties the cache (measuring, probing) leaves it holding what it held before: a chat
+        read ahead, or the last reply's turn, is not read again. Copies the committed tokens' keys and values out
+        and back (about a tenth of a second for a few thousand tokens of a small model)."""
+        tokens = list(self.kv.tokens)
+        saved = self.ctx.save_seq(self.commit_seqs[0]) if tokens else b""
+        try:
+            yield
+        finally:
+            self.reset()
+            if saved and self.ctx.load_seq(saved, self.commit_seqs[0]):
+                for seq in self.commit_seqs[1:]:
+                    self.ctx.seq_cp(self.commit_seqs[0], seq, -1, -1)
+                self.kv.tokens = tokens
+
     def _reuse_prefix(self, prompt: Sequence[int]) -> int:
         """Keep the longest cached prefix of ``prompt[:-1]``; drop the rest of the cache."""
         cached = self.kv.tokens
@@ -431,14 +480,15 @@ class Engine:
     ) -> int:
         """Evaluate ``tokens`` after what the cache holds, in every committed sequence (no logits).
 
-        In chunks of ``PREFILL_CHUNK`` (the first shorter): ``progress`` hears (evaluated, total) after each, and
-        setting ``cancel`` stops between two (what was evaluated stays cached). Returns the tokens evaluated.
+        In chunks ending at multiples of ``PREFILL_CHUNK`` positions: ``progress`` hears (evaluated, total) after
+        each, and setting ``cancel`` stops between two (what was evaluated stays cached). Returns the tokens
+        evaluated.
         """
         done = 0
         while done < len(tokens):
             if cancel is not None and cancel.is_set():
                 break
-            chunk = tokens[done : done + (PREFILL_CHUNK if done else PREFILL_FIRST_CHUNK)]
+            chunk = tokens[done : done + PREFILL_CHUNK - self.kv.n % PREFILL_CHUNK]
             self.batch.set_single_seq(chunk, self.kv.n, self.commit_seqs, last_logits=False)
             self.ctx.decode(self.batch)
             self.kv.tokens.extend(chunk)
@@ -460,6 +510,40 @@ class Engine:
         """
         reused = self._reuse_prefix(prompt)
         return self.prefill(prompt[reused:-1], progress, cancel)
+
+    def read_ahead(self, tokens: Sequence[int], cancel: threading.Event | None = None) -> int:
+        """Evaluate the whole chunks of ``tokens`` (the start of a prompt not sent yet) that the cache lacks.
+
+        What the next prompt will begin with (a chat's history, its documents) is read while the user writes the
+        rest, so that Send reads little more than the new words. Only whole chunks (up to a multiple of
+        ``PREFILL_CHUNK``): the rest is read with the prompt, in the pieces it would have had anyway. Leaves a
+        core to the user (one thread fewer) and stops between chunks when ``cancel`` is set. A recurrent model's
+        state cannot be rewound, so its cache is only read ahead where it holds a prefix of ``tokens``. Returns
+        the tokens evaluated.
+        """
+        end = len(tokens) - len(tokens) % PREFILL_CHUNK
+        cached = self.kv.tokens
+        if end <= len(cached) and list(cached[:end]) == list(tokens[:end]):
+            return 0  # already read (and maybe more: a reply after it stays)
+        if self.recurrent and list(cached) != list(tokens[: len(cached)]):
+            return 0
+        reused = self._reuse_prefix(list(tokens[:end]) + [-1])  # -1: no token, keeps tokens[:end] comparable
+        threads = max(1, self.n_threads - 1)
+        with self.threads_for_background(threads):
+            return self.prefill(tokens[reused:end], cancel=cancel)
+
+    @contextlib.contextmanager
+    def threads_for_background(self, threads: int) -> Iterator[None]:
+        """Decode with ``threads``, unheard by the thread governor (work the user did not ask for yet, at a
+        thread count of its own); the count and the governor as they were after."""
+        on_decode, before = self.ctx.on_decode, self.ctx.n_threads
+        self.ctx.on_decode = None
+        self.ctx.set_threads(threads)
+        try:
+            yield
+        finally:
+            self.ctx.set_threads(before)
+            self.ctx.on_decode = on_decode
 
     def cache_positions(self) -> dict[int, tuple[int, int]]:
         """(min, max) position held by every sequence; for checking the cache discipline."""

@@ -11,13 +11,14 @@ the latest user message. What was dropped is reported in the first event.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 
 from engine.decoding.runtime import Engine, GenerationControls, PromptTooLongError, StepEvent
 from engine.decoding.settings import SamplingConfig, StopConfig
 from engine.decoding.text import Message
-from engine.documents import Document, DocumentContext
+from engine.documents import Document, DocumentContext, with_documents
 
 DOCUMENT_MARGIN = 32  # tokens: the passages' headings are counted, a tokenizer's merges at their edges are not
 
@@ -113,6 +114,37 @@ class ChatSession:
             fitted.tokens, controls=controls, sampling=sampling, stop=stop, history=history, notice=notice
         )
         return _with_context(events, fitted)
+
+
+    def read_ahead(
+        self,
+        messages: Sequence[Message],
+        docs: Sequence[Document] = (),
+        max_tokens: int = 512,
+        cancel: threading.Event | None = None,
+    ) -> int:
+        """Read into the cache what the prompt of the next user message will begin with: ``messages`` (the chat so
+        far) and ``docs`` (files attached to the message being written), up to where its words will go.
+
+        That start is what two renderings with different words share, so any template's markers count. Returns
+        the tokens evaluated (0 when the cache already holds them or the chat does not fit).
+        """
+        turns = []
+        for words in ("", "x"):
+            draft = [*messages, Message("user", words)]
+            if docs:
+                context = self.documents_context(draft, docs, max_tokens)
+                draft[-1] = Message("user", with_documents(words, context))
+            try:
+                turns.append(self.fit(draft, max_tokens).tokens)
+            except PromptTooLongError:
+                return 0
+        shared = 0
+        for a, b in zip(*turns, strict=False):
+            if a != b:
+                break
+            shared += 1
+        return self.engine.read_ahead(turns[0][:shared], cancel=cancel)
 
 
 def _with_context(events: Iterator[StepEvent], fitted: FittedPrompt) -> Iterator[StepEvent]:

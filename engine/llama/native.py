@@ -387,17 +387,20 @@ class Batch:
 # --- context ----------------------------------------------------------------------
 
 
-# The KV cache's element type, first choice first. With an f16 cache, ggml's CPU attention takes other
-# code paths for a 1-token step than for a batch once the cache passes 256 cells (the step's keys are
-# split among the threads, a batch's are not; batches of 64 rows or more are tiled): a batch's logits then
-# differ from plain decoding's, and lookahead's text with them at near-ties. A Q8_0 cache goes through one
-# path for every row whatever the batch, and on x86 it is faster than f16 too (half the memory to read).
-# It needs flash attention, which llama.cpp turns off for some models: those get the f16 cache.
-KV_TYPES = (("q8_0", ll.GGML_TYPE_Q8_0), ("f16", ll.GGML_TYPE_F16))
+# The KV cache and attention, first choice first. An f16 cache with flash attention reads a prompt as fast as
+# llama.cpp's default (f16, no flash attention); a Q8_0 cache took 2.3x as long. The patch (packaging/) makes
+# ggml's flash attention give a query row the same arithmetic whether it is a 1-token step or one of fewer
+# than 64 rows of a batch, at any cache length and thread count: batches of that many rows or
+# more (prompt chunks) are tiled, which is faster and exact among themselves but not equal to a step. The
+# exact-batch probe finds that limit like any kernel's. Without flash attention (llama.cpp turns it off for
+# a few architectures) attention is two matmuls whose exactness the probe measures too.
+KV_SETUPS = (("f16", ll.GGML_TYPE_F16, ll.LLAMA_FLASH_ATTN_TYPE_ENABLED),
+             ("f16", ll.GGML_TYPE_F16, ll.LLAMA_FLASH_ATTN_TYPE_DISABLED))
 
 
 class Context:
-    """A llama.cpp context made for lookahead: N_SEQ sequences in one unified KV cache (``kv_type``)."""
+    """A llama.cpp context made for lookahead: N_SEQ sequences in one unified KV cache (``kv_type``, with
+    ``flash_attn`` or not)."""
 
     def __init__(
         self, model: Model, n_ctx: int, n_batch: int, n_threads: int, n_seq_max: int = N_SEQ, n_rs_seq: int = 0
@@ -417,11 +420,14 @@ class Context:
         params.no_perf = True
         self._ptr = None
         self.kv_type = ""
-        for name, ggml_type in KV_TYPES:
+        self.flash_attn = False
+        for name, ggml_type, flash_attn in KV_SETUPS:
             params.type_k = params.type_v = ggml_type
+            params.flash_attn_type = flash_attn
             self._ptr = ll.llama_init_from_model(model.ptr, params)
             if self._ptr:
                 self.kv_type = name
+                self.flash_attn = flash_attn == ll.LLAMA_FLASH_ATTN_TYPE_ENABLED
                 break
         if not self._ptr:
             detail = last_log_error()
@@ -509,6 +515,19 @@ class Context:
 
     def clear(self) -> None:
         ll.llama_memory_clear(self._mem, True)
+
+    def save_seq(self, seq: int) -> bytes:
+        """What the cache holds for ``seq`` (its cells' positions, keys and values), to put back with ``load_seq``."""
+        size = ll.llama_state_seq_get_size(self.ptr, seq)
+        buf = (ctypes.c_uint8 * size)()
+        written = ll.llama_state_seq_get_data(self.ptr, buf, size, seq)
+        return bytes(buf)[:written]
+
+    def load_seq(self, data: bytes, seq: int) -> bool:
+        """Put ``save_seq``'s bytes back into ``seq`` (of an emptied cache: from its first cell, in position order,
+        each value as it was); False if llama.cpp could not."""
+        buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
+        return bool(ll.llama_state_seq_set_data(self.ptr, buf, len(data), seq))
 
 
 # --- sampler ----------------------------------------------------------------------
