@@ -109,7 +109,9 @@ class ModelLoader(QObject):
         blocked = model.lookahead_block_reason
         self.lookahead_label.setText("lookahead unavailable" if blocked else "lookahead available")
         self.lookahead_label.setToolTip(plain_tip(blocked or ""))
-        self._window.statusBar().showMessage(f"Loaded {model.display_name} in {model.load_s:.2f} s{checked}", 5000)
+        # Short: the model's name is on the right of the status bar, the first-time check in its tooltip, and the
+        # measurement that may start now takes room beside this message.
+        self._window.statusBar().showMessage(f"Model loaded in {model.load_s:.2f} s", 5000)
         self.loadingChanged.emit()
         self.loaded.emit(model, requested)
 

@@ -33,7 +33,7 @@ SKIP_COST = (
     "Skip: lookahead uses a cautious default and may be slower on this PC.\n"
     "You can measure later with “Measure now”, here in the status bar."
 )
-RUNNING_TEXT = "Timing this PC so lookahead knows which guesses pay off here"
+RUNNING_TEXT = "Timing this PC for lookahead"
 SKIPPED_TEXT = "Lookahead not timed for this PC"
 SKIPPED_TIP = (
     "Lookahead plans with a cautious default, which may be slower on this PC than a measured one.\n"
@@ -96,7 +96,7 @@ class MeasureStatus(QWidget):
         self.measure_button.setToolTip("Time this PC for lookahead now (chat works meanwhile)")
         self.measure_button.clicked.connect(self.measure_now)
         row = QHBoxLayout(self)
-        row.setContentsMargins(0, 0, 0, 0)
+        row.setContentsMargins(12, 0, 0, 0)  # apart from the status bar's message on its left
         for widget in (self.label, self.progress, self.skip_button, self.measure_button):
             row.addWidget(widget)
         self.setVisible(False)
@@ -205,7 +205,7 @@ class MeasureStatus(QWidget):
 
     def _running_text(self) -> str:
         left = time_left(time.monotonic() - self._started_at, self.fraction)
-        return f"{RUNNING_TEXT}: {format_left(left)} · chat works meanwhile"
+        return f"{RUNNING_TEXT}: {format_left(left)}"  # what it is for, and that chat works meanwhile: the tooltip
 
     @Slot()
     def _show_time_left(self) -> None:
