@@ -131,6 +131,26 @@ def test_lookahead_text_equals_plain_text_past_256_cached_tokens(engine, prompt_
         assert la.token_ids == plain.token_ids, f"{name} differs from plain"
 
 
+_PRICE_LIST = "\n".join(f"Item {k}: a box of {k + 3} screws costs {k * 7 % 23 + 2} euros." for k in range(1, 52))
+
+
+@pytest.mark.parametrize("sampling", [SamplingConfig(), SamplingConfig(temperature=0.8, seed=7)],
+                         ids=["greedy", "sampled"])
+def test_lookahead_text_equals_plain_text_past_1024_cached_tokens(engine, sampling):
+    """Deep in the cache the attention's tiles are many (one per 64 cells) and a 1-token step's keys would be
+    split among the threads upstream: lookahead's batches must still give plain decoding's text."""
+    prompt = engine.render_chat([Message("user", f"{_PRICE_LIST}\n\nCopy the list above, every line.")])
+    assert 900 < len(prompt) < 1024 - 16, "the reply must start before 1,024 cached tokens and go past them"
+    plain = run(engine, prompt, None, max_tokens=160, sampling=sampling)
+    assert len(prompt) + plain.n_tokens > 1024 + 64
+    with auto_on_curve(engine, FLAT):
+        auto = run(engine, prompt, DEFAULT_LOOKAHEAD, max_tokens=160, sampling=sampling)
+    fixed = run(engine, prompt, SHAPES[1], max_tokens=160, sampling=sampling)
+    for name, la in (("auto", auto), ("fixed", fixed)):
+        assert la.n_accepted > 0, name
+        assert la.token_ids == plain.token_ids, f"{name} differs from plain"
+
+
 def test_the_exact_batch_probe_checks_batches_past_256_cached_tokens(engine):
     """A batch must give every committed row plain decoding's logits there, not just its first row."""
     from engine.costs.measuring import PROBE_DEPTH, QUICK_PROBE_SIZES, probe_exact_batch
