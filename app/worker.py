@@ -149,7 +149,7 @@ class EngineWorker(QObject):
         self._measuring: tuple[int, threading.Event] | None = None  # the running measurement's id and cancel
         self._measure_cancelled_upto = 0  # measurements with this id or a lower one are not wanted any more
         # What the next prompt will begin with (the chat in view, the files attached so far): read into the cache
-        # when the worker has nothing else to do, and again after work that emptied the cache (wantReadAhead).
+        # when the worker has nothing else to do, and again after a job that emptied it (wantReadAhead).
         self._read_ahead: ReadAheadRequest | None = None
         # Set when the user asks for anything: stop background work (reading ahead; the thread probe). A new
         # read-ahead stops an older one, not the probe.
@@ -214,7 +214,7 @@ class EngineWorker(QObject):
         with self._lock:
             self._probe_cancel = threading.Event()
         self._probeThreadsLater.emit()
-        self._read_ahead_later()  # the chat in view, for this model (after the probe: it empties the cache)
+        self._read_ahead_later()  # the chat in view, for this model
 
     @Slot(str, object)
     def rememberChats(self, model_path: str, texts: list[str]) -> None:
@@ -312,12 +312,8 @@ class EngineWorker(QObject):
         Meant for idle time: ``interruptMeasurement`` with this id or a later one
         stops it (also before it starts), so a reply asked for meanwhile waits at
         most one decode and plans with the reference curve (see ``Engine.tune``).
-        A measurement empties the cache: the chat in view is read again after it.
+        The cache holds what it held before after it (a chat read ahead stays).
         """
-        self._measure_machine(request_id)
-        self._read_ahead_later()
-
-    def _measure_machine(self, request_id: int) -> None:
         engine = self._engine
         if engine is None or engine.lookahead_block_reason is not None:
             self.measureFinished.emit(request_id, "unneeded", "")

@@ -382,12 +382,7 @@ def _probe_sizes(
     step = _ProbeSteps(n_chunks + CHAIN_ROWS + sum(n / PROBE_CHUNK for n in sizes) * 2, progress)
     _read_prefix(engine, prefix, step)
     start = engine.kv.n
-    chain: list[np.ndarray] = []  # plain decoding of the tokens after the prefix, one at a time
-    for k in range(CHAIN_ROWS):
-        step(1)
-        batch.set_single_seq(filler[start + k : start + k + 1], start + k, ALL_SEQS, last_logits=True)
-        ctx.decode(batch)
-        chain.append(ctx.logits_rows(1)[0].copy())
+    chain = _decode_chain(engine, filler, start, before_decode=lambda: step(1))
     engine.threads_agree = _threads_agree(engine, filler, start, chain, before_decode=lambda: step(0))
 
     def decode(n: int, drafts: bool) -> np.ndarray:
@@ -418,28 +413,36 @@ def probe_threads_agree(engine: Measurable, cancel: threading.Event | None = Non
     exact-batch probe the thread governor needs, at a fraction of its cost (a chunk of filler and ten decodes).
     Raises ``MeasurementCancelled`` between two decodes once ``cancel`` is set. Leaves the engine's cache empty.
     """
-    from engine.decoding.plan import ALL_SEQS
-
     def stop_if_cancelled() -> None:
         if cancel is not None and cancel.is_set():
             engine.reset()
             raise MeasurementCancelled(None, "the thread probe was cancelled")
 
     filler = engine.tokenize(FILLER_TEXT, add_special=False)
-    batch, ctx = engine.batch, engine.ctx
     with engine.all_threads():
         engine.reset()
         engine.prefill(filler[:PROBE_CHUNK])
         start = engine.kv.n
-        chain: list[np.ndarray] = []
-        for k in range(CHAIN_ROWS):
-            stop_if_cancelled()
-            batch.set_single_seq(filler[start + k : start + k + 1], start + k, ALL_SEQS, last_logits=True)
-            ctx.decode(batch)
-            chain.append(ctx.logits_rows(1)[0].copy())
+        chain = _decode_chain(engine, filler, start, before_decode=stop_if_cancelled)
         agree = _threads_agree(engine, filler, start, chain, before_decode=stop_if_cancelled)
     engine.reset()
     return agree
+
+
+def _decode_chain(
+    engine: Measurable, filler: list[int], start: int, before_decode: Callable[[], None]
+) -> list[np.ndarray]:
+    """Plain decoding's logits for the CHAIN_ROWS filler tokens after ``start``, one token at a time."""
+    from engine.decoding.plan import ALL_SEQS
+
+    batch, ctx = engine.batch, engine.ctx
+    chain: list[np.ndarray] = []
+    for k in range(CHAIN_ROWS):
+        before_decode()
+        batch.set_single_seq(filler[start + k : start + k + 1], start + k, ALL_SEQS, last_logits=True)
+        ctx.decode(batch)
+        chain.append(ctx.logits_rows(1)[0].copy())
+    return chain
 
 
 def _threads_agree(

@@ -245,8 +245,8 @@ class Engine:
     def probe_exact_cap(self) -> int:
         """Make sure steps stay within batches measured exact for this model: probe quickly if nothing is known.
 
-        Costs a 300-token prompt and two decodes of each of ``QUICK_PROBE_SIZES`` the first time; empties the
-        cache then.
+        Costs a 300-token prompt and two decodes of each of ``QUICK_PROBE_SIZES`` the first time; the cache holds
+        what it held before after it.
         """
         if self.cost_curve_source == "default" and not self.load_cached_curve():
             with self.cache_kept():
@@ -257,7 +257,7 @@ class Engine:
     def probe_threads(self, cancel: threading.Event | None = None) -> bool:
         """Find out, if not known yet, whether the thread count may change (one thread gives all threads' logits),
         so that the thread governor works from the first reply, plain decoding's too. A cached curve knows;
-        else a short probe (about a second) that empties the cache; ``cancel`` stops it (``MeasurementCancelled``)
+        else a short probe (about a second; the cache is kept); ``cancel`` stops it (``MeasurementCancelled``)
         and it stays unknown. True once known."""
         if self.threads_agree is None:
             self.load_cached_curve()

@@ -115,7 +115,6 @@ class ChatSession:
         )
         return _with_context(events, fitted)
 
-
     def read_ahead(
         self,
         messages: Sequence[Message],

@@ -388,12 +388,10 @@ class Batch:
 
 
 # The KV cache and attention, first choice first. An f16 cache with flash attention reads a prompt as fast as
-# llama.cpp's default (f16, no flash attention); a Q8_0 cache took 2.3x as long. The patch (packaging/) makes
-# ggml's flash attention give a query row the same arithmetic whether it is a 1-token step or one of fewer
-# than 64 rows of a batch, at any cache length and thread count: batches of that many rows or
-# more (prompt chunks) are tiled, which is faster and exact among themselves but not equal to a step. The
-# exact-batch probe finds that limit like any kernel's. Without flash attention (llama.cpp turns it off for
-# a few architectures) attention is two matmuls whose exactness the probe measures too.
+# llama.cpp's default (f16, no flash attention); a Q8_0 cache took 2.3x as long. The patch (packaging/, part 4)
+# gives every row count ggml's tiled flash attention, so a query row gets the same arithmetic in a 1-token step
+# and in a batch of any size, at any cache length and thread count. Without flash attention (llama.cpp turns
+# it off for a few architectures) attention is two matmuls whose exactness the exact-batch probe measures.
 KV_SETUPS = (("f16", ll.GGML_TYPE_F16, ll.LLAMA_FLASH_ATTN_TYPE_ENABLED),
              ("f16", ll.GGML_TYPE_F16, ll.LLAMA_FLASH_ATTN_TYPE_DISABLED))
 
