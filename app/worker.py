@@ -168,6 +168,8 @@ class EngineWorker(QObject):
         """
         t0 = time.perf_counter()
         self.modelLoading.emit(0.0)
+        with self._lock:  # before the engine is in use: a reply asked for as soon as it is stops the probe
+            self._probe_cancel = threading.Event()
 
         def progress(frac: float) -> bool:
             self.modelLoading.emit(float(frac))
@@ -211,8 +213,6 @@ class EngineWorker(QObject):
             batch_kernels=tuple(k.describe for k in matrix_kernels(dict(s.matrix_types), system_features())),
         )
         self.modelLoaded.emit(loaded)
-        with self._lock:
-            self._probe_cancel = threading.Event()
         self._probeThreadsLater.emit()
         self._read_ahead_later()  # the chat in view, for this model
 
