@@ -37,6 +37,7 @@ from engine.llama.problems import ModelFileError
 from engine.llama.shapes import QUANT_TYPES, SHAPES, build_shape
 from engine.speed.comparison import speedup_cell
 from engine.speed.measure import PromptResult, RunStats, Workload, geomean
+from engine.tools import serve
 from engine.tools.bench import (
     BenchReport,
     attached_workloads,
@@ -172,6 +173,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="file type, quantized by llama.cpp as llama-quantize does (default q4_k_m)")
     s.add_argument("--seed", type=int, default=0, help="seed of the random weights (default 0)")
     s.add_argument("--list", action="store_true", help="list the shapes and exit")
+
+    serve.add_parser(sub, _add_model_args)
     return parser
 
 
@@ -606,7 +609,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = parser.parse_args(argv)
         handler = {"generate": cmd_generate, "bench": cmd_bench, "chat": cmd_chat, "tune": cmd_tune,
-                   "shape": cmd_shape}[args.command]
+                   "shape": cmd_shape, "serve": lambda a: serve.cmd_serve(a, open_engine, prepare_auto)}[args.command]
         return handler(args)
     except CliError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -1,0 +1,494 @@
+"""A local OpenAI-compatible HTTP server for the loaded model, on aiohttp.
+
+aiohttp because it is one well-kept library that is both the server and, in tests, a raw HTTP client; it runs
+on its own asyncio loop in a thread, beside whatever owns the engine (the app's Qt worker, or ``EngineRunner``).
+
+Safe by default: it binds 127.0.0.1; another address only with an API key. With a key, every request but
+``GET /health`` must carry ``Authorization: Bearer KEY``. A request whose ``Host`` is not an address served is
+refused (DNS rebinding), and so is one from a browser page whose ``Origin`` the user did not allow (no CORS
+header is ever sent for it). One generation runs at a time; at most ``max_waiting`` wait; then 503. The log
+holds method, path, status, tokens and time of each request, never what was asked or answered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import ipaddress
+import json
+import logging
+import math
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+from engine.decoding.generation import StepEvent
+from engine.decoding.settings import SettingsError
+from engine.server.jobs import FINISHED, Job, JobRunner
+from engine.server.requests import ApiError, CompletionRequest, parse_chat, parse_completion
+from engine.speed.measure import RunStats
+
+log = logging.getLogger("engine.server")
+
+DEFAULT_PORT = 8723
+MAX_BODY_BYTES = 2 * 1024 * 1024
+MAX_WAITING = 16
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")
+TOKENS = web.RequestKey("tokens", int)  # a request's generated tokens, for its log line
+FINISH_REASONS = {"eog": "stop", "stop_string": "stop", "max_tokens": "length", "context_full": "length",
+                  "cancelled": "stop"}
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """Where and how the server listens. ``port`` 0 takes a free port (``ModelServer.port`` tells which)."""
+
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_PORT
+    api_key: str = ""
+    allowed_origins: tuple[str, ...] = ()  # browser pages that may call the server (CORS); none by default
+    max_body_bytes: int = MAX_BODY_BYTES
+    max_waiting: int = MAX_WAITING
+    lookahead: str = "auto"  # for requests that do not say: "auto" or "off"
+
+    def validate(self) -> ServerConfig:
+        if not 0 <= self.port <= 65535:
+            raise SettingsError(f"port {self.port} is out of range 0..65535")
+        if not is_loopback(self.host) and not self.api_key:
+            raise SettingsError(f"serving on {self.host} lets other computers in: it needs an API key")
+        if self.api_key and (len(self.api_key) < 8 or not self.api_key.isprintable() or " " in self.api_key):
+            raise SettingsError("the API key must be at least 8 printable characters without spaces")
+        if self.lookahead not in ("auto", "off"):
+            raise SettingsError(f"lookahead {self.lookahead!r} must be auto or off")
+        if self.max_waiting < 0 or self.max_body_bytes < 1024:
+            raise SettingsError("the queue and body limits must be positive")
+        return self
+
+
+@dataclass
+class ServerStats:
+    """What the server has done, for a status line: read from any thread, written by the server's."""
+
+    served: int = 0  # requests answered with a generation
+    refused: int = 0  # requests answered with an error
+    last_tokens: int = 0
+    last_tokens_per_s: float = 0.0
+    last_tokens_per_step: float = 0.0
+    last_lookahead: str = ""  # "auto" | "off" | "fixed"
+    last_elapsed_s: float = 0.0
+    waiting: int = 0
+    running: bool = False
+    history: list[float] = field(default_factory=list)  # recent requests' seconds, for Retry-After
+
+
+class ModelServer:
+    """Serves one model through ``runner`` on ``config``'s address, from a thread of its own."""
+
+    def __init__(self, runner: JobRunner, model_id: str, config: ServerConfig = ServerConfig(),
+                 created: int | None = None, on_change: Callable[[ServerStats], None] | None = None) -> None:
+        self.runner = runner
+        self.model_id = model_id
+        self.config = config.validate()
+        self.created = int(time.time()) if created is None else created
+        self.stats = ServerStats()
+        self.on_change = on_change
+        self.port = config.port
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._runner: web.AppRunner | None = None
+        self._outstanding: dict[Job, asyncio.Queue[object]] = {}
+        self._start_error: BaseException | None = None
+        self._allowed_hosts: set[str] | None = set()
+
+    # -- life -------------------------------------------------------------------------------------------------
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    @property
+    def base_url(self) -> str:
+        """What to paste into another program as the OpenAI base URL."""
+        host = self.config.host
+        if host in ("0.0.0.0", "::"):
+            host = "127.0.0.1"
+        elif ":" in host and not host.startswith("["):
+            host = f"[{host}]"
+        return f"http://{host}:{self.port}/v1"
+
+    def start(self) -> None:
+        """Listen; returns once the port is bound. Raises OSError when it cannot be (port taken, no such address)."""
+        if self.running:
+            return
+        ready = threading.Event()
+        self._start_error = None
+        self._thread = threading.Thread(target=self._serve, args=(ready,), name="model-server", daemon=True)
+        self._thread.start()
+        ready.wait()
+        if self._start_error is not None:
+            self._thread.join()
+            self._thread = None
+            raise self._start_error
+
+    def stop(self, message: str = "the server was stopped") -> None:
+        """Answer every waiting or running request with ``message`` (503), close the port and end the thread."""
+        loop, thread = self._loop, self._thread
+        if loop is None or thread is None:
+            return
+        if thread.is_alive():
+            try:
+                asyncio.run_coroutine_threadsafe(self._shutdown(message), loop).result(timeout=15)
+            except Exception:  # already closing
+                log.exception("server shutdown")
+            loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=15)
+        self._thread = None
+
+    def _serve(self, ready: threading.Event) -> None:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        asyncio.set_event_loop(loop)
+        try:
+            runner = web.AppRunner(self._make_app(), handler_cancellation=True, access_log=None, shutdown_timeout=2.0)
+            loop.run_until_complete(runner.setup())
+            site = web.TCPSite(runner, self.config.host, self.config.port)
+            loop.run_until_complete(site.start())
+            self._runner = runner
+            self.port = runner.addresses[0][1]
+            self._allowed_hosts = self._hosts_allowed()
+        except BaseException as exc:
+            self._start_error = exc
+            loop.close()
+            ready.set()
+            return
+        log.info("serving %s on %s", self.model_id, self.base_url)
+        ready.set()
+        try:
+            loop.run_forever()
+        finally:
+            loop.run_until_complete(runner.cleanup())
+            loop.close()
+            log.info("server stopped")
+
+    async def _shutdown(self, message: str) -> None:
+        for job, events in list(self._outstanding.items()):
+            job.cancel.set()
+            events.put_nowait(ApiError(503, message, "server_stopped", kind="server_error"))
+        for _ in range(50):  # let the handlers answer
+            if not self._outstanding:
+                break
+            await asyncio.sleep(0.02)
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    def _hosts_allowed(self) -> set[str] | None:
+        """The Host header values a request may carry (None: any, when serving every address with a key)."""
+        host, port = self.config.host, self.port
+        if host in ("0.0.0.0", "::"):
+            return None
+        names = set(LOOPBACK_NAMES) if is_loopback(host) else {f"[{host}]" if ":" in host else host}
+        return {n.lower() for n in names} | {f"{n}:{port}".lower() for n in names}
+
+    def _changed(self) -> None:
+        if self.on_change is not None:
+            try:
+                self.on_change(self.stats)
+            except Exception:
+                log.exception("server status listener")
+
+    # -- HTTP -------------------------------------------------------------------------------------------------
+
+    def _make_app(self) -> web.Application:
+        app = web.Application(client_max_size=self.config.max_body_bytes,
+                              middlewares=[self._errors, self._guard])
+        app.router.add_get("/health", self._health)
+        app.router.add_get("/v1/models", self._models)
+        app.router.add_get("/v1/models/{model}", self._model)
+        app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_post("/v1/completions", self._completions)
+        return app
+
+    @web.middleware
+    async def _errors(self, request: web.Request, handler: Callable[..., Any]) -> web.StreamResponse:
+        """Every refusal as OpenAI's error object; one log line per request, without its text."""
+        start = time.perf_counter()
+        response: web.StreamResponse
+        try:
+            response = await handler(request)
+        except ApiError as exc:
+            response = _error_response(exc)
+        except web.HTTPException as exc:
+            response = _error_response(_from_http(exc))
+        except (ConnectionResetError, asyncio.CancelledError):
+            log.info("%s %s client gone after %.2f s, %d tokens", request.method, request.path,
+                     time.perf_counter() - start, request.get(TOKENS, 0))
+            raise
+        if response.status >= 400:
+            self.stats.refused += 1
+            self._changed()
+        log.info("%s %s %d %d tokens %.2f s", request.method, request.path, response.status,
+                 request.get(TOKENS, 0), time.perf_counter() - start)
+        return response
+
+    @web.middleware
+    async def _guard(self, request: web.Request, handler: Callable[..., Any]) -> web.StreamResponse:
+        """Host, Origin (CORS) and API key, before anything is read."""
+        allowed = self._allowed_hosts
+        host = request.headers.get("Host", "").lower()
+        if allowed is not None and host not in allowed:
+            raise ApiError(403, f"Host {host!r} is not an address this server serves", "forbidden_host",
+                           kind="permission_error")
+        origin = request.headers.get("Origin")
+        cors: dict[str, str] = {}
+        if origin is not None:
+            if origin not in self.config.allowed_origins:
+                raise ApiError(403, f"requests from the web page {origin!r} are not allowed", "forbidden_origin",
+                               kind="permission_error")
+            cors = {"Access-Control-Allow-Origin": origin, "Vary": "Origin"}
+            if request.method == "OPTIONS":
+                return web.Response(status=204, headers={
+                    **cors, "Access-Control-Allow-Methods": "GET, POST, OPTIONS",
+                    "Access-Control-Allow-Headers": "Authorization, Content-Type", "Access-Control-Max-Age": "600"})
+        if self.config.api_key and request.path != "/health":
+            given = request.headers.get("Authorization", "")
+            expected = f"Bearer {self.config.api_key}"
+            if not hmac.compare_digest(given.encode("utf-8", "replace"), expected.encode("utf-8")):
+                raise ApiError(401, "a valid API key is required: send Authorization: Bearer KEY",
+                               "invalid_api_key", kind="authentication_error")
+        response = await handler(request)
+        if cors and not response.prepared:
+            response.headers.update(cors)
+        return response
+
+    async def _health(self, request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok", "model": self.model_id})
+
+    def _model_object(self) -> dict[str, Any]:
+        return {"id": self.model_id, "object": "model", "created": self.created, "owned_by": "local"}
+
+    async def _models(self, request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [self._model_object()]})
+
+    async def _model(self, request: web.Request) -> web.Response:
+        if request.match_info["model"] != self.model_id:
+            raise ApiError(404, f"model {request.match_info['model']!r} is not served here", "model_not_found",
+                           "model", kind="not_found_error")
+        return web.json_response(self._model_object())
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        body = await _json_body(request, self.config.max_body_bytes)
+        return await self._generate(request, parse_chat(body, self.model_id, self.config.lookahead), chat=True)
+
+    async def _completions(self, request: web.Request) -> web.StreamResponse:
+        body = await _json_body(request, self.config.max_body_bytes)
+        return await self._generate(request, parse_completion(body, self.model_id, self.config.lookahead), chat=False)
+
+    # -- generation -------------------------------------------------------------------------------------------
+
+    async def _generate(self, request: web.Request, req: CompletionRequest, chat: bool) -> web.StreamResponse:
+        waiting = len(self._outstanding) - (1 if self.stats.running else 0)
+        if waiting >= self.config.max_waiting:
+            recent = self.stats.history[-8:] or [10.0]
+            retry = min(600, max(1, math.ceil(sum(recent) / len(recent) * (waiting + 1))))
+            raise ApiError(503, f"the server is busy: {waiting} requests are waiting; try again later",
+                           "queue_full", kind="server_error", headers={"Retry-After": str(retry)})
+        loop = asyncio.get_running_loop()
+        events: asyncio.Queue[object] = asyncio.Queue()
+
+        def sink(item: object) -> None:  # called on the engine's thread
+            loop.call_soon_threadsafe(events.put_nowait, item)
+
+        job = Job(req, sink)
+        self._outstanding[job] = events
+        self.stats.waiting = waiting + 1
+        self._changed()
+        started = time.perf_counter()
+        reply = _Reply(req, chat, self.model_id)
+        try:
+            self.runner.submit(job)
+            first = await events.get()
+            self.stats.running = True
+            self._changed()
+            if isinstance(first, ApiError):
+                raise first
+            if req.stream:
+                return await self._stream(request, reply, first, events)
+            item = first
+            while item is not FINISHED:
+                if isinstance(item, ApiError):
+                    raise item
+                reply.observe(item)  # type: ignore[arg-type]
+                request[TOKENS] = reply.stats.n_tokens
+                item = await events.get()
+            self._served(reply, started)
+            return web.json_response(reply.whole())
+        finally:
+            job.cancel.set()  # done, failed, or the client went away: the job stops within a step
+            self._outstanding.pop(job, None)
+            self.stats.running = False
+            self.stats.waiting = max(0, len(self._outstanding))
+            self._changed()
+
+    async def _stream(self, request: web.Request, reply: _Reply, first: object,
+                      events: asyncio.Queue[object]) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
+                                               "X-Accel-Buffering": "no"})
+        origin = request.headers.get("Origin")
+        if origin is not None:  # the guard allowed it
+            response.headers.update({"Access-Control-Allow-Origin": origin, "Vary": "Origin"})
+        await response.prepare(request)
+        started = time.perf_counter()
+
+        async def send(obj: dict[str, Any]) -> None:
+            await response.write(b"data: " + json.dumps(obj, ensure_ascii=False).encode("utf-8") + b"\n\n")
+
+        await send(reply.chunk(role=True))
+        item = first
+        while item is not FINISHED:
+            if isinstance(item, ApiError):  # the status is sent already: the error goes in the stream
+                await send(item.body())
+                break
+            ev: StepEvent = item  # type: ignore[assignment]
+            reply.observe(ev)
+            request[TOKENS] = reply.stats.n_tokens
+            if ev.text:
+                await send(reply.chunk(text=ev.text))
+            item = await events.get()
+        if item is FINISHED:
+            await send(reply.chunk(finish=True))
+            if reply.request.include_usage:
+                await send(reply.usage_chunk())
+            self._served(reply, started)
+        await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+        return response
+
+    def _served(self, reply: _Reply, started: float) -> None:
+        s = reply.stats
+        self.stats.served += 1
+        self.stats.last_tokens = s.n_tokens
+        self.stats.last_tokens_per_s = s.tokens_per_s
+        self.stats.last_tokens_per_step = s.tokens_per_step
+        self.stats.last_lookahead = reply.request.lookahead_asked
+        self.stats.last_elapsed_s = time.perf_counter() - started
+        self.stats.history = [*self.stats.history[-15:], self.stats.last_elapsed_s]
+
+
+class _Reply:
+    """One generation's events folded into OpenAI's response objects."""
+
+    def __init__(self, request: CompletionRequest, chat: bool, model_id: str) -> None:
+        self.request = request
+        self.chat = chat
+        self.model_id = model_id
+        self.stats = RunStats()
+        self.id = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
+        self.created = int(time.time())
+
+    def observe(self, event: StepEvent) -> None:
+        self.stats.observe(event)
+
+    @property
+    def finish_reason(self) -> str:
+        return FINISH_REASONS.get(self.stats.stop_reason or "", "stop")
+
+    def usage(self) -> dict[str, int]:
+        s = self.stats
+        return {"prompt_tokens": s.prompt_tokens, "completion_tokens": s.n_tokens,
+                "total_tokens": s.prompt_tokens + s.n_tokens}
+
+    def timings(self) -> dict[str, Any]:
+        """llama-server's timing names, and what lookahead did."""
+        s = self.stats
+        prompt_n = s.prompt_tokens - s.prompt_cached_tokens
+        return {
+            "cache_n": s.prompt_cached_tokens,
+            "prompt_n": prompt_n,
+            "prompt_ms": round(s.prefill_s * 1000, 3),
+            # the prompt's last token is read by the first step (its time is in predicted_ms)
+            "prompt_per_second": round(s.prefill_tokens / s.prefill_s, 2) if s.prefill_tokens else 0.0,
+            "predicted_n": s.n_tokens,
+            "predicted_ms": round(s.decode_s * 1000, 3),
+            "predicted_per_second": round(s.n_tokens / s.decode_s, 2) if s.decode_s > 0 else 0.0,
+            "draft_n": s.n_drafted,
+            "draft_n_accepted": s.n_accepted,
+            "forward_passes": s.steps,
+            "tokens_per_step": round(s.tokens_per_step, 3),
+            "lookahead": self.request.lookahead_asked,
+        }
+
+    def _head(self, obj: str) -> dict[str, Any]:
+        return {"id": self.id, "object": obj, "created": self.created, "model": self.model_id}
+
+    def whole(self) -> dict[str, Any]:
+        text = self.stats.text
+        if self.chat:
+            choice = {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
+                      "finish_reason": self.finish_reason}
+            head = self._head("chat.completion")
+        else:
+            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": self.finish_reason}
+            head = self._head("text_completion")
+        return {**head, "choices": [choice], "usage": self.usage(), "timings": self.timings()}
+
+    def chunk(self, text: str = "", role: bool = False, finish: bool = False) -> dict[str, Any]:
+        reason = self.finish_reason if finish else None
+        if self.chat:
+            delta: dict[str, Any] = {"content": text} if text else {}
+            if role:
+                delta = {"role": "assistant", "content": ""}
+            out = {**self._head("chat.completion.chunk"),
+                   "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": reason}]}
+        else:
+            out = {**self._head("text_completion"),
+                   "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": reason}]}
+        if finish:
+            out["timings"] = self.timings()
+        if self.request.include_usage:
+            out["usage"] = None
+        return out
+
+    def usage_chunk(self) -> dict[str, Any]:
+        """The last chunk with ``stream_options.include_usage``: no choices, the usage and timings."""
+        obj = "chat.completion.chunk" if self.chat else "text_completion"
+        return {**self._head(obj), "choices": [], "usage": self.usage(), "timings": self.timings()}
+
+
+async def _json_body(request: web.Request, limit: int) -> Any:
+    length = request.content_length
+    if length is not None and length > limit:
+        raise ApiError(413, f"the request body is {length} bytes; at most {limit} are taken", "request_too_large")
+    raw = await request.read()  # aiohttp refuses a body past ``limit`` sent without a length (413)
+    try:
+        return json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ApiError(400, f"the request body is not valid JSON: {exc}", "invalid_json") from None
+
+
+def _error_response(exc: ApiError) -> web.Response:
+    return web.json_response(exc.body(), status=exc.status, headers=exc.headers)
+
+
+def _from_http(exc: web.HTTPException) -> ApiError:
+    """aiohttp's own refusals (unknown path, wrong method, body too large) as OpenAI errors."""
+    codes = {404: ("not_found", "not_found_error", "no such endpoint"),
+             405: ("method_not_allowed", "invalid_request_error", "this endpoint does not take that method"),
+             413: ("request_too_large", "invalid_request_error", "the request body is too large")}
+    code, kind, message = codes.get(exc.status, ("http_error", "invalid_request_error", exc.reason))
+    headers = {k: v for k, v in exc.headers.items() if k.lower() == "allow"}
+    return ApiError(exc.status, message, code, kind=kind, headers=headers)
