@@ -47,6 +47,7 @@ from PySide6.QtGui import (
 )
 from PySide6.QtWidgets import (
     QFileDialog,
+    QLabel,
     QMainWindow,
     QMenu,
     QMessageBox,
@@ -65,6 +66,7 @@ from .chat_controller import ChatController, ReplyRecord, RequestIds
 from .chat_runner import ChatRunner
 from .model_loader import ModelLoader
 from .requests import LoadedModel
+from .serving import ServerController
 from .settings import AppSettings
 from .store import ChatStore, Conversation, open_chat_store
 from .wheel_guard import install_wheel_guard
@@ -77,6 +79,7 @@ from .widgets.decoding_panel import DecodingPanel
 from .widgets.library import LibraryDialog
 from .widgets.measure_status import MeasureStatus
 from .widgets.model_info import ModelInfoDialog
+from .widgets.serve_dialog import ServeDialog
 from .widgets.shortcuts import ShortcutsDialog, shortcut_rows
 from .widgets.side_panels import DEFAULT_SPLITTER_SIZES, SidePanels
 from .worker import EngineThread
@@ -139,6 +142,7 @@ class MainWindow(QMainWindow):
             lookahead_block_reason=lambda: self.model.lookahead_block_reason if self.model else None,
             next_id=ids.next, parent_widget=self,
         )
+        self.serving = ServerController(self.engine, self.settings, self)
         self._build_status_bar()
         self.runner = ChatRunner(
             self.chat, self.chat_pane, self.conversations, self.panel, self.engine, can_start=self._can_start_turn,
@@ -229,10 +233,13 @@ class MainWindow(QMainWindow):
             "&Chat", ("&New chat", self.new_chat, "Ctrl+N"), ("&Stop", self.stop_reply, Qt.Key.Key_Escape),
             ("&Regenerate last reply", self.regenerate_last, "Ctrl+R"),
         )
-        self.library_action, self.template_action = menu(
+        self.library_action, self.template_action, self.serve_action = menu(
             "&Model", ("&Library…", self._on_open_library, "Ctrl+Shift+L"),
-            ("Chat &template…", self._on_show_chat_template, None),
+            ("Chat &template…", self._on_show_chat_template, None), None,
+            ("&Serve to other programs…", self.show_serve_dialog, None),
         )
+        self.serve_action.setToolTip("Let other programs on this PC use the loaded model through the OpenAI API")
+        self.serve_dialog: ServeDialog | None = None
         # Opening a model is a model's business: the Model menu has it first; File keeps the same action.
         self.model_menu = self.library_action.parent()
         assert isinstance(self.model_menu, QMenu)
@@ -373,7 +380,10 @@ class MainWindow(QMainWindow):
         self.model_label, self.lookahead_label, self.progress = (
             self.models.model_label, self.models.lookahead_label, self.models.progress)
         self.measure_status = MeasureStatus(self.engine, can_run=lambda: self.is_ready() and not self.is_busy())
-        for widget in (self.measure_status, self.progress, self.model_label, self.lookahead_label):
+        self.serving_label = QLabel()
+        self.serving_label.setTextFormat(Qt.TextFormat.PlainText)
+        self.serving_label.hide()
+        for widget in (self.measure_status, self.progress, self.serving_label, self.model_label, self.lookahead_label):
             bar.addPermanentWidget(widget)
 
     def _wire(self) -> None:
@@ -401,6 +411,8 @@ class MainWindow(QMainWindow):
         self.comparisons.started.connect(self.measure_status.interrupt)
         self.comparisons.finished.connect(self.measure_status.resume_later)
         self.measure_status.message.connect(lambda text: self.statusBar().showMessage(text, 5000))
+        self.serving.requestArrived.connect(self.measure_status.make_way)
+        self.serving.stateChanged.connect(self._on_serving_changed)
 
         self._settings_timer = QTimer(self)  # debounce: spin boxes change on every keystroke
         self._settings_timer.setSingleShot(True)
@@ -468,6 +480,7 @@ class MainWindow(QMainWindow):
             ctx, thr = remembered.get("n_ctx"), remembered.get("threads")
             n_ctx = ctx if isinstance(ctx, int) else n_ctx
             threads = thr if isinstance(thr, int) else threads
+        self.serving.model_changing()
         self.models.load(path, n_ctx, threads)
 
     @staticmethod
@@ -500,12 +513,15 @@ class MainWindow(QMainWindow):
         self.engine.rememberRequested.emit(model.path, self.store.chat_texts(names))
         self.modelChanged.emit(model)
         self.measure_status.start()
+        self.serving.model_loaded(model)
         if self.library_dialog is not None:
             self.library_dialog.set_loaded_path(model.path)
 
     @Slot(str)
     def _on_model_failed(self, message: str) -> None:
         self._update_actions()
+        if self.model is not None and not self._closed:
+            self.serving.model_loaded(self.model)  # the model in use stays: serve it again
         if not self._closed:
             self.measure_status.resume_later()  # the model in use keeps its own (usually known) curve
             self.modelLoadFailed.emit(message)
@@ -579,6 +595,29 @@ class MainWindow(QMainWindow):
         dialog = ModelInfoDialog(self.model, self)
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         dialog.open()
+
+    @Slot()
+    def show_serve_dialog(self) -> ServeDialog:
+        """Model → Serve to other programs…: one dialog, raised when open."""
+        if self.serve_dialog is not None and self.serve_dialog.isVisible():
+            self.serve_dialog.raise_()
+            self.serve_dialog.activateWindow()
+            return self.serve_dialog
+        if self.serve_dialog is None:
+            self.serve_dialog = ServeDialog(self.serving, self)
+        self.serve_dialog.show()
+        return self.serve_dialog
+
+    @Slot()
+    def _on_serving_changed(self) -> None:
+        """The status bar says where the model is served; the settings are saved."""
+        serving = self.serving
+        self.serving_label.setVisible(serving.running)
+        if serving.running:
+            self.serving_label.setText("Serving to programs")
+            self.serving_label.setToolTip(f"Other programs can use the loaded model at {serving.base_url} "
+                                          "(Model → Serve to other programs…)")
+        self._settings_timer.start()
 
     @Slot()
     def _on_reload_requested(self) -> None:
@@ -720,6 +759,7 @@ class MainWindow(QMainWindow):
         t0 = time.perf_counter()
         self._settings_timer.stop()
         self.chat_pane.stop_reading()  # files being read for a message: their threads end now
+        self.serving.shutdown()  # requests of other programs hear that the app is closing
         self.engine.shutdown(timeout_s=2.0)
         # The worker's last signals (final step, replyFinished) are queued to us: deliver them now,
         # so a reply stopped by closing is saved as far as it got.

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from engine.decoding.settings import DEFAULT_FIXED
 from engine.files import write_json_atomic
+from engine.server import DEFAULT_PORT
 
 from . import paths
 
@@ -70,6 +71,12 @@ class AppSettings:
     show_decoding_panel: bool = True  # View → Decoding panel
     open_panel_sections: list[str] = field(default_factory=list)  # the panel's foldable sections shown unfolded
     per_model: dict[str, dict[str, object]] = field(default_factory=dict)  # model path -> PER_MODEL_FIELDS
+    # Model → Serve to other programs: the local OpenAI-compatible server (engine/server)
+    serve_on: bool = False  # serve the loaded model, from start-up on
+    serve_port: int = DEFAULT_PORT
+    serve_network: bool = False  # other computers may connect (then only with the key)
+    serve_key_required: bool = False
+    serve_key: str = ""  # made for the user when first needed
     geometry: str = ""  # QWidget.saveGeometry(), base64
     splitter_state: str = ""
 

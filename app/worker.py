@@ -44,6 +44,7 @@ from engine.llama.kernels import matrix_kernels
 from engine.llama.native import system_features
 from engine.llama.probe import ProbeResult, ensure_loadable
 from engine.llama.problems import LoadProblem
+from engine.server import Job
 from engine.speed.comparison import CompareProgress
 from engine.tools.bench import PromptResult
 
@@ -155,6 +156,7 @@ class EngineWorker(QObject):
         # read-ahead stops an older one, not the probe.
         self._read_ahead_cancel = threading.Event()
         self._probe_cancel = threading.Event()
+        self._serving: Job | None = None  # the local server's request running now
         self._readAheadLater.connect(self.readAhead, Qt.ConnectionType.QueuedConnection)
         self._probeThreadsLater.connect(self.probeThreads, Qt.ConnectionType.QueuedConnection)
 
@@ -366,6 +368,32 @@ class EngineWorker(QObject):
             log.info("read %d tokens of the next prompt ahead", read)
         self.readAheadDone.emit(read)
 
+    @Slot(object)
+    def serveJob(self, job: Job) -> None:
+        """Run a request of the local server (engine/server) on the engine, in turn with the chat's replies.
+
+        The chat's attached files and memory of replies are left out of it: what another program asks is not the
+        user's chat.
+        """
+        engine = self._engine
+        if engine is None:
+            job.fail("no model is loaded in Lookahead Chat")
+            return
+        if self._shutting_down.is_set():
+            job.fail("Lookahead Chat is closing")
+            return
+        with self._lock:
+            self._serving = job
+        keep, engine.keep_replies = engine.keep_replies, False
+        try:
+            engine.set_documents([])
+            job.run(engine)
+        finally:
+            engine.keep_replies = keep
+            with self._lock:
+                self._serving = None
+        self._read_ahead_later()  # the request's prompt replaced the chat's in the cache
+
     @Slot()
     def probeThreads(self) -> None:
         """Find out whether the thread count may change (about a second, once per model; after a load), so the
@@ -511,8 +539,11 @@ class EngineWorker(QObject):
                 self._pending_lookahead = (config,)
 
     def requestShutdown(self) -> None:
-        """Thread-safe: abort a running load and the running generation."""
+        """Thread-safe: abort a running load and the running generation (a chat's or the local server's)."""
         self._shutting_down.set()
+        with self._lock:
+            if self._serving is not None:
+                self._serving.cancel.set()
         self.interruptMeasurement(2**62)
         self.interruptBackground()
         self.stop()
@@ -541,6 +572,8 @@ class EngineThread(QObject):
         stopRequested(): direct to ``EngineWorker.stop``.
         measureInterruptRequested(int): direct to ``EngineWorker.interruptMeasurement``.
         lookaheadChanged(object): direct to ``EngineWorker.setLookahead``.
+        serveRequested(object): a local server's ``Job``, queued to ``EngineWorker.serveJob``; thread-safe (the
+            server's thread emits it).
         readAheadRequested(object): a ``ReadAheadRequest`` (or None), direct to ``EngineWorker.wantReadAhead``,
             then queued to ``EngineWorker.readAhead``. Every request the user makes (not the idle-time
             measurement, which waits its turn) interrupts reading ahead and the thread probe.
@@ -556,6 +589,7 @@ class EngineThread(QObject):
     measureInterruptRequested = Signal(int)
     lookaheadChanged = Signal(object)
     readAheadRequested = Signal(object)
+    serveRequested = Signal(object)
     _readAheadQueued = Signal()
     _shutdownRequested = Signal()
 
@@ -572,6 +606,7 @@ class EngineThread(QObject):
         self.speedReportRequested.connect(self.worker.speedReport, Qt.ConnectionType.QueuedConnection)
         self.measureRequested.connect(self.worker.measureMachine, Qt.ConnectionType.QueuedConnection)
         self.rememberRequested.connect(self.worker.rememberChats, Qt.ConnectionType.QueuedConnection)
+        self.serveRequested.connect(self.worker.serveJob, Qt.ConnectionType.QueuedConnection)
         self._shutdownRequested.connect(self.worker.shutdown, Qt.ConnectionType.QueuedConnection)
         # Direct: the worker's event loop is busy inside the generation or measurement these must reach.
         self.stopRequested.connect(self.worker.stop, Qt.ConnectionType.DirectConnection)
@@ -581,7 +616,7 @@ class EngineThread(QObject):
         self.readAheadRequested.connect(self._readAheadQueued)
         self._readAheadQueued.connect(self.worker.readAhead, Qt.ConnectionType.QueuedConnection)
         for asked in (self.loadRequested, self.generateRequested, self.compareRequested, self.speedReportRequested,
-                      self.stopRequested):
+                      self.stopRequested, self.serveRequested):
             asked.connect(self.worker.interruptBackground, Qt.ConnectionType.DirectConnection)
         LIVE_THREADS.add(self.worker_thread)
         self.worker_thread.start()

@@ -1,0 +1,140 @@
+"""The app's side of the local server: start and stop it on the loaded model, and hear what it serves.
+
+The server (engine/server) runs on its own thread; its requests reach the engine through the worker's queue
+(``EngineThread.serveRequested``), so a chat reply and a server request never run at once and each waits its
+turn. While the model is being changed the server is stopped (waiting requests hear why) and started again on
+the model that ends up loaded.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from pathlib import Path
+
+from PySide6.QtCore import QObject, Signal
+
+from engine.decoding.settings import SettingsError
+from engine.server import Job, ModelServer, ServerConfig, ServerStats
+
+from .requests import LoadedModel
+from .settings import AppSettings
+from .worker import EngineThread
+
+log = logging.getLogger(__name__)
+
+
+def new_api_key() -> str:
+    return "lc-" + secrets.token_urlsafe(24)
+
+
+class ServerController(QObject):
+    """Serves the loaded model while ``settings.serve_on``; a ``JobRunner`` for the server.
+
+    Signals:
+        stateChanged(): started, stopped, or failed to start (``error`` says why).
+        statsChanged(object): a ``ServerStats`` copy after each request (queued to the GUI thread).
+        requestArrived(): a request was queued for the engine (first-use timing makes way).
+    """
+
+    stateChanged = Signal()
+    statsChanged = Signal(object)
+    requestArrived = Signal()
+
+    def __init__(self, engine: EngineThread, settings: AppSettings, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self._engine = engine
+        self.settings = settings
+        self.server: ModelServer | None = None
+        self.model: LoadedModel | None = None
+        self.error = ""
+
+    # -- JobRunner (called on the server's thread) ------------------------------------------------------------
+
+    def submit(self, job: Job) -> None:
+        self.requestArrived.emit()
+        self._engine.serveRequested.emit(job)
+
+    # -- life ---------------------------------------------------------------------------------------------------
+
+    @property
+    def running(self) -> bool:
+        return self.server is not None and self.server.running
+
+    @property
+    def base_url(self) -> str:
+        return self.server.base_url if self.server is not None else ""
+
+    def config(self) -> ServerConfig:
+        s = self.settings
+        if (s.serve_key_required or s.serve_network) and not s.serve_key:
+            s.serve_key = new_api_key()
+        key = s.serve_key if s.serve_key_required or s.serve_network else ""
+        return ServerConfig(host="0.0.0.0" if s.serve_network else "127.0.0.1", port=s.serve_port, api_key=key)
+
+    def model_loaded(self, model: LoadedModel) -> None:
+        """The model in use changed (or loading it failed and ``model`` is still in use): serve it if asked."""
+        self.model = model
+        if self.settings.serve_on:
+            self.start()
+
+    def model_changing(self) -> None:
+        """Another model is being loaded: answer waiting requests and close the port until it is in use."""
+        self._stop("the model is being changed in Lookahead Chat; try again when it has loaded")
+
+    def set_serving(self, on: bool) -> None:
+        """The user's switch: remembered, and applied now."""
+        self.settings.serve_on = on
+        if on:
+            self.start()
+        else:
+            self._stop("the server was turned off in Lookahead Chat")
+
+    def restart(self) -> None:
+        """Settings changed (port, key, network): serve again with them."""
+        self._stop("the server is restarting with new settings; try again")
+        if self.settings.serve_on:
+            self.start()
+
+    def start(self) -> None:
+        if self.model is None:
+            self.error = ""
+            self.stateChanged.emit()
+            return
+        self._stop("the server is restarting")
+        try:
+            config = self.config().validate()
+            model_id = Path(self.model.path).stem
+            server = ModelServer(self, model_id, config, on_change=self._on_change)
+            server.start()
+        except (OSError, SettingsError) as exc:
+            self.error = _start_problem(exc, self.settings.serve_port)
+            log.warning("server not started: %s", self.error)
+            self.server = None
+        else:
+            self.error = ""
+            self.server = server
+        self.stateChanged.emit()
+
+    def shutdown(self) -> None:
+        """The window closes: answer what waits and close the port."""
+        self._stop("Lookahead Chat is closing")
+
+    def _stop(self, message: str) -> None:
+        server, self.server = self.server, None
+        if server is not None:
+            server.stop(message)
+            self.stateChanged.emit()
+
+    def _on_change(self, stats: ServerStats) -> None:  # the server's thread
+        self.statsChanged.emit(ServerStats(**{**stats.__dict__, "history": list(stats.history)}))
+
+
+def _start_problem(exc: BaseException, port: int) -> str:
+    if isinstance(exc, OSError):
+        if exc.errno in (98, 48, 10048):  # EADDRINUSE on Linux, macOS, Windows
+            return f"port {port} is in use by another program: choose another port"
+        if exc.errno in (13, 10013):
+            return f"this user may not listen on port {port}: choose one above 1024"
+        return f"cannot listen on port {port}: {exc.strerror or exc}"
+    return str(exc)
