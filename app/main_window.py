@@ -614,7 +614,7 @@ class MainWindow(QMainWindow):
         serving = self.serving
         self.serving_label.setVisible(serving.running)
         if serving.running:
-            self.serving_label.setText("Serving to programs")
+            self.serving_label.setText("Serving")
             self.serving_label.setToolTip(f"Other programs can use the loaded model at {serving.base_url} "
                                           "(Model → Serve to other programs…)")
         self._settings_timer.start()

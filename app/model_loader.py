@@ -91,7 +91,9 @@ class ModelLoader(QObject):
         self.progress.setVisible(False)
         self.model = model
         generic = " · generic chat format" if model.template_is_fallback else ""
-        self.model_label.setText(f"{model.display_name} · {model.file_type} · ctx {model.n_ctx}{generic}")
+        # the file type, unless the name says it already ("SmolLM2-135M-Instruct.Q4_1")
+        kind = "" if model.file_type.lower() in model.display_name.lower() else f" · {model.file_type}"
+        self.model_label.setText(f"{model.display_name}{kind} · ctx {model.n_ctx}{generic}")
         checked = f" (the first-time check took {model.probe_s:.2f} s)" if model.probe_s is not None else ""
         trained = f" (trained on {model.n_ctx_train:,})" if model.n_ctx_train else ""
         named = f" (named “{model.gguf_name}” in the file)" if model.gguf_name != model.display_name else ""
