@@ -74,8 +74,10 @@ class ServerConfig:
             raise SettingsError("the API key must be at least 8 printable characters without spaces")
         if self.lookahead not in ("auto", "off"):
             raise SettingsError(f"lookahead {self.lookahead!r} must be auto or off")
-        if self.max_waiting < 0 or self.max_body_bytes < 1024:
-            raise SettingsError("the queue and body limits must be positive")
+        if self.max_waiting < 0:
+            raise SettingsError(f"the queue's length {self.max_waiting} cannot be negative")
+        if self.max_body_bytes < 1024:
+            raise SettingsError(f"a body limit of {self.max_body_bytes} bytes is too small (at least 1024)")
         return self
 
 
@@ -238,6 +240,9 @@ class ModelServer:
             log.info("%s %s client gone after %.2f s, %d tokens", request.method, request.path,
                      time.perf_counter() - start, request.get(TOKENS, 0))
             raise
+        origin = request.headers.get("Origin")
+        if origin is not None and origin in self.config.allowed_origins and not response.prepared:
+            response.headers.update({"Access-Control-Allow-Origin": origin, "Vary": "Origin"})
         if response.status >= 400:
             self.stats.refused += 1
             self._changed()
@@ -254,15 +259,13 @@ class ModelServer:
             raise ApiError(403, f"Host {host!r} is not an address this server serves", "forbidden_host",
                            kind="permission_error")
         origin = request.headers.get("Origin")
-        cors: dict[str, str] = {}
-        if origin is not None:
+        if origin is not None:  # a browser page: only one the user allowed (_errors adds the CORS header)
             if origin not in self.config.allowed_origins:
                 raise ApiError(403, f"requests from the web page {origin!r} are not allowed", "forbidden_origin",
                                kind="permission_error")
-            cors = {"Access-Control-Allow-Origin": origin, "Vary": "Origin"}
             if request.method == "OPTIONS":
                 return web.Response(status=204, headers={
-                    **cors, "Access-Control-Allow-Methods": "GET, POST, OPTIONS",
+                    "Access-Control-Allow-Methods": "GET, POST, OPTIONS",
                     "Access-Control-Allow-Headers": "Authorization, Content-Type", "Access-Control-Max-Age": "600"})
         if self.config.api_key and request.path != "/health":
             given = request.headers.get("Authorization", "")
@@ -270,10 +273,7 @@ class ModelServer:
             if not hmac.compare_digest(given.encode("utf-8", "replace"), expected.encode("utf-8")):
                 raise ApiError(401, "a valid API key is required: send Authorization: Bearer KEY",
                                "invalid_api_key", kind="authentication_error")
-        response = await handler(request)
-        if cors and not response.prepared:
-            response.headers.update(cors)
-        return response
+        return await handler(request)
 
     async def _health(self, request: web.Request) -> web.Response:
         return web.json_response({"status": "ok", "model": self.model_id})
@@ -301,8 +301,8 @@ class ModelServer:
     # -- generation -------------------------------------------------------------------------------------------
 
     async def _generate(self, request: web.Request, req: CompletionRequest, chat: bool) -> web.StreamResponse:
-        waiting = len(self._outstanding) - (1 if self.stats.running else 0)
-        if waiting >= self.config.max_waiting:
+        waiting = self._waiting()
+        if self._outstanding and waiting >= self.config.max_waiting:
             recent = self.stats.history[-8:] or [10.0]
             retry = min(600, max(1, math.ceil(sum(recent) / len(recent) * (waiting + 1))))
             raise ApiError(503, f"the server is busy: {waiting} requests are waiting; try again later",
@@ -315,15 +315,13 @@ class ModelServer:
 
         job = Job(req, sink)
         self._outstanding[job] = events
-        self.stats.waiting = waiting + 1
-        self._changed()
+        self._count()
         started = time.perf_counter()
         reply = _Reply(req, chat, self.model_id)
         try:
             self.runner.submit(job)
             first = await events.get()
-            self.stats.running = True
-            self._changed()
+            self._count()
             if isinstance(first, ApiError):
                 raise first
             if req.stream:
@@ -340,16 +338,23 @@ class ModelServer:
         finally:
             job.cancel.set()  # done, failed, or the client went away: the job stops within a step
             self._outstanding.pop(job, None)
-            self.stats.running = False
-            self.stats.waiting = max(0, len(self._outstanding))
-            self._changed()
+            self._count()
+
+    def _waiting(self) -> int:
+        """Requests accepted whose generation has not started yet."""
+        return sum(not job.started.is_set() for job in self._outstanding)
+
+    def _count(self) -> None:
+        self.stats.waiting = self._waiting()
+        self.stats.running = any(job.started.is_set() for job in self._outstanding)
+        self._changed()
 
     async def _stream(self, request: web.Request, reply: _Reply, first: object,
                       events: asyncio.Queue[object]) -> web.StreamResponse:
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
                                                "X-Accel-Buffering": "no"})
         origin = request.headers.get("Origin")
-        if origin is not None:  # the guard allowed it
+        if origin is not None:  # the guard allowed it; the headers go before the stream's first byte
             response.headers.update({"Access-Control-Allow-Origin": origin, "Vary": "Origin"})
         await response.prepare(request)
         started = time.perf_counter()
@@ -476,7 +481,7 @@ async def _json_body(request: web.Request, limit: int) -> Any:
     raw = await request.read()  # aiohttp refuses a body past ``limit`` sent without a length (413)
     try:
         return json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (ValueError, RecursionError) as exc:  # not JSON, not UTF-8, nested too deep, a number too long
         raise ApiError(400, f"the request body is not valid JSON: {exc}", "invalid_json") from None
 
 

@@ -30,10 +30,12 @@ class Job:
     def __init__(self, request: CompletionRequest, sink: Callable[[object], None]) -> None:
         self.request = request
         self.cancel = threading.Event()
+        self.started = threading.Event()  # set when the engine's thread takes it up
         self._sink = sink
 
     def run(self, engine: Engine) -> None:
         """Generate on ``engine`` (the calling thread owns it) and hand each event to the sink."""
+        self.started.set()
         if self.cancel.is_set():
             self._sink(FINISHED)
             return
