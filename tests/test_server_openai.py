@@ -147,3 +147,13 @@ def test_unsupported_field_is_refused_by_name(client):
     with pytest.raises(openai.BadRequestError) as info:
         client.chat.completions.create(model=MODEL_ID, messages=[{"role": "user", "content": "hi"}], n=2)
     assert info.value.body["param"] == "n"
+
+
+def test_seeded_sampled_completion_is_the_same_text_in_every_mode(engine, client):
+    prompt = "Once upon a time, in a village by the sea,"
+    texts = {mode: client.completions.create(model=MODEL_ID, prompt=prompt, max_tokens=40, temperature=0.9, seed=11,
+                                             extra_body={"lookahead": LOOKAHEADS[mode]}).choices[0].text
+             for mode in LOOKAHEADS}
+    reference = plain_text(engine, prompt=prompt, max_tokens=40, sampling=SamplingConfig(temperature=0.9, seed=11))
+    assert set(texts.values()) == {reference}, texts
+    assert reference != plain_text(engine, prompt=prompt, max_tokens=40), "sampled, not greedy"
