@@ -14,7 +14,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal
 
-from engine.decoding.settings import SettingsError
+from engine.llama.problems import SettingsError
 from engine.server import Job, ModelServer, ServerConfig, ServerStats
 
 from .requests import LoadedModel

@@ -46,7 +46,7 @@ from engine.llama.probe import ProbeResult, ensure_loadable
 from engine.llama.problems import LoadProblem
 from engine.server import Job
 from engine.speed.comparison import CompareProgress
-from engine.tools.bench import PromptResult
+from engine.speed.measure import PromptResult
 
 from .attachments import ReplySources
 from .compare import (

@@ -5,12 +5,12 @@ Never imports Qt; the desktop app in ``app/`` drives it from a worker thread.
 
 from engine.decoding.runtime import Engine, GenerationControls, LookaheadUnsupportedError, PromptTooLongError, StepEvent
 from engine.decoding.session import ChatSession
-from engine.decoding.settings import LookaheadConfig, SamplingConfig, SettingsError, StopConfig
+from engine.decoding.settings import LookaheadConfig, SamplingConfig, StopConfig
 from engine.decoding.text import Message, TemplateRenderError
 from engine.llama.bundled import default_model_path
 from engine.llama.models import GgufSummary, check_gguf
 from engine.llama.native import NativeError
-from engine.llama.problems import ModelFileError
+from engine.llama.problems import ModelFileError, SettingsError
 from engine.speed.measure import RunStats
 
 __all__ = [

@@ -7,7 +7,7 @@ as ``<app> --engine-probe PATH --ctx N --threads N``: handled first, before anyt
 import sys
 
 if __name__ == "__main__" and len(sys.argv) > 1 and sys.argv[1] == "--engine-probe":
-    from engine.llama.probe import main as probe_main
+    from engine.decoding.load_check import main as probe_main
 
     sys.exit(probe_main(sys.argv[2:]))
 

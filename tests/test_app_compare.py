@@ -36,7 +36,7 @@ from engine import (  # noqa: E402
 from engine.llama.probe import ProbeResult  # noqa: E402
 from engine.speed import comparison  # noqa: E402
 from engine.speed.measure import PromptResult, by_category  # noqa: E402
-from engine.tools.bench import load_workloads  # noqa: E402
+from engine.speed.workloads import load_workloads  # noqa: E402
 from tests.app_fixtures import MODEL_LOAD_TIMEOUT_MS, REPLY_TIMEOUT_MS, FakeEngine, quick_settings
 
 # The offscreen platform also cannot raise a window (the speed report dialog asks to be raised when opened).

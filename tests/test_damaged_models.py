@@ -452,7 +452,7 @@ def test_a_frozen_app_probes_with_its_own_executable_and_flag(monkeypatch):
     assert probe.child_command("/m/x.gguf", 4096, 2) == [sys.executable, "--engine-probe", "/m/x.gguf", "--ctx", "4096",
                                                          "--threads", "2"]
     monkeypatch.setattr(sys, "frozen", False)
-    assert probe.child_command("/m/x.gguf", 4096, 2)[1:3] == ["-m", "engine.llama.probe"]
+    assert probe.child_command("/m/x.gguf", 4096, 2)[1:3] == ["-m", "engine.decoding.load_check"]
 
 
 def test_the_bundle_entry_script_runs_the_probe_without_importing_qt(intact):

@@ -8,7 +8,8 @@ from engine import GenerationControls, LookaheadConfig, Message, RunStats, Sampl
 from engine.decoding.plan import ALL_SEQS
 from engine.decoding.session import ChatSession
 from engine.decoding.settings import DEFAULT_LOOKAHEAD
-from engine.tools.bench import load_workloads, workload_prompt
+from engine.speed.workloads import load_workloads
+from engine.tools.bench import workload_prompt
 from tests.planning import FLAT, STEEP, auto_on_curve, tune_here
 
 pytestmark = pytest.mark.model

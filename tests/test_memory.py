@@ -11,7 +11,8 @@ from engine import Engine, GenerationControls, Message, RunStats, StopConfig
 from engine.costs.curve import DEFAULT_CURVE
 from engine.decoding.drafts import CorpusIndex
 from engine.decoding.settings import DEFAULT_LOOKAHEAD, LookaheadConfig
-from engine.tools.bench import load_workloads, workload_prompt
+from engine.speed.workloads import load_workloads
+from engine.tools.bench import workload_prompt
 from tests.planning import auto_on_curve, laptop_curve
 
 pytestmark = pytest.mark.model

@@ -104,8 +104,8 @@ def hybrid_summaries(tmp_path_factory):
 def test_a_hybrid_models_cache_counts_its_attention_layers_and_the_recurrent_states_kept_to_take_back(
     hybrid_summaries,
 ):
-    from engine.decoding.settings import ROLLBACK_TOKENS
-    from engine.llama.shapes import SHAPES
+    from engine.llama.models import ROLLBACK_TOKENS
+    from engine.tools.shapes import SHAPES
 
     for arch, summary in hybrid_summaries.items():
         shape = SHAPES[f"test-{arch}"]

@@ -83,7 +83,7 @@ def test_bundled_files_keep_the_repository_layout_the_app_looks_them_up_in():
     # what app/__main__.py and app/main_window.py load, and install-linux.sh copies out of the bundle
     for rel in ("icons/lookahead-chat.svg", "styles/app.qss", "icons/lookahead-chat-256.png", "lookahead-chat.desktop"):
         assert f"{resources}/{rel}" in bundled
-    from engine.tools.bench import WORKLOADS_PATH
+    from engine.speed.workloads import WORKLOADS_PATH
 
     assert WORKLOADS_PATH.relative_to(REPO).as_posix() in bundled
     assert not any("curves" in path for path in bundled)  # the what-if curves are the tests' alone

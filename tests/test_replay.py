@@ -11,7 +11,8 @@ import pytest
 
 from engine.decoding.replay import REPLAY_MATCH, ReplayDrafts
 from engine.decoding.settings import LookaheadConfig
-from engine.tools.bench import load_workloads, run_bench
+from engine.speed.workloads import load_workloads
+from engine.tools.bench import run_bench
 from engine.tools.cli import main
 from tests.planning import FLAT, auto_on_curve
 from tests.tiny_models import write_tiny_hybrid

@@ -11,8 +11,9 @@ from app.settings import AppSettings
 from app.store import ChatStore
 from app.widgets.decoding_panel import DecodingPanel, format_stop_strings, parse_stop_strings
 from engine import GenerationControls, LookaheadConfig, Message, RunStats, SamplingConfig, StepEvent, StopConfig
-from engine.decoding.settings import DEFAULT_LOOKAHEAD, SettingsError
-from engine.tools.bench import load_workloads
+from engine.decoding.settings import DEFAULT_LOOKAHEAD
+from engine.llama.problems import SettingsError
+from engine.speed.workloads import load_workloads
 from tests.app_fixtures import quick_settings, use_fake_engine
 from tests.planning import FLAT, auto_on_curve
 

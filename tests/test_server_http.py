@@ -24,8 +24,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from engine.decoding.settings import SettingsError
 from engine.decoding.text import Message
+from engine.llama.problems import SettingsError
 from engine.server import EngineRunner, ModelServer, ServerConfig, ServerStats
 
 pytestmark = pytest.mark.model

@@ -1,4 +1,4 @@
-"""Models in a real model's shape with random weights (engine/llama/shapes.py): the file llama.cpp makes of them loads,
+"""Models in a real model's shape with random weights (engine/tools/shapes.py): the file llama.cpp makes of them loads,
 generates, and holds the tensors and types a real file of that shape holds."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from engine import Engine, StopConfig
-from engine.llama.shapes import QUANT_TYPES, SHAPES, ModelShape, build_shape, byte_vocab, tensor_plan
 from engine.tools.cli import main
+from engine.tools.shapes import QUANT_TYPES, SHAPES, ModelShape, build_shape, byte_vocab, tensor_plan
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ import pytest
 from engine import Engine
 from engine.costs.measuring import EXACT_PROBE_SIZES, probe_exact_batch
 from engine.llama.kernels import EVERY_SIZE, explain_exact_limit, matrix_kernels
-from engine.llama.shapes import SHAPES, build_shape
+from engine.tools.shapes import SHAPES, build_shape
 
 PACKAGING = Path(__file__).resolve().parent.parent / "packaging"
 CHECK_SOURCE = PACKAGING / "small-batch-check.c"

@@ -1,6 +1,6 @@
 """Tiny GGUF models written with gguf's GGUFWriter: other architectures and shapes than the bundled model.
 
-Random weights, a byte-level SPM vocabulary (bytes plus ▁ and a-z, engine/llama/shapes.py's), in the tensor
+Random weights, a byte-level SPM vocabulary (bytes plus ▁ and a-z, engine/tools/shapes.py's), in the tensor
 shapes llama.cpp expects (numpy shape = llama.cpp's ne reversed).
 """
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.llama.shapes import add_byte_vocab, byte_vocab
+from engine.tools.shapes import add_byte_vocab, byte_vocab
 
 TOKENS = byte_vocab(3 + 256 + 27)  # <unk> <s> </s>, the bytes, then ▁ and a-z
 
@@ -142,12 +142,12 @@ def write_tiny_llama(
 
 
 def write_tiny_hybrid(arch: str, path: Path, seed: int = 0, quant: str = "q4_1") -> Path:
-    """A 3-layer ``arch`` ("lfm2" or "qwen35") model with random weights (engine/llama/shapes.py's test-lfm2 and
+    """A 3-layer ``arch`` ("lfm2" or "qwen35") model with random weights (engine/tools/shapes.py's test-lfm2 and
     test-qwen35: layers [recurrent, attention, recurrent]), quantized by llama.cpp to ``quant`` ("f16": none).
 
     Q4_1 by default: its batch rows equal 1-token steps; F16/F32 matmuls do not.
     """
-    from engine.llama.shapes import SHAPES, build_shape
+    from engine.tools.shapes import SHAPES, build_shape
 
     if f"test-{arch}" not in SHAPES:
         raise ValueError(f"no tiny {arch} model (lfm2, qwen35)")

@@ -9,7 +9,8 @@ from PySide6.QtWidgets import QWidget
 
 from engine import LookaheadConfig
 from engine.decoding.text import conversation_messages
-from engine.tools.bench import Workload, load_workloads
+from engine.speed.measure import Workload
+from engine.speed.workloads import load_workloads
 
 from ..compare import CompareRequest, CompareResult, SpeedReportOutcome, SpeedReportProgress, SpeedReportRequest
 from ..worker import EngineThread

@@ -18,7 +18,7 @@ import numpy as np
 
 from engine.costs.contention import DecodeSample, RestProfile, waiting_share
 from engine.costs.curve import CostCurve, load_cached, save_cached
-from engine.decoding.parts import EngineParts
+from engine.costs.parts import EngineParts
 from engine.llama.models import GgufSummary
 
 
@@ -367,11 +367,15 @@ def _probe_chain(
     return best
 
 
+def all_seqs(engine: Measurable) -> tuple[int, ...]:
+    """Every sequence of the engine's context: a probe's tokens belong to all of them, as committed tokens do."""
+    return tuple(range(engine.ctx.n_seq_max))
+
+
 def _probe_sizes(
     engine: Measurable, filler: list[int], progress: Callable[[float], None] | None, sizes: tuple[int, ...]
 ) -> int:
-    from engine.decoding.plan import ALL_SEQS
-
+    seqs = all_seqs(engine)
     batch, ctx = engine.batch, engine.ctx
     # A small context cannot hold the probe's depth: go as deep as it leaves room for the smallest batches
     # (a context that small never reaches the cache lengths where kernels change).
@@ -388,7 +392,7 @@ def _probe_sizes(
     def decode(n: int, drafts: bool) -> np.ndarray:
         step(n / PROBE_CHUNK)  # also where a measurement's cancel takes effect: between two decodes
         ctx.seq_rm(-1, start, -1)
-        batch.set_single_seq(filler[start : start + n], start, ALL_SEQS, last_logits=False)
+        batch.set_single_seq(filler[start : start + n], start, seqs, last_logits=False)
         if drafts:
             batch.n_seq_id[1:n] = 1
             batch.seq_matrix[1:n, 0] = 1  # the rest sit in another sequence, as drafts do
@@ -433,13 +437,12 @@ def _decode_chain(
     engine: Measurable, filler: list[int], start: int, before_decode: Callable[[], None]
 ) -> list[np.ndarray]:
     """Plain decoding's logits for the CHAIN_ROWS filler tokens after ``start``, one token at a time."""
-    from engine.decoding.plan import ALL_SEQS
-
+    seqs = all_seqs(engine)
     batch, ctx = engine.batch, engine.ctx
     chain: list[np.ndarray] = []
     for k in range(CHAIN_ROWS):
         before_decode()
-        batch.set_single_seq(filler[start + k : start + k + 1], start + k, ALL_SEQS, last_logits=True)
+        batch.set_single_seq(filler[start + k : start + k + 1], start + k, seqs, last_logits=True)
         ctx.decode(batch)
         chain.append(ctx.logits_rows(1)[0].copy())
     return chain
@@ -450,8 +453,7 @@ def _threads_agree(
 ) -> bool:
     """Whether one thread gives the logits ``chain`` holds (decoded with all of them), for a lone token past
     the probe's depth and for a batch of the chain's tokens."""
-    from engine.decoding.plan import ALL_SEQS
-
+    seqs = all_seqs(engine)
     if engine.n_threads < 2:
         return True
     batch, ctx = engine.batch, engine.ctx
@@ -461,7 +463,7 @@ def _threads_agree(
             for n in (1, CHAIN_ROWS):
                 before_decode()
                 ctx.seq_rm(-1, start, -1)
-                batch.set_single_seq(filler[start : start + n], start, ALL_SEQS, last_logits=False)
+                batch.set_single_seq(filler[start : start + n], start, seqs, last_logits=False)
                 batch.logits[:n] = 1
                 ctx.decode(batch)
                 rows = ctx.logits_rows(n)

@@ -23,10 +23,10 @@ from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from engine.costs.curve import CostCurve, LiveCosts
+from engine.costs.parts import EngineParts
 from engine.decoding.auto import AcceptanceStats, AutoPolicy, FixedPolicy
-from engine.decoding.decoders import ChainDecoder, JacobiWindow, LookaheadDecoder, PlainDecoder, TokenDrawer
+from engine.decoding.decoders import ChainDecoder, JacobiWindow, KvState, LookaheadDecoder, PlainDecoder, TokenDrawer
 from engine.decoding.drafts import CorpusIndex, DraftCorpus, DraftSources, HistoryIndex
-from engine.decoding.parts import EngineParts
 from engine.decoding.plan import StepChoice
 from engine.decoding.pool import NgramPool
 from engine.decoding.settings import MAX_NGRAM, LookaheadConfig, SamplingConfig, StopConfig
@@ -41,6 +41,8 @@ class Engine(EngineParts, Protocol):
     generation is one reply. Named here so that this module does not import the engine that imports it.
     """
 
+    @property
+    def kv(self) -> KvState: ...
     @property
     def model(self) -> Model: ...
     @property
@@ -177,7 +179,10 @@ class Generation:
 
         self._sampler: Sampler | None = None
         if not sampling.plain_argmax:
-            self._sampler = Sampler(sampling, engine.ctx.n_vocab)
+            self._sampler = Sampler(
+                engine.ctx.n_vocab, temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p,
+                min_p=sampling.min_p, seed=sampling.seed, repeat_penalty=sampling.repeat_penalty,
+                repeat_last_n=sampling.repeat_last_n)
             if sampling.penalized:  # the window starts with the prompt's tail, as in llama.cpp's own tools
                 self._sampler.accept(prompt[-sampling.repeat_last_n :])
         try:

@@ -1,6 +1,6 @@
 """Replayed drafts: lookahead's speed on a model whose text no draft source can predict.
 
-A model with random weights (engine/llama/shapes.py) runs at a real model's speed but writes noise, so the prompt,
+A model with random weights (engine/tools/shapes.py) runs at a real model's speed but writes noise, so the prompt,
 earlier chats and documents offer it no draft that lands, and asking it to copy text does not make it copy.
 A replay measures what drafts would be worth anyway: plain decoding's reply to a prompt is recorded first,
 then at each position of the reply a ``ReplayDrafts`` offers the recorded continuation, right with

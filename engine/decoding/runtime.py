@@ -38,20 +38,12 @@ from engine.decoding.drafts import CorpusIndex, DraftCorpus
 from engine.decoding.generation import Generation, GenerationControls, StepEvent
 from engine.decoding.plan import ALL_SEQS, N_SEQ
 from engine.decoding.pool import NgramPool
-from engine.decoding.settings import (
-    MAX_GUESSES,
-    MAX_NGRAM,
-    MAX_WINDOW,
-    ROLLBACK_TOKENS,
-    SamplingConfig,
-    SettingsError,
-    StopConfig,
-)
+from engine.decoding.settings import MAX_GUESSES, MAX_NGRAM, MAX_WINDOW, SamplingConfig, StopConfig
 from engine.decoding.text import ChatTemplate, Message, render_parts
 from engine.llama.memory import check_context_fits
-from engine.llama.models import GgufSummary, check_gguf
+from engine.llama.models import ROLLBACK_TOKENS, GgufSummary, check_gguf
 from engine.llama.native import Batch, Context, Model, NativeError
-from engine.llama.problems import ContextTooLargeError
+from engine.llama.problems import ContextTooLargeError, SettingsError
 
 # Largest batch one lookahead step can need: re-evaluated drafts, the input
 # token, G candidates of N-1 tokens and a window of W x (N-1).
@@ -139,7 +131,7 @@ class Engine:
         self.rollback = self.ctx.n_rs_seq if self.recurrent else 0
         self.drafts_only = self.recurrent and self.rollback > 0
         self.lookahead_block_reason = self._lookahead_block_reason()
-        self.batch = Batch(self.ctx.n_batch)
+        self.batch = Batch(self.ctx.n_batch, N_SEQ)
         # Committed tokens carry every sequence id so lookahead branches see them.
         self.commit_seqs: tuple[int, ...] = (0,) if self.recurrent else ALL_SEQS
         bos = self.model.token_text(self.model.bos()) if self.model.bos() >= 0 else ""

@@ -8,23 +8,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from engine.llama.problems import SettingsError
+
 # The context is created once for the largest shape these limits allow: the
 # number of sequences (1 + G + W) and the batch size are fixed at creation.
 MAX_WINDOW = 16
 MAX_NGRAM = 8
 MAX_GUESSES = 16
-# Recurrent states kept back per sequence on models with recurrent memory: the longest draft such a model
-# verifies in one step. Each costs a copy of the recurrent state (a few rows per layer for LFM2's short
-# convolutions, a state matrix per head and layer for Qwen3.5's delta net).
-ROLLBACK_TOKENS = 12
 # Sampling limits: beyond them a setting only slows the sampler or wrecks the text.
 MAX_TOP_K = 1000
 MAX_REPEAT_PENALTY = 2.0
 MAX_REPEAT_LAST_N = 4096
-
-
-class SettingsError(ValueError):
-    """A setting is out of range; the message says which and why."""
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,6 @@ from pathlib import Path
 
 from gguf.constants import GGMLQuantizationType, GGUFValueType, LlamaFileType
 
-from engine.decoding.settings import ROLLBACK_TOKENS
 from engine.llama.gguf_header import (
     GGUF_MAGIC,
     HEADER_BYTES,
@@ -40,6 +39,11 @@ from engine.llama.problems import (
     ModelFileError,
 )
 from engine.units import plain_size
+
+# Recurrent states kept back per sequence on models with recurrent memory: the longest draft such a model
+# verifies in one step. Each costs a copy of the recurrent state (a few rows per layer for LFM2's short
+# convolutions, a state matrix per head and layer for Qwen3.5's delta net).
+ROLLBACK_TOKENS = 12
 
 
 @dataclass(frozen=True)

@@ -21,9 +21,6 @@ from pathlib import Path
 import llama_cpp as ll
 import numpy as np
 
-from engine.decoding.plan import N_SEQ
-from engine.decoding.settings import SamplingConfig
-
 
 class NativeError(RuntimeError):
     """llama.cpp refused or failed an operation."""
@@ -318,11 +315,11 @@ class Model:
 class Batch:
     """A llama_batch whose buffers are numpy arrays owned here.
 
-    Each token may belong to up to ``N_SEQ`` sequences. Filling is numpy slice
+    Each token may belong to up to ``n_seq`` sequences. Filling is numpy slice
     assignment; the struct handed to ``llama_decode`` points into the arrays.
     """
 
-    def __init__(self, capacity: int, n_seq: int = N_SEQ) -> None:
+    def __init__(self, capacity: int, n_seq: int) -> None:
         self.capacity = capacity
         self.n_seq = n_seq
         self.token = np.zeros(capacity, dtype=np.int32)
@@ -397,11 +394,11 @@ KV_SETUPS = (("f16", ll.GGML_TYPE_F16, ll.LLAMA_FLASH_ATTN_TYPE_ENABLED),
 
 
 class Context:
-    """A llama.cpp context made for lookahead: N_SEQ sequences in one unified KV cache (``kv_type``, with
-    ``flash_attn`` or not)."""
+    """A llama.cpp context made for lookahead: ``n_seq_max`` sequences in one unified KV cache (``kv_type``,
+    with ``flash_attn`` or not)."""
 
     def __init__(
-        self, model: Model, n_ctx: int, n_batch: int, n_threads: int, n_seq_max: int = N_SEQ, n_rs_seq: int = 0
+        self, model: Model, n_ctx: int, n_batch: int, n_threads: int, n_seq_max: int, n_rs_seq: int = 0
     ) -> None:
         """``n_rs_seq``: recurrent states kept per sequence, so that a decode's last tokens can be taken back
         (``rollback``); llama.cpp keeps none for architectures that cannot."""
@@ -411,6 +408,7 @@ class Context:
         params.n_batch = n_batch
         params.n_ubatch = n_batch  # one ubatch per step: no split inside a step
         params.n_seq_max = n_seq_max
+        self.n_seq_max = n_seq_max
         params.n_rs_seq = n_rs_seq
         params.kv_unified = True
         params.n_threads = n_threads
@@ -540,26 +538,27 @@ class Sampler:
     not drawn (the prompt).
     """
 
-    def __init__(self, sampling: SamplingConfig, n_vocab: int) -> None:
+    def __init__(self, n_vocab: int, *, temperature: float, top_k: int, top_p: float, min_p: float, seed: int,
+                 repeat_penalty: float, repeat_last_n: int) -> None:
+        """The values of a ``SamplingConfig`` (engine/decoding/settings.py), which checks them: temperature 0 is
+        greedy, top_k and min_p 0 are off, a repeat penalty of 1 or a window of 0 is off."""
         params = ll.llama_sampler_chain_default_params()
         params.no_perf = True
         self._ptr = ll.llama_sampler_chain_init(params)
-        if sampling.penalized:
+        if repeat_penalty != 1.0 and repeat_last_n > 0:
             # On the raw logits, before any filter, as llama.cpp's own sampler chains place it.
-            penalties = ll.llama_sampler_init_penalties(
-                n_vocab, sampling.repeat_last_n, sampling.repeat_penalty, 0.0, 0.0
-            )
+            penalties = ll.llama_sampler_init_penalties(n_vocab, repeat_last_n, repeat_penalty, 0.0, 0.0)
             ll.llama_sampler_chain_add(self._ptr, penalties)
-        if sampling.greedy:
+        if temperature <= 0.0:
             ll.llama_sampler_chain_add(self._ptr, ll.llama_sampler_init_greedy())
         else:
-            if sampling.top_k > 0:
-                ll.llama_sampler_chain_add(self._ptr, ll.llama_sampler_init_top_k(sampling.top_k))
-            ll.llama_sampler_chain_add(self._ptr, ll.llama_sampler_init_top_p(sampling.top_p, 1))
-            if sampling.min_p > 0:
-                ll.llama_sampler_chain_add(self._ptr, ll.llama_sampler_init_min_p(sampling.min_p, 1))
-            ll.llama_sampler_chain_add(self._ptr, ll.llama_sampler_init_temp(sampling.temperature))
-            ll.llama_sampler_chain_add(self._ptr, ll.llama_sampler_init_dist(sampling.seed))
+            if top_k > 0:
+                ll.llama_sampler_chain_add(self._ptr, ll.llama_sampler_init_top_k(top_k))
+            ll.llama_sampler_chain_add(self._ptr, ll.llama_sampler_init_top_p(top_p, 1))
+            if min_p > 0:
+                ll.llama_sampler_chain_add(self._ptr, ll.llama_sampler_init_min_p(min_p, 1))
+            ll.llama_sampler_chain_add(self._ptr, ll.llama_sampler_init_temp(temperature))
+            ll.llama_sampler_chain_add(self._ptr, ll.llama_sampler_init_dist(seed))
 
     def accept(self, tokens: Sequence[int]) -> None:
         """Add ``tokens`` to the sampler's history, in order, without drawing."""

@@ -7,7 +7,7 @@ threads, tokenizes and decodes a few tokens, and turns the child's death into a 
 of one line. A file that loaded is remembered (absolute path, size, modification time and the
 llama.cpp version) in the user cache dir, so later opens skip the probe.
 
-The child is ``python -m engine.llama.probe PATH --ctx N --threads N``; in a frozen app
+The child is ``python -m engine.decoding.load_check PATH --ctx N --threads N``; in a frozen app
 ``sys.executable`` is the app itself, which runs it when given ``--engine-probe`` first
 (packaging/launch.py). ``LOOKAHEAD_NO_PROBE=1`` turns the probe off.
 """
@@ -23,7 +23,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -43,6 +43,8 @@ from engine.llama.problems import (
 
 NO_PROBE_ENV = "LOOKAHEAD_NO_PROBE"
 FROZEN_FLAG = "--engine-probe"
+# The child's entry point: the engine's own load (a layer above this one, so named, not imported)
+CHILD_MODULE = "engine.decoding.load_check"
 CACHE_NAME = "loadable-models.json"
 CACHE_VERSION = 1
 CACHE_MAX_ENTRIES = 200  # newest kept; an evicted file is only probed again
@@ -51,7 +53,6 @@ CACHE_MAX_ENTRIES = 200  # newest kept; an evicted file is only probed again
 EXIT_REFUSED = 65  # llama.cpp refused the file with an error (no crash); not 3, which abort() gives on Windows
 EXIT_FAILED = 4  # anything else went wrong in the child
 
-PROBE_TEXT = "Hello, world!\n"  # tokenized (with special tokens) and decoded in the child
 
 
 class ProbeCancelled(Exception):
@@ -121,11 +122,11 @@ def _remember(path: Path, key: str, seconds: float) -> None:
 
 
 def child_command(path: str | os.PathLike[str], n_ctx: int, n_threads: int) -> list[str]:
-    """The command that probes ``path``: this interpreter with ``-m engine.llama.probe``, or a frozen app's own flag."""
+    """The command that probes ``path``: this interpreter with ``-m CHILD_MODULE``, or a frozen app's own flag."""
     args = [str(path), "--ctx", str(n_ctx), "--threads", str(n_threads)]
     if getattr(sys, "frozen", False):
         return [sys.executable, FROZEN_FLAG, *args]
-    return [sys.executable, "-m", "engine.llama.probe", *args]
+    return [sys.executable, "-m", CHILD_MODULE, *args]
 
 
 def _child_env() -> dict[str, str]:
@@ -338,37 +339,11 @@ def _report_llama_log() -> None:
     ll.llama_log_set(_to_stderr, ctypes.c_void_p(0))
 
 
-def load_and_decode(path: str, n_ctx: int, n_threads: int) -> None:
-    """What the engine does when it opens a model, up to its first token.
-
-    Load, context, tokenize, decode, detokenize.
-    """
-    import numpy as np
-
-    from engine.decoding.runtime import open_context
-    from engine.llama.native import Batch, Model
-
-    model = Model(path)
-    try:
-        ctx = open_context(model, n_ctx, n_threads)
-        try:
-            tokens = model.tokenize(PROBE_TEXT, add_special=True, parse_special=True)[:8] or [0]
-            batch = Batch(max(len(tokens), 1))
-            batch.set_single_seq(tokens, 0, (0,), last_logits=True)
-            ctx.decode(batch)
-            best = int(np.argmax(ctx.logits_at(len(tokens) - 1)))
-            model.token_bytes(best)
-            model.is_eog(best)
-            model.token_text(best)
-        finally:
-            ctx.close()
-    finally:
-        model.close()
-
-
-def main(argv: list[str] | None = None) -> int:
-    """The child: ``python -m engine.llama.probe PATH --ctx N --threads N``; exit 0 if the model loaded and decoded."""
-    parser = argparse.ArgumentParser(prog="python -m engine.llama.probe", description="test-load a GGUF model")
+def run_child(argv: list[str] | None, load_and_decode: Callable[[str, int, int], None]) -> int:
+    """The child's work: ``load_and_decode(PATH, N, N)`` for ``PATH --ctx N --threads N``; exit 0 if the model
+    loaded and decoded, else one line on stderr and an exit code the parent reads. ``load_and_decode`` is the
+    engine's own (engine/decoding/load_check.py): the child opens the context the engine will."""
+    parser = argparse.ArgumentParser(prog=f"python -m {CHILD_MODULE}", description="test-load a GGUF model")
     parser.add_argument("path")
     parser.add_argument("--ctx", type=int, required=True)
     parser.add_argument("--threads", type=int, required=True)
@@ -386,6 +361,3 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_FAILED
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

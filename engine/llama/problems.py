@@ -11,8 +11,6 @@ import re
 from dataclasses import dataclass
 from typing import ClassVar
 
-from engine.decoding.settings import SettingsError
-
 # What went wrong with a model file, as ``ModelFileError.kind``.
 KIND_MISSING = "missing"
 KIND_NOT_A_FILE = "not a file"
@@ -29,6 +27,10 @@ KIND_TOO_SLOW = "too slow"
 KIND_NOT_INSTALLED = "not installed"
 KIND_OTHER = "other"
 DOWNLOAD_AGAIN = "Download it again, or choose another model."
+
+
+class SettingsError(ValueError):
+    """A setting is out of range; the message says which and why."""
 
 
 class ModelFileError(ValueError):

@@ -28,7 +28,7 @@ from typing import Any
 from aiohttp import web
 
 from engine.decoding.generation import StepEvent
-from engine.decoding.settings import SettingsError
+from engine.llama.problems import SettingsError
 from engine.server.jobs import FINISHED, Job, JobRunner
 from engine.server.requests import ApiError, CompletionRequest, parse_chat, parse_completion
 from engine.speed.measure import RunStats

@@ -15,8 +15,8 @@ from collections.abc import Callable
 from typing import Protocol
 
 from engine.decoding.runtime import Engine, GenerationControls, LookaheadUnsupportedError, PromptTooLongError
-from engine.decoding.settings import SettingsError
 from engine.decoding.text import TemplateRenderError
+from engine.llama.problems import SettingsError
 from engine.server.requests import ApiError, CompletionRequest
 
 log = logging.getLogger("engine.server")

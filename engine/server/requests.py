@@ -20,10 +20,10 @@ from engine.decoding.settings import (
     MAX_WINDOW,
     LookaheadConfig,
     SamplingConfig,
-    SettingsError,
     StopConfig,
 )
 from engine.decoding.text import Message
+from engine.llama.problems import SettingsError
 
 MAX_STOP_STRINGS = 16
 MAX_STOP_LENGTH = 256

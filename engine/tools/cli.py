@@ -25,7 +25,7 @@ from engine.decoding.runtime import (
     default_threads,
 )
 from engine.decoding.session import ChatSession
-from engine.decoding.settings import DEFAULT_LOOKAHEAD, LookaheadConfig, SamplingConfig, SettingsError, StopConfig
+from engine.decoding.settings import DEFAULT_LOOKAHEAD, LookaheadConfig, SamplingConfig, StopConfig
 from engine.decoding.text import Message, TemplateRenderError, conversation_messages
 from engine.documents import Document, DocumentContext, DocumentError, read_document, with_documents
 from engine.llama import native
@@ -33,16 +33,14 @@ from engine.llama.bundled import default_model_path
 from engine.llama.kernels import explain_exact_limit, matrix_kernels
 from engine.llama.native import NativeError
 from engine.llama.probe import ensure_loadable
-from engine.llama.problems import ModelFileError
-from engine.llama.shapes import QUANT_TYPES, SHAPES, build_shape
+from engine.llama.problems import ModelFileError, SettingsError
 from engine.speed.comparison import speedup_cell
 from engine.speed.measure import PromptResult, RunStats, Workload, geomean
+from engine.speed.workloads import attached_workloads, load_workloads
 from engine.tools import serve
 from engine.tools.bench import (
     BenchReport,
-    attached_workloads,
     llama_cpp_tps,
-    load_workloads,
     parse_grid,
     perfect_draft_bound,
     run_bench,
@@ -51,6 +49,7 @@ from engine.tools.bench import (
     workload_prompt,
 )
 from engine.tools.busybench import Cell, run_busy_bench
+from engine.tools.shapes import QUANT_TYPES, SHAPES, build_shape
 
 EXIT_BAD_INPUT = 2
 EXIT_FAILED = 1

@@ -22,11 +22,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from engine.decoding.runtime import Engine, GenerationControls
-from engine.decoding.settings import LookaheadConfig, SettingsError, StopConfig
+from engine.decoding.settings import LookaheadConfig, StopConfig
 from engine.decoding.text import Message
 from engine.llama.bundled import default_model_path
-from engine.llama.problems import ModelFileError
-from engine.tools.bench import load_workloads
+from engine.llama.problems import ModelFileError, SettingsError
+from engine.speed.workloads import load_workloads
 
 # Fixed shapes visited in turn; each generation switches to the next one half-way through.
 FIXED_SHAPES = (

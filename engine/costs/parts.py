@@ -1,8 +1,8 @@
 """What every user of an engine's llama.cpp state reads of it: context, batch, cache, threads, sequences.
 
-``engine.decoding.runtime.Engine`` has these parts. A generation (generation.py) and the cost measurement
-(engine/costs/measuring.py) each name what more they use in a Protocol built on this one, so that neither
-imports the engine that calls it.
+``engine.decoding.runtime.Engine`` has these parts. The cost measurement (measuring.py) and a generation
+(engine/decoding/generation.py) each name what more they use in a Protocol built on this one, so that neither
+imports the engine that calls it. It lives here, below decoding, because measuring needs it too.
 """
 
 from __future__ import annotations
@@ -10,8 +10,14 @@ from __future__ import annotations
 from typing import Protocol
 
 from engine.costs.contention import ThreadGovernor
-from engine.decoding.decoders import KvState
 from engine.llama.native import Batch, Context
+
+
+class CacheFill(Protocol):
+    """How many positions the cache holds (``engine.decoding.decoders.KvState``)."""
+
+    @property
+    def n(self) -> int: ...
 
 
 class EngineParts(Protocol):
@@ -20,7 +26,7 @@ class EngineParts(Protocol):
     @property
     def batch(self) -> Batch: ...
     @property
-    def kv(self) -> KvState: ...
+    def kv(self) -> CacheFill: ...
     @property
     def governor(self) -> ThreadGovernor: ...
     @property
