@@ -115,7 +115,7 @@ class StopConfig:
 
 
 # Manual default for this kind of machine (2 cores), chosen from a measured
-# grid (README, "Choosing W, N, G"): verification only, short drafts.
+# grid (docs/SPEED.md, "Choosing W, N, G"): verification only, short drafts.
 DEFAULT_FIXED = LookaheadConfig(window=0, ngram=2, guesses=1)
 # Auto is the default: W and N here bound its window, G>0 lets it draft.
 DEFAULT_LOOKAHEAD = LookaheadConfig(window=4, ngram=MAX_NGRAM, guesses=2, auto=True)
