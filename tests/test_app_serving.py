@@ -116,17 +116,17 @@ def test_changing_the_model_answers_the_running_request_and_serves_the_new_one(q
     window = make_window(quick_settings(serve_on=True, serve_port=port, n_ctx=2048))
     qtbot.waitUntil(lambda: window.serving.running, timeout=10_000)
     server = window.serving.server
-    long = {**hello(server.model_id, max_tokens=1500), "messages": [
-        {"role": "user", "content": "Write a very long story about a lighthouse keeper."}]}
-    call = in_thread(post, f"{server.base_url}/chat/completions", long)
-    qtbot.waitUntil(lambda: server.stats.running, timeout=60_000)
+    # counting goes on past any reply's end: the request is still running when the model changes
+    long = {"model": server.model_id, "prompt": "1, 2, 3, 4, 5, 6, 7, 8,", "max_tokens": 1500}
+    call = in_thread(post, f"{server.base_url}/completions", long)
+    qtbot.waitUntil(lambda: server.stats.running or "result" in call, timeout=60_000)
+    assert "result" not in call, f"the request ended before the model changed: {call['result']}"
 
-    window.load_model("")  # the same file again: a model change all the same
-    qtbot.waitUntil(lambda: "result" in call, timeout=60_000)
+    with qtbot.waitSignal(window.modelChanged, timeout=MODEL_LOAD_TIMEOUT_MS):
+        window.load_model("")  # the same file again: a model change all the same
+        qtbot.waitUntil(lambda: "result" in call, timeout=60_000)
     status, body = call["result"]
     assert status == 503 and "model is being changed" in body["error"]["message"]
-    with qtbot.waitSignal(window.modelChanged, timeout=MODEL_LOAD_TIMEOUT_MS):
-        pass
     qtbot.waitUntil(lambda: window.serving.running, timeout=10_000)
     again = in_thread(post, f"{window.serving.base_url}/chat/completions", hello(window.serving.server.model_id))
     qtbot.waitUntil(lambda: "result" in again, timeout=120_000)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import http.client
 import json
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -558,3 +559,43 @@ def test_client_gone_mid_stream_stops_the_generation(server):
     start = time.monotonic()
     assert_still_serving(server)
     assert time.monotonic() - start < WAIT_S
+
+
+def test_stopping_the_server_mid_generation_ends_it_without_an_error(engine, caplog):
+    """The model goes away (the app changes it, or closes) while a stream runs: the client hears why in its
+    stream, the generation stops at its next step, and nothing fails on the engine's side afterwards."""
+    hold = threading.Event()
+    runner = EngineRunner(WatchedEngine(engine, hold))  # type: ignore[arg-type]
+    server = ModelServer(runner, MODEL_ID, ServerConfig(host="127.0.0.1", port=0))
+    server.start()
+    result: dict[str, Any] = {}
+
+    def client() -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=HOLD_S)
+        try:
+            conn.request("POST", CHAT, json.dumps(chat(messages=STORY, max_tokens=200, stream=True)),
+                         {"Content-Type": "application/json"})
+            response = conn.getresponse()
+            result["status"], result["body"] = response.status, response.read()
+        finally:
+            conn.close()
+
+    thread = threading.Thread(target=client, daemon=True)
+    try:
+        thread.start()
+        deadline = time.monotonic() + WAIT_S
+        generations = watched(server).generations
+        while not (generations and generations[0].tokens) and time.monotonic() < deadline:
+            time.sleep(0.01)  # the first step ran; the generation is held after it
+        assert generations and generations[0].tokens, "the generation started"
+        server.stop("the model is being changed for this test")
+        hold.set()
+        assert generations[0].done.wait(WAIT_S)
+        thread.join(WAIT_S)
+    finally:
+        hold.set()
+        server.stop()
+        runner.close()
+    assert generations[0].stop_reason == "cancelled" and generations[0].tokens < 200
+    assert result["status"] == 200 and b"the model is being changed for this test" in result["body"]
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []

@@ -311,7 +311,10 @@ class ModelServer:
         events: asyncio.Queue[object] = asyncio.Queue()
 
         def sink(item: object) -> None:  # called on the engine's thread
-            loop.call_soon_threadsafe(events.put_nowait, item)
+            try:
+                loop.call_soon_threadsafe(events.put_nowait, item)
+            except RuntimeError:  # the server has stopped (its loop is closed): no one waits for this job now
+                pass
 
         job = Job(req, sink)
         self._outstanding[job] = events
