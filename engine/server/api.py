@@ -20,7 +20,6 @@ import logging
 import math
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,7 +30,7 @@ from engine.decoding.generation import StepEvent
 from engine.llama.problems import SettingsError
 from engine.server.jobs import FINISHED, Job, JobRunner
 from engine.server.requests import ApiError, CompletionRequest, parse_chat, parse_completion
-from engine.speed.measure import RunStats
+from engine.server.responses import Reply
 
 log = logging.getLogger("engine.server")
 
@@ -40,8 +39,6 @@ MAX_BODY_BYTES = 2 * 1024 * 1024
 MAX_WAITING = 16
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")
 TOKENS = web.RequestKey("tokens", int)  # a request's generated tokens, for its log line
-FINISH_REASONS = {"eog": "stop", "stop_string": "stop", "max_tokens": "length", "context_full": "length",
-                  "cancelled": "stop"}
 
 
 def is_loopback(host: str) -> bool:
@@ -320,7 +317,7 @@ class ModelServer:
         self._outstanding[job] = events
         self._count()
         started = time.perf_counter()
-        reply = _Reply(req, chat, self.model_id)
+        reply = Reply(req, chat, self.model_id)
         try:
             self.runner.submit(job)
             first = await events.get()
@@ -352,7 +349,7 @@ class ModelServer:
         self.stats.running = any(job.started.is_set() for job in self._outstanding)
         self._changed()
 
-    async def _stream(self, request: web.Request, reply: _Reply, first: object,
+    async def _stream(self, request: web.Request, reply: Reply, first: object,
                       events: asyncio.Queue[object]) -> web.StreamResponse:
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
                                                "X-Accel-Buffering": "no"})
@@ -386,7 +383,7 @@ class ModelServer:
         await response.write_eof()
         return response
 
-    def _served(self, reply: _Reply, started: float) -> None:
+    def _served(self, reply: Reply, started: float) -> None:
         s = reply.stats
         self.stats.served += 1
         self.stats.last_tokens = s.n_tokens
@@ -395,86 +392,6 @@ class ModelServer:
         self.stats.last_lookahead = reply.request.lookahead_asked
         self.stats.last_elapsed_s = time.perf_counter() - started
         self.stats.history = [*self.stats.history[-15:], self.stats.last_elapsed_s]
-
-
-class _Reply:
-    """One generation's events folded into OpenAI's response objects."""
-
-    def __init__(self, request: CompletionRequest, chat: bool, model_id: str) -> None:
-        self.request = request
-        self.chat = chat
-        self.model_id = model_id
-        self.stats = RunStats()
-        self.id = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
-        self.created = int(time.time())
-
-    def observe(self, event: StepEvent) -> None:
-        self.stats.observe(event)
-
-    @property
-    def finish_reason(self) -> str:
-        return FINISH_REASONS.get(self.stats.stop_reason or "", "stop")
-
-    def usage(self) -> dict[str, int]:
-        s = self.stats
-        return {"prompt_tokens": s.prompt_tokens, "completion_tokens": s.n_tokens,
-                "total_tokens": s.prompt_tokens + s.n_tokens}
-
-    def timings(self) -> dict[str, Any]:
-        """llama-server's timing names, and what lookahead did."""
-        s = self.stats
-        prompt_n = s.prompt_tokens - s.prompt_cached_tokens
-        return {
-            "cache_n": s.prompt_cached_tokens,
-            "prompt_n": prompt_n,
-            "prompt_ms": round(s.prefill_s * 1000, 3),
-            # the prompt's last token is read by the first step (its time is in predicted_ms)
-            "prompt_per_second": round(s.prefill_tokens / s.prefill_s, 2) if s.prefill_tokens else 0.0,
-            "predicted_n": s.n_tokens,
-            "predicted_ms": round(s.decode_s * 1000, 3),
-            "predicted_per_second": round(s.n_tokens / s.decode_s, 2) if s.decode_s > 0 else 0.0,
-            "draft_n": s.n_drafted,
-            "draft_n_accepted": s.n_accepted,
-            "forward_passes": s.steps,
-            "tokens_per_step": round(s.tokens_per_step, 3),
-            "lookahead": self.request.lookahead_asked,
-        }
-
-    def _head(self, obj: str) -> dict[str, Any]:
-        return {"id": self.id, "object": obj, "created": self.created, "model": self.model_id}
-
-    def whole(self) -> dict[str, Any]:
-        text = self.stats.text
-        if self.chat:
-            choice = {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
-                      "finish_reason": self.finish_reason}
-            head = self._head("chat.completion")
-        else:
-            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": self.finish_reason}
-            head = self._head("text_completion")
-        return {**head, "choices": [choice], "usage": self.usage(), "timings": self.timings()}
-
-    def chunk(self, text: str = "", role: bool = False, finish: bool = False) -> dict[str, Any]:
-        reason = self.finish_reason if finish else None
-        if self.chat:
-            delta: dict[str, Any] = {"content": text} if text else {}
-            if role:
-                delta = {"role": "assistant", "content": ""}
-            out = {**self._head("chat.completion.chunk"),
-                   "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": reason}]}
-        else:
-            out = {**self._head("text_completion"),
-                   "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": reason}]}
-        if finish:
-            out["timings"] = self.timings()
-        if self.request.include_usage:
-            out["usage"] = None
-        return out
-
-    def usage_chunk(self) -> dict[str, Any]:
-        """The last chunk with ``stream_options.include_usage``: no choices, the usage and timings."""
-        obj = "chat.completion.chunk" if self.chat else "text_completion"
-        return {**self._head(obj), "choices": [], "usage": self.usage(), "timings": self.timings()}
 
 
 async def _json_body(request: web.Request, limit: int) -> Any:

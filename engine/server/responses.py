@@ -1,0 +1,95 @@
+"""A generation's step events folded into OpenAI's response objects: whole, or as a stream's chunks, with the
+usage and llama-server's timings plus what lookahead did."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+from engine.decoding.generation import StepEvent
+from engine.server.requests import CompletionRequest
+from engine.speed.measure import RunStats
+
+FINISH_REASONS = {"eog": "stop", "stop_string": "stop", "max_tokens": "length", "context_full": "length",
+                  "cancelled": "stop"}
+
+
+class Reply:
+    """One generation's events folded into OpenAI's response objects."""
+
+    def __init__(self, request: CompletionRequest, chat: bool, model_id: str) -> None:
+        self.request = request
+        self.chat = chat
+        self.model_id = model_id
+        self.stats = RunStats()
+        self.id = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
+        self.created = int(time.time())
+
+    def observe(self, event: StepEvent) -> None:
+        self.stats.observe(event)
+
+    @property
+    def finish_reason(self) -> str:
+        return FINISH_REASONS.get(self.stats.stop_reason or "", "stop")
+
+    def usage(self) -> dict[str, int]:
+        s = self.stats
+        return {"prompt_tokens": s.prompt_tokens, "completion_tokens": s.n_tokens,
+                "total_tokens": s.prompt_tokens + s.n_tokens}
+
+    def timings(self) -> dict[str, Any]:
+        """llama-server's timing names, and what lookahead did."""
+        s = self.stats
+        prompt_n = s.prompt_tokens - s.prompt_cached_tokens
+        return {
+            "cache_n": s.prompt_cached_tokens,
+            "prompt_n": prompt_n,
+            "prompt_ms": round(s.prefill_s * 1000, 3),
+            # the prompt's last token is read by the first step (its time is in predicted_ms)
+            "prompt_per_second": round(s.prefill_tokens / s.prefill_s, 2) if s.prefill_tokens else 0.0,
+            "predicted_n": s.n_tokens,
+            "predicted_ms": round(s.decode_s * 1000, 3),
+            "predicted_per_second": round(s.n_tokens / s.decode_s, 2) if s.decode_s > 0 else 0.0,
+            "draft_n": s.n_drafted,
+            "draft_n_accepted": s.n_accepted,
+            "forward_passes": s.steps,
+            "tokens_per_step": round(s.tokens_per_step, 3),
+            "lookahead": self.request.lookahead_asked,
+        }
+
+    def _head(self, obj: str) -> dict[str, Any]:
+        return {"id": self.id, "object": obj, "created": self.created, "model": self.model_id}
+
+    def whole(self) -> dict[str, Any]:
+        text = self.stats.text
+        if self.chat:
+            choice = {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
+                      "finish_reason": self.finish_reason}
+            head = self._head("chat.completion")
+        else:
+            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": self.finish_reason}
+            head = self._head("text_completion")
+        return {**head, "choices": [choice], "usage": self.usage(), "timings": self.timings()}
+
+    def chunk(self, text: str = "", role: bool = False, finish: bool = False) -> dict[str, Any]:
+        reason = self.finish_reason if finish else None
+        if self.chat:
+            delta: dict[str, Any] = {"content": text} if text else {}
+            if role:
+                delta = {"role": "assistant", "content": ""}
+            out = {**self._head("chat.completion.chunk"),
+                   "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": reason}]}
+        else:
+            out = {**self._head("text_completion"),
+                   "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": reason}]}
+        if finish:
+            out["timings"] = self.timings()
+        if self.request.include_usage:
+            out["usage"] = None
+        return out
+
+    def usage_chunk(self) -> dict[str, Any]:
+        """The last chunk with ``stream_options.include_usage``: no choices, the usage and timings."""
+        obj = "chat.completion.chunk" if self.chat else "text_completion"
+        return {**self._head(obj), "choices": [], "usage": self.usage(), "timings": self.timings()}
