@@ -11,15 +11,19 @@ from __future__ import annotations
 import logging
 import secrets
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, Signal
 
 from engine.llama.problems import SettingsError
-from engine.server import Job, ModelServer, ServerConfig, ServerStats
+from engine.server import Job, ServerConfig, ServerStats
 
 from .requests import LoadedModel
 from .settings import AppSettings
 from .worker import EngineThread
+
+if TYPE_CHECKING:
+    from engine.server.api import ModelServer
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +49,7 @@ class ServerController(QObject):
         super().__init__(parent)
         self._engine = engine
         self.settings = settings
-        self.server: ModelServer | None = None
+        self.server: ModelServer | None = None  # engine.server.api's
         self.model: LoadedModel | None = None
         self.error = ""
 
@@ -102,6 +106,8 @@ class ServerController(QObject):
             self.stateChanged.emit()
             return
         self._stop("the server is restarting")
+        from engine.server.api import ModelServer  # aiohttp: loaded once the user serves, not at start-up
+
         try:
             config = self.config().validate()
             model_id = Path(self.model.path).stem

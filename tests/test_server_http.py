@@ -27,7 +27,8 @@ import pytest
 
 from engine.decoding.text import Message
 from engine.llama.problems import SettingsError
-from engine.server import EngineRunner, ModelServer, ServerConfig, ServerStats
+from engine.server import EngineRunner, ServerConfig, ServerStats
+from engine.server.api import ModelServer
 
 pytestmark = pytest.mark.model
 

@@ -14,7 +14,8 @@ import pytest
 
 from engine import GenerationControls, RunStats, SamplingConfig, StopConfig
 from engine.decoding.text import Message
-from engine.server import EngineRunner, ModelServer, ServerConfig
+from engine.server import EngineRunner, ServerConfig
+from engine.server.api import ModelServer
 
 openai = pytest.importorskip("openai")  # a test dependency ([test] extra): missing, this fails in CI's install
 

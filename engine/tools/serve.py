@@ -13,7 +13,8 @@ from pathlib import Path
 
 from engine.decoding.runtime import Engine
 from engine.decoding.settings import DEFAULT_LOOKAHEAD, LookaheadConfig
-from engine.server import DEFAULT_PORT, EngineRunner, ModelServer, ServerConfig
+from engine.server import DEFAULT_PORT, EngineRunner, ServerConfig
+from engine.server.api import ModelServer
 
 API_KEY_ENV = "LOOKAHEAD_API_KEY"
 
