@@ -412,6 +412,7 @@ class MainWindow(QMainWindow):
         self.comparisons.finished.connect(self.measure_status.resume_later)
         self.measure_status.message.connect(lambda text: self.statusBar().showMessage(text, 5000))
         self.serving.requestArrived.connect(self.measure_status.make_way)
+        self.runner.requestSent.connect(self._say_if_a_program_goes_first)
         self.serving.stateChanged.connect(self._on_serving_changed)
 
         self._settings_timer = QTimer(self)  # debounce: spin boxes change on every keystroke
@@ -618,6 +619,14 @@ class MainWindow(QMainWindow):
             self.serving_label.setToolTip(f"Other programs can use the loaded model at {serving.base_url} "
                                           "(Model → Serve to other programs…)")
         self._settings_timer.start()
+
+    @Slot()
+    def _say_if_a_program_goes_first(self) -> None:
+        """A reply asked for while another program's request runs starts after it: say so, or the wait looks like
+        a hang."""
+        if self.serving.busy:
+            self.statusBar().showMessage(
+                "Another program's request to the model is being answered; this reply starts when it is done", 15000)
 
     @Slot()
     def _on_reload_requested(self) -> None:

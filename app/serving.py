@@ -66,6 +66,12 @@ class ServerController(QObject):
         return self.server is not None and self.server.running
 
     @property
+    def busy(self) -> bool:
+        """A request of another program is running or waiting: a chat reply asked for now waits for it."""
+        server = self.server
+        return server is not None and (server.stats.running or server.stats.waiting > 0)
+
+    @property
     def base_url(self) -> str:
         return self.server.base_url if self.server is not None else ""
 

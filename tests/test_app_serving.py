@@ -131,3 +131,23 @@ def test_changing_the_model_answers_the_running_request_and_serves_the_new_one(q
     again = in_thread(post, f"{window.serving.base_url}/chat/completions", hello(window.serving.server.model_id))
     qtbot.waitUntil(lambda: "result" in again, timeout=120_000)
     assert again["result"][0] == 200
+
+
+def test_a_reply_asked_for_during_a_programs_request_waits_its_turn_and_says_so(qtbot, make_window):
+    port = free_port()
+    window = make_window(quick_settings(serve_on=True, serve_port=port, n_ctx=2048))
+    qtbot.waitUntil(lambda: window.serving.running, timeout=10_000)
+    server = window.serving.server
+    long = {"model": server.model_id, "prompt": "1, 2, 3, 4, 5, 6, 7, 8,", "max_tokens": 400}
+    call = in_thread(post, f"{server.base_url}/completions", long)
+    qtbot.waitUntil(lambda: server.stats.running or "result" in call, timeout=60_000)
+    assert "result" not in call, f"the request ended before the reply was asked for: {call['result']}"
+
+    window.chat_pane.input.setPlainText("Hi")
+    with qtbot.waitSignal(window.replyCompleted, timeout=180_000):
+        window.send_message()
+        assert "Another program's request" in window.statusBar().currentMessage()
+    # the program's request was answered whole (not cut short by the reply): they took turns
+    qtbot.waitUntil(lambda: "result" in call, timeout=10_000)
+    status, body = call["result"]
+    assert status == 200 and body["usage"]["completion_tokens"] == 400, body.get("usage")
