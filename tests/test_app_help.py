@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -68,7 +69,8 @@ def test_the_help_menu_has_the_shortcuts_and_about_which_names_the_app_and_its_v
                                                      window.about_action]
     box = window.show_about()
     qtbot.waitExposed(box)
-    assert "Lookahead Chat" in box.text() and "0." in box.text() and "Fake" in box.text()
+    version = importlib.metadata.version("lookahead-chat")  # the installed project's, as the box reads it
+    assert f"Lookahead Chat {version}" in box.text() and "Fake" in box.text()
     box.close()
 
 
