@@ -521,9 +521,9 @@ class MainWindow(QMainWindow):
     @Slot(str)
     def _on_model_failed(self, message: str) -> None:
         self._update_actions()
-        if self.model is not None and not self._closed:
-            self.serving.model_loaded(self.model)  # the model in use stays: serve it again
         if not self._closed:
+            if self.model is not None:
+                self.serving.model_loaded(self.model)  # the model in use stays: serve it again
             self.measure_status.resume_later()  # the model in use keeps its own (usually known) curve
             self.modelLoadFailed.emit(message)
 

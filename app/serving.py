@@ -8,6 +8,8 @@ the model that ends up loaded.
 
 from __future__ import annotations
 
+import dataclasses
+import errno
 import logging
 import secrets
 from pathlib import Path
@@ -17,6 +19,7 @@ from PySide6.QtCore import QObject, Signal
 
 from engine.llama.problems import SettingsError
 from engine.server import Job, ServerConfig, ServerStats
+from engine.server.config import ANY_ADDRESS
 
 from .requests import LoadedModel
 from .settings import AppSettings
@@ -75,12 +78,17 @@ class ServerController(QObject):
     def base_url(self) -> str:
         return self.server.base_url if self.server is not None else ""
 
+    @property
+    def needs_key(self) -> bool:
+        """The user asked for a key, or let the network in, which takes one."""
+        return self.settings.serve_key_required or self.settings.serve_network
+
     def config(self) -> ServerConfig:
         s = self.settings
-        if (s.serve_key_required or s.serve_network) and not s.serve_key:
+        if self.needs_key and not s.serve_key:
             s.serve_key = new_api_key()
-        key = s.serve_key if s.serve_key_required or s.serve_network else ""
-        return ServerConfig(host="0.0.0.0" if s.serve_network else "127.0.0.1", port=s.serve_port, api_key=key)
+        key = s.serve_key if self.needs_key else ""
+        return ServerConfig(host=ANY_ADDRESS[0] if s.serve_network else "127.0.0.1", port=s.serve_port, api_key=key)
 
     def model_loaded(self, model: LoadedModel) -> None:
         """The model in use changed (or loading it failed and ``model`` is still in use): serve it if asked."""
@@ -139,14 +147,14 @@ class ServerController(QObject):
             self.stateChanged.emit()
 
     def _on_change(self, stats: ServerStats) -> None:  # the server's thread
-        self.statsChanged.emit(ServerStats(**{**stats.__dict__, "history": list(stats.history)}))
+        self.statsChanged.emit(dataclasses.replace(stats, history=list(stats.history)))  # a copy for the GUI thread
 
 
 def _start_problem(exc: BaseException, port: int) -> str:
     if isinstance(exc, OSError):
-        if exc.errno in (98, 48, 10048):  # EADDRINUSE on Linux, macOS, Windows
+        if exc.errno == errno.EADDRINUSE:  # each system's own number (Windows: its WSA code)
             return f"port {port} is in use by another program: choose another port"
-        if exc.errno in (13, 10013):
+        if exc.errno in (errno.EACCES, getattr(errno, "WSAEACCES", errno.EACCES)):
             return f"this user may not listen on port {port}: choose one above 1024"
         return f"cannot listen on port {port}: {exc.strerror or exc}"
     return str(exc)

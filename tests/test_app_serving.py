@@ -48,6 +48,15 @@ def hello(model: str, max_tokens: int = 8) -> dict:
     return {"model": model, "messages": [{"role": "user", "content": "Say hello."}], "max_tokens": max_tokens}
 
 
+def counting_request(qtbot, server, max_tokens: int) -> dict:
+    """A raw completion that counts on (no reply's end stops it), running on the engine when this returns."""
+    body = {"model": server.model_id, "prompt": "1, 2, 3, 4, 5, 6, 7, 8,", "max_tokens": max_tokens}
+    call = in_thread(post, f"{server.base_url}/completions", body)
+    qtbot.waitUntil(lambda: server.stats.running or "result" in call, timeout=60_000)
+    assert "result" not in call, f"the request ended before the test went on: {call['result']}"
+    return call
+
+
 def test_serving_starts_with_the_model_and_its_requests_are_not_chats(qtbot, make_window):
     port = free_port()
     window = make_window(quick_settings(serve_on=True, serve_port=port))
@@ -115,12 +124,7 @@ def test_changing_the_model_answers_the_running_request_and_serves_the_new_one(q
     port = free_port()
     window = make_window(quick_settings(serve_on=True, serve_port=port, n_ctx=2048))
     qtbot.waitUntil(lambda: window.serving.running, timeout=10_000)
-    server = window.serving.server
-    # counting goes on past any reply's end: the request is still running when the model changes
-    long = {"model": server.model_id, "prompt": "1, 2, 3, 4, 5, 6, 7, 8,", "max_tokens": 1500}
-    call = in_thread(post, f"{server.base_url}/completions", long)
-    qtbot.waitUntil(lambda: server.stats.running or "result" in call, timeout=60_000)
-    assert "result" not in call, f"the request ended before the model changed: {call['result']}"
+    call = counting_request(qtbot, window.serving.server, max_tokens=1500)
 
     with qtbot.waitSignal(window.modelChanged, timeout=MODEL_LOAD_TIMEOUT_MS):
         window.load_model("")  # the same file again: a model change all the same
@@ -137,11 +141,7 @@ def test_a_reply_asked_for_during_a_programs_request_waits_its_turn_and_says_so(
     port = free_port()
     window = make_window(quick_settings(serve_on=True, serve_port=port, n_ctx=2048))
     qtbot.waitUntil(lambda: window.serving.running, timeout=10_000)
-    server = window.serving.server
-    long = {"model": server.model_id, "prompt": "1, 2, 3, 4, 5, 6, 7, 8,", "max_tokens": 400}
-    call = in_thread(post, f"{server.base_url}/completions", long)
-    qtbot.waitUntil(lambda: server.stats.running or "result" in call, timeout=60_000)
-    assert "result" not in call, f"the request ended before the reply was asked for: {call['result']}"
+    call = counting_request(qtbot, window.serving.server, max_tokens=400)
 
     window.chat_pane.input.setPlainText("Hi")
     with qtbot.waitSignal(window.replyCompleted, timeout=180_000):

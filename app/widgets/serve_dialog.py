@@ -108,7 +108,8 @@ class ServeDialog(QDialog):
     @Slot()
     def refresh(self) -> None:
         c, s = self.controller, self.controller.settings
-        needs_key = s.serve_key_required or s.serve_network
+        needs_key = c.needs_key
+        _show_checked(self.key_box, needs_key)
         self.key_box.setEnabled(not s.serve_network)
         self.key_edit.setText(s.serve_key if needs_key else "")
         self.key_edit.setPlaceholderText("none: programs on this PC connect without one")
@@ -126,10 +127,7 @@ class ServeDialog(QDialog):
             self.state_label.setText("Serving starts once a model is loaded.")
         else:
             self.state_label.setText("Not serving.")
-        if self.serve_box.isChecked() != s.serve_on:
-            self.serve_box.blockSignals(True)
-            self.serve_box.setChecked(s.serve_on)
-            self.serve_box.blockSignals(False)
+        _show_checked(self.serve_box, s.serve_on)
 
     @Slot(object)
     def show_stats(self, stats: ServerStats) -> None:
@@ -146,30 +144,34 @@ class ServeDialog(QDialog):
 
     @Slot(int)
     def _on_port_changed(self, port: int) -> None:
-        self.controller.settings.serve_port = port
-        self.controller.restart()
-        self.refresh()
+        self._change(serve_port=port)
 
     @Slot(bool)
     def _on_network_toggled(self, on: bool) -> None:
-        self.controller.settings.serve_network = on
-        if on:
-            self.key_box.setChecked(True)
-        self.controller.restart()
-        self.refresh()
+        self._change(serve_network=on, serve_key_required=self.controller.settings.serve_key_required or on)
 
     @Slot(bool)
     def _on_key_toggled(self, on: bool) -> None:
-        self.controller.settings.serve_key_required = on
-        self.controller.restart()
-        self.refresh()
+        self._change(serve_key_required=on)
 
     @Slot()
     def _on_new_key(self) -> None:
-        self.controller.settings.serve_key = new_api_key()
+        self._change(serve_key=new_api_key())
+
+    def _change(self, **settings: object) -> None:
+        """Take these server settings (remembered), serve again with them, show them."""
+        for name, value in settings.items():
+            setattr(self.controller.settings, name, value)
         self.controller.restart()
         self.refresh()
 
+
+def _show_checked(box: QCheckBox, checked: bool) -> None:
+    """Show ``checked`` without it counting as the user's click."""
+    if box.isChecked() != checked:
+        box.blockSignals(True)
+        box.setChecked(checked)
+        box.blockSignals(False)
 
 def _row(*widgets: QWidget) -> QWidget:
     box = QWidget()

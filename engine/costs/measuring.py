@@ -367,7 +367,7 @@ def _probe_chain(
     return best
 
 
-def all_seqs(engine: Measurable) -> tuple[int, ...]:
+def _all_seqs(engine: Measurable) -> tuple[int, ...]:
     """Every sequence of the engine's context: a probe's tokens belong to all of them, as committed tokens do."""
     return tuple(range(engine.ctx.n_seq_max))
 
@@ -375,7 +375,7 @@ def all_seqs(engine: Measurable) -> tuple[int, ...]:
 def _probe_sizes(
     engine: Measurable, filler: list[int], progress: Callable[[float], None] | None, sizes: tuple[int, ...]
 ) -> int:
-    seqs = all_seqs(engine)
+    seqs = _all_seqs(engine)
     batch, ctx = engine.batch, engine.ctx
     # A small context cannot hold the probe's depth: go as deep as it leaves room for the smallest batches
     # (a context that small never reaches the cache lengths where kernels change).
@@ -437,7 +437,7 @@ def _decode_chain(
     engine: Measurable, filler: list[int], start: int, before_decode: Callable[[], None]
 ) -> list[np.ndarray]:
     """Plain decoding's logits for the CHAIN_ROWS filler tokens after ``start``, one token at a time."""
-    seqs = all_seqs(engine)
+    seqs = _all_seqs(engine)
     batch, ctx = engine.batch, engine.ctx
     chain: list[np.ndarray] = []
     for k in range(CHAIN_ROWS):
@@ -453,7 +453,7 @@ def _threads_agree(
 ) -> bool:
     """Whether one thread gives the logits ``chain`` holds (decoded with all of them), for a lone token past
     the probe's depth and for a batch of the chain's tokens."""
-    seqs = all_seqs(engine)
+    seqs = _all_seqs(engine)
     if engine.n_threads < 2:
         return True
     batch, ctx = engine.batch, engine.ctx

@@ -19,13 +19,13 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import AsyncIterator, Callable
+from typing import Any, cast
 
 from aiohttp import web
 
 from engine.decoding.generation import StepEvent
-from engine.server.config import LOOPBACK_NAMES, ServerConfig, ServerStats, is_loopback
+from engine.server.config import ANY_ADDRESS, LOOPBACK_NAMES, ServerConfig, ServerStats, is_loopback
 from engine.server.jobs import FINISHED, Job, JobRunner
 from engine.server.requests import ApiError, CompletionRequest, parse_chat, parse_completion
 from engine.server.responses import Reply
@@ -64,7 +64,7 @@ class ModelServer:
     def base_url(self) -> str:
         """What to paste into another program as the OpenAI base URL."""
         host = self.config.host
-        if host in ("0.0.0.0", "::"):
+        if host in ANY_ADDRESS:
             host = "127.0.0.1"
         elif ":" in host and not host.startswith("["):
             host = f"[{host}]"
@@ -139,7 +139,7 @@ class ModelServer:
     def _hosts_allowed(self) -> set[str] | None:
         """The Host header values a request may carry (None: any, when serving every address with a key)."""
         host, port = self.config.host, self.port
-        if host in ("0.0.0.0", "::"):
+        if host in ANY_ADDRESS:
             return None
         names = set(LOOPBACK_NAMES) if is_loopback(host) else {f"[{host}]" if ":" in host else host}
         return {n.lower() for n in names} | {f"{n}:{port}".lower() for n in names}
@@ -178,15 +178,21 @@ class ModelServer:
             log.info("%s %s client gone after %.2f s, %d tokens", request.method, request.path,
                      time.perf_counter() - start, request.get(TOKENS, 0))
             raise
-        origin = request.headers.get("Origin")
-        if origin is not None and origin in self.config.allowed_origins and not response.prepared:
-            response.headers.update({"Access-Control-Allow-Origin": origin, "Vary": "Origin"})
+        if not response.prepared:  # a stream has sent its headers already
+            response.headers.update(self._cors(request))
         if response.status >= 400:
             self.stats.refused += 1
             self._changed()
         log.info("%s %s %d %d tokens %.2f s", request.method, request.path, response.status,
                  request.get(TOKENS, 0), time.perf_counter() - start)
         return response
+
+    def _cors(self, request: web.Request) -> dict[str, str]:
+        """The CORS headers of an answer to a page the user allowed (none for any other request)."""
+        origin = request.headers.get("Origin")
+        if origin is None or origin not in self.config.allowed_origins:
+            return {}
+        return {"Access-Control-Allow-Origin": origin, "Vary": "Origin"}
 
     @web.middleware
     async def _guard(self, request: web.Request, handler: Callable[..., Any]) -> web.StreamResponse:
@@ -197,7 +203,7 @@ class ModelServer:
             raise ApiError(403, f"Host {host!r} is not an address this server serves", "forbidden_host",
                            kind="permission_error")
         origin = request.headers.get("Origin")
-        if origin is not None:  # a browser page: only one the user allowed (_errors adds the CORS header)
+        if origin is not None:  # a browser page: only one the user allowed (_errors adds the CORS headers)
             if origin not in self.config.allowed_origins:
                 raise ApiError(403, f"requests from the web page {origin!r} are not allowed", "forbidden_origin",
                                kind="permission_error")
@@ -257,23 +263,19 @@ class ModelServer:
         job = Job(req, sink)
         self._outstanding[job] = events
         self._count()
-        started = time.perf_counter()
         reply = Reply(req, chat, self.model_id)
         try:
             self.runner.submit(job)
             first = await events.get()
+            started = time.perf_counter()  # its turn came: what it takes from here is what the next one waits
             self._count()
             if isinstance(first, ApiError):
                 raise first
+            steps = self._steps(request, reply, first, events)
             if req.stream:
-                return await self._stream(request, reply, first, events)
-            item = first
-            while item is not FINISHED:
-                if isinstance(item, ApiError):
-                    raise item
-                reply.observe(item)  # type: ignore[arg-type]
-                request[TOKENS] = reply.stats.n_tokens
-                item = await events.get()
+                return await self._stream(request, reply, steps, started)
+            async for _ in steps:
+                pass
             self._served(reply, started)
             return web.json_response(reply.whole())
         finally:
@@ -290,32 +292,38 @@ class ModelServer:
         self.stats.running = any(job.started.is_set() for job in self._outstanding)
         self._changed()
 
-    async def _stream(self, request: web.Request, reply: Reply, first: object,
-                      events: asyncio.Queue[object]) -> web.StreamResponse:
+    @staticmethod
+    async def _steps(request: web.Request, reply: Reply, first: object,
+                     events: asyncio.Queue[object]) -> AsyncIterator[StepEvent]:
+        """The generation's step events as they come, each folded into ``reply`` first; ends when the generation
+        does, raises its ``ApiError`` if it fails."""
+        item = first
+        while item is not FINISHED:
+            if isinstance(item, ApiError):
+                raise item
+            event = cast(StepEvent, item)
+            reply.observe(event)
+            request[TOKENS] = reply.stats.n_tokens
+            yield event
+            item = await events.get()
+
+    async def _stream(self, request: web.Request, reply: Reply, steps: AsyncIterator[StepEvent],
+                      started: float) -> web.StreamResponse:
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
-                                               "X-Accel-Buffering": "no"})
-        origin = request.headers.get("Origin")
-        if origin is not None:  # the guard allowed it; the headers go before the stream's first byte
-            response.headers.update({"Access-Control-Allow-Origin": origin, "Vary": "Origin"})
-        await response.prepare(request)
-        started = time.perf_counter()
+                                               "X-Accel-Buffering": "no", **self._cors(request)})
+        await response.prepare(request)  # the headers go before the stream's first byte
 
         async def send(obj: dict[str, Any]) -> None:
             await response.write(b"data: " + json.dumps(obj, ensure_ascii=False).encode("utf-8") + b"\n\n")
 
         await send(reply.chunk(role=True))
-        item = first
-        while item is not FINISHED:
-            if isinstance(item, ApiError):  # the status is sent already: the error goes in the stream
-                await send(item.body())
-                break
-            ev: StepEvent = item  # type: ignore[assignment]
-            reply.observe(ev)
-            request[TOKENS] = reply.stats.n_tokens
-            if ev.text:
-                await send(reply.chunk(text=ev.text))
-            item = await events.get()
-        if item is FINISHED:
+        try:
+            async for event in steps:
+                if event.text:
+                    await send(reply.chunk(text=event.text))
+        except ApiError as exc:  # the status is sent already: the error goes in the stream
+            await send(exc.body())
+        else:
             await send(reply.chunk(finish=True))
             if reply.request.include_usage:
                 await send(reply.usage_chunk())

@@ -12,6 +12,7 @@ DEFAULT_PORT = 8723
 MAX_BODY_BYTES = 2 * 1024 * 1024
 MAX_WAITING = 16
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")
+ANY_ADDRESS = ("0.0.0.0", "::")  # every address of this computer
 
 
 def is_loopback(host: str) -> bool:

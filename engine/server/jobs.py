@@ -43,7 +43,10 @@ class Job:
             self._generate(engine)
         except ApiError as exc:
             self._sink(exc)
-        except (PromptTooLongError, SettingsError, TemplateRenderError, LookaheadUnsupportedError) as exc:
+        except PromptTooLongError as exc:  # the engine's own check, in both numbers
+            field = "messages" if self.request.messages is not None else "prompt"
+            self._sink(ApiError(400, str(exc), "context_length_exceeded", field))
+        except (SettingsError, TemplateRenderError, LookaheadUnsupportedError) as exc:
             self._sink(ApiError(400, str(exc), "invalid_value"))
         except Exception as exc:  # the engine failed: the client hears it, the server goes on
             log.exception("generation failed")
@@ -61,12 +64,7 @@ class Job:
             tokens = engine.render_chat(req.messages)
         else:
             tokens = engine.tokenize(req.prompt or "")
-        room = engine.n_ctx - len(tokens)
-        if room < 1:
-            raise ApiError(
-                400, f"the prompt is {len(tokens)} tokens but the model's context holds {engine.n_ctx}",
-                "context_length_exceeded", "messages" if req.messages is not None else "prompt",
-            )
+        room = engine.n_ctx - len(tokens)  # none left: engine.generate refuses the prompt (PromptTooLongError)
         lookahead = req.lookahead
         if lookahead is not None and engine.lookahead_block_reason:
             if req.lookahead_asked != "auto":
