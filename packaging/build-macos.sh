@@ -12,7 +12,7 @@
 # and CMake (brew install cmake). Build on the architecture you ship (arm64 on Apple silicon, x86_64 on
 # Intel Macs); there is no universal2 build. llama-cpp-python enables Metal on macOS by itself; GGML_NATIVE=OFF
 # keeps the CPU code free of tuning to the build Mac. The CPU backend stays linked in (no GGML_BACKEND_DL):
-# Apple silicon Macs share one instruction set, and engine/llama/native.py loads backends only when none is
+# Apple silicon Macs share one instruction set, and engine/llama/backend.py loads backends only when none is
 # registered.
 # The .app is not signed or notarized: on first start, right-click it and choose Open (or run
 # xattr -dr com.apple.quarantine "Lookahead Chat.app"). Signing needs an Apple Developer ID:

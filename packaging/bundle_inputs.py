@@ -168,7 +168,7 @@ def cpu_backend_binaries(distribution: str = LLAMA_DISTRIBUTION) -> list[tuple[s
 
     A GGML_BACKEND_DL build installs them through ggml's own install rules,
     outside llama_cpp/lib (site-packages/bin); the bundle puts them next to
-    libggml, where engine/llama/native.py loads them from. Empty for a non-portable build.
+    libggml, where engine/llama/backend.py loads them from. Empty for a non-portable build.
     The AMX variants are left out (see ``AMX_CPU_VARIANTS``).
     """
     dist = importlib.metadata.distribution(distribution)

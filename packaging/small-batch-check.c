@@ -1,5 +1,5 @@
 // The engine's contract, checked on a llama.cpp build: a matmul over k token columns gives each column
-// the result of a 1-column matmul, bit for bit (see llama-cpp-small-batch.patch).
+// the result of a 1-column matmul, bit for bit (see packaging/llama-cpp-patches/).
 //
 //   small-batch-check [--types q4_K,q6_K,...] [--shapes N] [--threads 1,2] [--seed S] [--vec-dot] [--quiet]
 //
