@@ -1,6 +1,7 @@
-"""Chats as a JSON file (File → Export … as JSON / Import chats from JSON…), and back.
+"""Chats written to files: one chat as Markdown to read (File → Export chat…), and chats as a JSON file
+(File → Export … as JSON / Import chats from JSON…), and back.
 
-The format, version 1::
+The JSON format, version 1::
 
     {
       "format": "lookahead-chat",
@@ -213,3 +214,23 @@ def _field(obj: dict[str, Any], name: str, kind: type, where: str, optional: boo
     if not isinstance(value, kinds) or (isinstance(value, bool) and kind is not bool):
         raise BackupError(f"{where} has no valid “{name}” ({_KIND_NAMES[kind]} expected).")
     return value
+
+
+def export_markdown(conversation: Conversation, messages: Iterable[StoredMessage]) -> str:
+    """A conversation as a Markdown document (File → Export chat…)."""
+    from .stats import ReplyStats  # local: keeps this module importable on its own
+
+    out = [f"# {conversation.title}", ""]
+    if conversation.system_prompt.strip():
+        out += ["> **System:** " + conversation.system_prompt.strip().replace("\n", "\n> "), ""]
+    for m in messages:
+        attachments = m.attachments
+        out += [f"## {m.role.capitalize()}", ""]
+        if m.content.strip() or not attachments:  # a message that is only files has no text to show
+            out += [m.content.rstrip(), ""]
+        if attachments:  # by name: the files' text is what the model read, not what was said
+            out += ["Attached files:", "", *(f"- {a.name}" for a in attachments), ""]
+        stats = ReplyStats.from_json(m.stats_json)
+        if stats is not None:
+            out += [f"*{stats.summary_line()}*", ""]
+    return "\n".join(out).rstrip() + "\n"

@@ -32,10 +32,11 @@ from engine import LookaheadConfig, SamplingConfig, StepEvent, StopConfig
 from engine.decoding.text import conversation_messages
 
 from .attachments import Attachment, ReplySources, as_the_model_read_it
+from .backup import export_markdown
 from .marks import TokenMarks
 from .requests import DocumentsPlaced, GenerationRequest, ReadAheadRequest, ReplyOutcome
 from .stats import ReplyStats
-from .store import ChatStore, Conversation, StoredMessage, export_markdown
+from .store import ChatStore, Conversation, StoredMessage
 
 NEW_CHAT_TITLE = "New chat"
 TITLE_LENGTH = 40

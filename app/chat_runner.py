@@ -6,36 +6,35 @@ live statistics. Step events are buffered and drawn by a ~30 Hz timer, so a
 fast model cannot flood the event loop with repaints.
 
 It also owns what the window does with the chats as a whole: the search
-dialog, forking, flipping between a message's alternatives, and the JSON
-backup (its actions are here; the window puts them in its menus).
+dialog, forking, flipping between a message's alternatives, and the chats
+written to files (``BackupActions``, app/backup_actions.py: Markdown and the
+JSON backup). Their actions are here; the window puts them in its menus.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
-from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal, Slot
 from PySide6.QtGui import QAction, QKeySequence
-from PySide6.QtWidgets import QFileDialog, QWidget
+from PySide6.QtWidgets import QWidget
 
 from engine.costs.contention import busy_notice
-from engine.decoding.runtime import PREFILL_CHUNK
+from engine.decoding.prompt_cache import PREFILL_CHUNK
 
-from . import backup
-from .chat_controller import ChatController, TurnSettings, file_stem
+from .backup_actions import BackupActions
+from .chat_controller import ChatController, TurnSettings
 from .coalescer import UpdateCoalescer
+from .engine_thread import EngineThread
 from .requests import DocumentsPlaced, GenerationRequest, ReplyOutcome, StepUpdate
 from .stats import ReplyStats
 from .store import Conversation, SearchHit, StoredMessage
 from .widgets import plain
 from .widgets.chat_pane import WAITING_LINE, ChatPane
-from .widgets.chat_view import MessageBubble
 from .widgets.conversation_list import ConversationList
 from .widgets.decoding_panel import DecodingPanel
+from .widgets.message_bubble import MessageBubble
 from .widgets.search import MAX_RESULTS, SearchDialog
-from .worker import EngineThread
 
 READING_NOTICE = "The attached files are still being read: send once they are ready (the message is kept)"
 
@@ -134,9 +133,11 @@ class ChatRunner(QObject):
         self.find_action = action("&Find in chat…", lambda: self.open_search(this_chat_only=True), "Ctrl+F")
         self.search_action = action("Search &all chats…", lambda: self.open_search(this_chat_only=False),
                                     "Ctrl+Shift+F")
-        self.export_json_action = action("Export chat as &JSON…", lambda: self._on_export_json(all_chats=False))
-        self.export_all_json_action = action("Export &all chats as JSON…", lambda: self._on_export_json(all_chats=True))
-        self.import_json_action = action("&Import chats from JSON…", self._on_import_json)
+        self.backup = BackupActions(self.chat, self._parent)
+        self.backup.imported.connect(self.refresh_conversations)
+        self.backup.status.connect(self.status)
+        self.export_json_action, self.export_all_json_action, self.import_json_action = (
+            self.backup.export_json_action, self.backup.export_all_json_action, self.backup.import_json_action)
 
     @Slot()
     def _update_actions(self) -> None:
@@ -285,50 +286,6 @@ class ChatRunner(QObject):
         self.refresh_conversations()
         self.show_conversation(conversation_id)
         self._pane.chat_view.scroll_to_message(message_id)
-
-    # --- JSON backup ---
-
-    def export_json(self, path: Path, all_chats: bool) -> bool:
-        """Write all chats, or the open one, to ``path`` (the JSON format of ``app.backup``); False if it failed."""
-        ids = None if all_chats else [self.chat.conversation_id] if self.chat.conversation_id is not None else []
-        try:
-            path.write_text(backup.export_json(self.chat.store, ids), encoding="utf-8")
-        except OSError as exc:
-            plain.export_failed(self._parent, path, exc)
-            return False
-        self.status.emit(f"Exported to {path}")
-        return True
-
-    def import_json(self, path: Path) -> list[Conversation]:
-        """Add the chats of an exported file (as new chats); a file that cannot be read is explained, not raised."""
-        try:
-            added = backup.import_json(self.chat.store, path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, backup.BackupError) as exc:
-            what = f"Nothing was imported from {path}.\n\n{exc}"
-            plain.show_message(self._parent, plain.Icon.Warning, "Import failed", what)
-            return []
-        self.refresh_conversations()
-        self.status.emit(f"Imported {len(added)} chat{'s' if len(added) != 1 else ''} from {path.name}")
-        return added
-
-    def _on_export_json(self, all_chats: bool) -> None:
-        conv = self.chat.store.conversation(self.chat.conversation_id) if self.chat.conversation_id else None
-        if not all_chats and conv is None:
-            return
-        name = f"{file_stem(conv.title)}.json" if conv is not None and not all_chats else (
-            f"lookahead-chats-{time.strftime('%Y-%m-%d')}.json")
-        path, _ = QFileDialog.getSaveFileName(
-            self._parent, "Export as JSON", str(Path.home() / name), "JSON (*.json);;All files (*)"
-        )
-        if path:
-            self.export_json(Path(path), all_chats)
-
-    def _on_import_json(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(
-            self._parent, "Import chats", str(Path.home()), "JSON (*.json);;All files (*)"
-        )
-        if path:
-            self.import_json(Path(path))
 
     # --- starting turns ---
 

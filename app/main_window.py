@@ -3,6 +3,9 @@
 The window assembles the parts and wires their signals. The chat's logic (turns,
 request ids, what is saved) is ``ChatController``'s; comparisons and speed
 reports are ``Comparisons``'; measuring this PC at idle is ``MeasureStatus``'s.
+The menu bar is laid out in ``menus``; choosing a model is ``ModelDialogs``'
+(app/model_loader.py); the local server's status is ``ServingStatus``'; the
+window's size and place between runs are ``window_geometry``'s.
 Nothing here calls the engine: requests go to the ``EngineWorker`` through
 ``EngineThread``'s signals. Step events are buffered and drawn by a ~30 Hz
 timer, so a fast model cannot flood the event loop with repaints.
@@ -10,63 +13,26 @@ timer, so a fast model cannot flood the event loop with repaints.
 
 from __future__ import annotations
 
-import base64
-import functools
-import importlib.metadata
 import logging
-import platform
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import platformdirs
-from PySide6 import __version__ as pyside_version
-from PySide6.QtCore import (
-    QByteArray,
-    QCoreApplication,
-    QEvent,
-    QMargins,
-    QRect,
-    QSize,
-    Qt,
-    QTimer,
-    QUrl,
-    Signal,
-    Slot,
-    qVersion,
-)
-from PySide6.QtGui import (
-    QAction,
-    QCloseEvent,
-    QDesktopServices,
-    QGuiApplication,
-    QIcon,
-    QKeySequence,
-    QResizeEvent,
-)
-from PySide6.QtWidgets import (
-    QFileDialog,
-    QLabel,
-    QMainWindow,
-    QMenu,
-    QMessageBox,
-    QScrollArea,
-    QSplitter,
-    QTabWidget,
-    QVBoxLayout,
-    QWidget,
-)
+from PySide6.QtCore import QCoreApplication, QEvent, Qt, QTimer, Signal, Slot
+from PySide6.QtGui import QAction, QCloseEvent, QIcon, QResizeEvent
+from PySide6.QtWidgets import QMainWindow, QMenu, QMessageBox, QScrollArea, QSplitter, QTabWidget, QVBoxLayout, QWidget
 
-from engine import ModelFileError, default_model_path
-from engine.library.names import DRAFTS_ONLY_NOTE
+from engine.library.names import DRAFTS_ONLY_NOTE, LookaheadKind
 
-from . import paths
+from . import menus, paths
 from .chat_controller import ChatController, ReplyRecord, RequestIds
 from .chat_runner import ChatRunner
-from .model_loader import ModelLoader
+from .engine_thread import EngineThread
+from .model_loader import ModelDialogs, ModelLoader, load_options
 from .requests import LoadedModel
 from .serving import ServerController
+from .serving_status import ServingStatus
 from .settings import AppSettings
 from .store import ChatStore, Conversation, open_chat_store
 from .wheel_guard import install_wheel_guard
@@ -78,19 +44,14 @@ from .widgets.conversation_list import ConversationList
 from .widgets.decoding_panel import DecodingPanel
 from .widgets.library import LibraryDialog
 from .widgets.measure_status import MeasureStatus
-from .widgets.model_info import ModelInfoDialog
 from .widgets.serve_dialog import ServeDialog
-from .widgets.shortcuts import ShortcutsDialog, shortcut_rows
+from .widgets.shortcuts import ShortcutsDialog
 from .widgets.side_panels import DEFAULT_SPLITTER_SIZES, SidePanels
-from .worker import EngineThread
+from .window_geometry import DEFAULT_SIZE, restore_geometry, save_geometry
 
 log = logging.getLogger(__name__)
 
 __all__ = ["MainWindow", "ReplyRecord"]
-
-DEFAULT_SIZE = QSize(1360, 860)  # the first window's size on a screen with room for it
-# What the window system adds around the window (title bar, borders): it says how much only once the window is shown.
-FRAME_ALLOWANCE = QMargins(8, 32, 8, 8)
 
 
 class MainWindow(QMainWindow):
@@ -109,6 +70,28 @@ class MainWindow(QMainWindow):
     replyStepReceived = Signal(object)
     replyCompleted = Signal(object)
     replyRejected = Signal(str)
+
+    # The menus' actions by the names the window and its tests use, and the side panels the View menu shows and
+    # hides (made by ``menus.build_menu_bar``).
+    open_action: QAction
+    export_action: QAction
+    compare_tab_action: QAction
+    report_action: QAction
+    new_action: QAction
+    stop_action: QAction
+    regenerate_action: QAction
+    library_action: QAction
+    template_action: QAction
+    serve_action: QAction
+    model_menu: QMenu
+    send_action: QAction
+    show_lookahead_action: QAction
+    side_panels: SidePanels
+    chat_list_action: QAction
+    panel_action: QAction
+    shortcuts_action: QAction
+    log_folder_action: QAction
+    about_action: QAction
 
     def __init__(
         self,
@@ -148,14 +131,14 @@ class MainWindow(QMainWindow):
             self.chat, self.chat_pane, self.conversations, self.panel, self.engine, can_start=self._can_start_turn,
             model_name=lambda: self.model.display_name if self.model else "", dialog_parent=self,
         )
-        self._build_menus()
-        self._build_view_menu()
-        self._build_chat_menus()
-        self._build_help_menu()
+        self.model_dialogs = ModelDialogs(self.models, self.settings, self, load_model=self.load_model,
+                                          busy=self.is_busy, save_settings=self._save_settings)
+        self.recent_menu = self.model_dialogs.recent_menu
+        menus.build_menu_bar(self)
         self._wire()
 
         self.panel.load_settings(self.settings)
-        self._restore_geometry()
+        restore_geometry(self, self.splitter, self.settings)
         self._refresh_conversations(select_first=True)
         self._update_actions()
         if load_model:
@@ -200,98 +183,6 @@ class MainWindow(QMainWindow):
         self.setCentralWidget(outer)
         self.resize(DEFAULT_SIZE)
 
-    def _build_menus(self) -> None:
-        def menu(title: str, *items: tuple[str, Any, Any] | QMenu | None) -> list[QAction]:
-            """A menu of (text, slot, shortcut) items, submenus, and separators (None); returns the items' actions."""
-            m, actions = self.menuBar().addMenu(title), []
-            for item in items:
-                if item is None:
-                    m.addSeparator()
-                    continue
-                if isinstance(item, QMenu):
-                    m.addMenu(item)
-                    continue
-                action = m.addAction(item[0], item[1])
-                if item[2] is not None:
-                    action.setShortcut(QKeySequence(item[2]))
-                actions.append(action)
-            return actions
-
-        self.recent_menu = QMenu("&Recent models", self)
-        self.recent_menu.aboutToShow.connect(self._on_recent_menu_about_to_show)
-        self.open_action, self.export_action, _quit = menu(
-            "&File", ("&Open model…", self._on_open_model, QKeySequence.StandardKey.Open), self.recent_menu, None,
-            ("&Export chat as Markdown…", self._on_export, "Ctrl+Shift+E"), None,
-            ("&Quit", self.close, QKeySequence.StandardKey.Quit),
-        )
-        self.open_action.setToolTip("Load a GGUF model file from disk")
-        self.compare_tab_action, self.report_action = menu(
-            "C&ompare", ("&Side by side", self.show_compare_tab, "Ctrl+K"),
-            ("Speed &report…", self.comparisons.open_speed_report, None),
-        )
-        self.new_action, self.stop_action, self.regenerate_action = menu(
-            "&Chat", ("&New chat", self.new_chat, "Ctrl+N"), ("&Stop", self.stop_reply, Qt.Key.Key_Escape),
-            ("&Regenerate last reply", self.regenerate_last, "Ctrl+R"),
-        )
-        self.library_action, self.template_action, self.serve_action = menu(
-            "&Model", ("&Library…", self._on_open_library, "Ctrl+Shift+L"),
-            ("Chat &template…", self._on_show_chat_template, None), None,
-            ("&Serve to other programs…", self.show_serve_dialog, None),
-        )
-        self.serve_action.setToolTip("Let other programs on this PC use the loaded model through the OpenAI API")
-        self.serve_dialog: ServeDialog | None = None
-        # Opening a model is a model's business: the Model menu has it first; File keeps the same action.
-        self.model_menu = self.library_action.parent()
-        assert isinstance(self.model_menu, QMenu)
-        self.model_menu.insertAction(self.library_action, self.open_action)
-        self.model_menu.insertSeparator(self.library_action)
-        self.library_dialog: LibraryDialog | None = None
-        self.send_action = QAction("Send", self)
-        self.send_action.setShortcut(QKeySequence("Ctrl+Return"))
-        self.send_action.triggered.connect(self._on_send_shortcut)
-        self.addAction(self.send_action)
-
-    def _build_view_menu(self) -> None:
-        self.show_lookahead_action = QAction("Show &lookahead in replies", self)
-        self.show_lookahead_action.setCheckable(True)
-        self.show_lookahead_action.setShortcut(QKeySequence("Ctrl+L"))
-        self.show_lookahead_action.setToolTip("Tint the text each draft source gave; hover a run for its step")
-        self.show_lookahead_action.setChecked(self.settings.show_lookahead)
-        self.show_lookahead_action.toggled.connect(self._on_show_lookahead)
-        view_menu = self.menuBar().addMenu("&View")
-        view_menu.addAction(self.show_lookahead_action)
-        self._on_show_lookahead(self.settings.show_lookahead)
-
-        # The side panels: a narrow window puts the chats list away and narrows the panel; these bring them back.
-        self.side_panels = SidePanels(
-            self, self.splitter, self.conversations, self.tabs, self.panel_scroll,
-            show_chats=self.settings.show_chat_list, show_panel=self.settings.show_decoding_panel,
-            chosen=self._on_side_panel_chosen,
-        )
-        self.chat_list_action = self.side_panels.chat_list_action
-        self.panel_action = self.side_panels.panel_action
-        view_menu.addSeparator()
-        view_menu.addActions([self.chat_list_action, self.panel_action])
-
-    def _build_help_menu(self) -> None:
-        help_menu = self.menuBar().addMenu("&Help")
-        self.shortcuts_action = help_menu.addAction("&Keyboard shortcuts", self.show_shortcuts)
-        self.shortcuts_action.setShortcut(QKeySequence(QKeySequence.StandardKey.HelpContents))
-        self.log_folder_action = help_menu.addAction("Open &log folder", self.open_log_folder)
-        self.about_action = help_menu.addAction("&About Lookahead Chat", self.show_about)
-
-    def _build_chat_menus(self) -> None:
-        """The chats as a whole (the runner's actions): the JSON backup in File, search in Chat."""
-        file_menu, chat_menu = self.export_action.parent(), self.new_action.parent()
-        assert isinstance(file_menu, QMenu) and isinstance(chat_menu, QMenu)
-        items = file_menu.actions()
-        after_export = items[items.index(self.export_action) + 1]
-        file_menu.insertActions(after_export, [self.runner.export_json_action, self.runner.export_all_json_action,
-                                               self.runner.import_json_action])
-        chat_menu.addSeparator()
-        chat_menu.addActions([self.runner.find_action, self.runner.search_action])
-        self.runner.status.connect(lambda text: self.statusBar().showMessage(text, 5000))
-
     # --- side panels ---
 
     def _on_side_panel_chosen(self, setting: str, shown: bool) -> None:
@@ -311,60 +202,22 @@ class MainWindow(QMainWindow):
 
     def shortcut_actions(self) -> list[QAction]:
         """Every action of the window, in menu order first, then those that live outside the menus."""
-        actions: list[QAction] = []
-
-        def walk(menu_actions: list[QAction]) -> None:
-            for action in menu_actions:
-                actions.append(action)
-                submenu = action.menu()
-                if isinstance(submenu, QMenu):
-                    walk(submenu.actions())
-
-        walk(self.menuBar().actions())
-        actions.extend(self.actions())
-        actions.extend(self.findChildren(QAction))
-        return actions
+        return menus.shortcut_actions(self)
 
     @Slot()
     def show_shortcuts(self) -> ShortcutsDialog:
         """Help → Keyboard shortcuts (F1): read from the actions themselves, so the list is always current."""
-        dialog = ShortcutsDialog(shortcut_rows(self.shortcut_actions()), self)
-        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
-        dialog.open()
-        return dialog
+        return menus.show_shortcuts(self)
 
     @Slot()
     def open_log_folder(self) -> None:
         """Help → Open log folder: the app's log files (warnings, tracebacks) in the system's file manager."""
-        try:
-            folder = paths.log_dir()
-        except OSError as exc:
-            self.statusBar().showMessage(f"Could not open the log folder: {exc}", 8000)
-            return
-        QDesktopServices.openUrl(QUrl.fromLocalFile(str(folder)))
+        menus.open_log_folder(self)
 
     @Slot()
     def show_about(self) -> QMessageBox:
         """Help → About Lookahead Chat: what it is, its version and what it runs on."""
-        try:
-            version = importlib.metadata.version("lookahead-chat")
-        except importlib.metadata.PackageNotFoundError:
-            version = "(development copy)"
-        model = f"<p>Model in use: {plain.escape(self.model.display_name)}</p>" if self.model else ""
-        text = (
-            f"<h3>Lookahead Chat {version}</h3>"
-            "<p>Chat with a local GGUF model on this computer. Lookahead decoding guesses several tokens ahead "
-            "and checks the guesses in the same forward pass, so a reply can take fewer passes.</p>"
-            f"{model}<p>Qt {qVersion()} · PySide6 {pyside_version} · Python {platform.python_version()}</p>"
-        )
-        box = QMessageBox(QMessageBox.Icon.NoIcon, "About Lookahead Chat", text, QMessageBox.StandardButton.Close,
-                          self)
-        box.setTextFormat(Qt.TextFormat.RichText)
-        if not self.windowIcon().isNull():
-            box.setIconPixmap(self.windowIcon().pixmap(64, 64))
-        box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
-        box.open()
-        return box
+        return menus.show_about(self, self.model)
 
     @Slot(bool)
     def _on_show_lookahead(self, on: bool) -> None:
@@ -380,9 +233,8 @@ class MainWindow(QMainWindow):
         self.model_label, self.lookahead_label, self.progress = (
             self.models.model_label, self.models.lookahead_label, self.models.progress)
         self.measure_status = MeasureStatus(self.engine, can_run=lambda: self.is_ready() and not self.is_busy())
-        self.serving_label = QLabel()
-        self.serving_label.setTextFormat(Qt.TextFormat.PlainText)
-        self.serving_label.hide()
+        self.serving_status = ServingStatus(self.serving, self, settings_changed=self._on_settings_changed)
+        self.serving_label = self.serving_status.serving_label
         for widget in (self.measure_status, self.progress, self.serving_label, self.model_label, self.lookahead_label):
             bar.addPermanentWidget(widget)
 
@@ -412,8 +264,7 @@ class MainWindow(QMainWindow):
         self.comparisons.finished.connect(self.measure_status.resume_later)
         self.measure_status.message.connect(lambda text: self.statusBar().showMessage(text, 5000))
         self.serving.requestArrived.connect(self.measure_status.make_way)
-        self.runner.requestSent.connect(self._say_if_a_program_goes_first)
-        self.serving.stateChanged.connect(self._on_serving_changed)
+        self.runner.requestSent.connect(self.serving_status.say_if_a_program_goes_first)
 
         self._settings_timer = QTimer(self)  # debounce: spin boxes change on every keystroke
         self._settings_timer.setSingleShot(True)
@@ -469,30 +320,20 @@ class MainWindow(QMainWindow):
         """The model in use (None before the first load succeeds)."""
         return self.models.model
 
+    @property
+    def library_dialog(self) -> LibraryDialog | None:
+        """Model → Library…'s dialog while it is open."""
+        return self.model_dialogs.library_dialog
+
     def load_model(self, path: str) -> None:
         """Load ``path`` ("" = the bundled model) on the worker; the current model stays until it succeeds."""
         if self.is_busy() or self.is_loading():
             return
         self.measure_status.new_model()
         n_ctx, threads = self.panel.n_ctx_spin.value(), self.panel.threads_spin.value()
-        model_file = self._model_file(path)
-        if self.model is None or model_file != self.model.path:  # another model: load it as it was last time
-            remembered = self.settings.model_settings(model_file)
-            ctx, thr = remembered.get("n_ctx"), remembered.get("threads")
-            n_ctx = ctx if isinstance(ctx, int) else n_ctx
-            threads = thr if isinstance(thr, int) else threads
+        n_ctx, threads = load_options(path, self.model, self.settings, n_ctx, threads)
         self.serving.model_changing()
         self.models.load(path, n_ctx, threads)
-
-    @staticmethod
-    def _model_file(path: str) -> str:
-        """The file ``path`` names, as the loaded model reports it ("" = the bundled model)."""
-        if path:
-            return str(Path(path))
-        try:
-            return str(default_model_path())
-        except ModelFileError:
-            return ""
 
     @Slot(object, str)
     def _on_model_loaded(self, model: LoadedModel, requested: str) -> None:
@@ -506,7 +347,7 @@ class MainWindow(QMainWindow):
         self.settings.add_recent_model(model.path)
         self._save_settings()
         self.panel.set_lookahead_blocked(
-            model.lookahead_block_reason, DRAFTS_ONLY_NOTE if model.lookahead_kind == "drafts only" else "")
+            model.lookahead_block_reason, DRAFTS_ONLY_NOTE if model.lookahead_kind == LookaheadKind.DRAFTS_ONLY else "")
         self.chat_pane.context_meter.set_context(model.n_ctx)
         self._update_actions()
         # Earlier chats with this model, for lookahead to draft from (tokenized on the engine's thread).
@@ -528,105 +369,9 @@ class MainWindow(QMainWindow):
             self.modelLoadFailed.emit(message)
 
     @Slot()
-    def _on_open_model(self) -> None:
-        """Model → Open model… (Ctrl+O): a GGUF file from disk; its folder is where the next one starts."""
-        start = self.model_dialog_folder()
-        path, _ = QFileDialog.getOpenFileName(self, "Open model", start, "GGUF models (*.gguf);;All files (*)")
-        if path:
-            self.settings.last_model_folder = str(Path(path).parent)
-            self._save_settings()
-            self.load_model(path)
-
-    def model_dialog_folder(self) -> str:
-        """Where Open model… starts: the folder a model was last opened from, else Downloads, else home.
-
-        Never the bundled model's folder: that is inside the app's own installation.
-        """
-        for folder in (self.settings.last_model_folder, _downloads_folder()):
-            if folder and Path(folder).is_dir():
-                return folder
-        return str(Path.home())
-
-    @Slot()
-    def _on_recent_menu_about_to_show(self) -> None:
-        self.recent_menu.clear()
-        for path in self.settings.recent_models:
-            name = plain.menu_text(Path(path).name)
-            action = self.recent_menu.addAction(name, functools.partial(self.load_model, path))
-            action.setToolTip(plain.tip(path))
-        if not self.settings.recent_models:
-            self.recent_menu.addAction("(none)").setEnabled(False)
-
-    @Slot()
-    def _on_open_library(self) -> None:
-        """Model → Library…: the models other apps keep on this machine (one dialog at a time)."""
-        if self.library_dialog is not None:
-            self.library_dialog.raise_()
-            self.library_dialog.activateWindow()
-            return
-        dialog = LibraryDialog(self.settings.library_folders, self, self.model.path if self.model else None)
-        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
-        dialog.modelChosen.connect(self._on_library_model_chosen)
-        dialog.foldersChanged.connect(self._on_library_folders_changed)
-        dialog.finished.connect(self._on_library_closed)
-        self.library_dialog = dialog
-        dialog.open()
-
-    @Slot(str)
-    def _on_library_model_chosen(self, path: str) -> None:
-        if self.is_busy() or self.is_loading():
-            self.statusBar().showMessage("Wait for the reply or the load under way before loading another model", 5000)
-            return
-        self.load_model(path)
-
-    @Slot(object)
-    def _on_library_folders_changed(self, folders: list[str]) -> None:
-        self.settings.library_folders = list(folders)
-        self._save_settings()
-
-    @Slot()
-    def _on_library_closed(self) -> None:
-        self.library_dialog = None
-
-    @Slot()
-    def _on_show_chat_template(self) -> None:
-        """Model → Chat template…: the model's facts and its template, read-only (closed dialogs are freed)."""
-        if self.model is None:
-            return
-        dialog = ModelInfoDialog(self.model, self)
-        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
-        dialog.open()
-
-    @Slot()
     def show_serve_dialog(self) -> ServeDialog:
         """Model → Serve to other programs…: one dialog, raised when open."""
-        if self.serve_dialog is not None and self.serve_dialog.isVisible():
-            self.serve_dialog.raise_()
-            self.serve_dialog.activateWindow()
-            return self.serve_dialog
-        if self.serve_dialog is None:
-            self.serve_dialog = ServeDialog(self.serving, self)
-        self.serve_dialog.show()
-        return self.serve_dialog
-
-    @Slot()
-    def _on_serving_changed(self) -> None:
-        """The status bar says where the model is served; the settings are saved."""
-        serving = self.serving
-        self.serving_label.setVisible(serving.running)
-        if serving.running:
-            self.serving_label.setText("Serving")
-            self.serving_label.setToolTip(f"Other programs can use the loaded model at {serving.base_url} "
-                                          "(Model → Serve to other programs…)")
-        self._settings_timer.start()
-
-    @Slot()
-    def _say_if_a_program_goes_first(self) -> None:
-        """A reply asked for while another program's request runs starts after it: say so, or the wait looks like
-        a hang."""
-        if self.serving.busy:
-            self.statusBar().showMessage(
-                "Another program's request to the model is being answered; this reply starts when it is done", 15000)
+        return self.serving_status.show_serve_dialog()
 
     @Slot()
     def _on_reload_requested(self) -> None:
@@ -655,25 +400,9 @@ class MainWindow(QMainWindow):
         self._save_settings()
         self.statusBar().showMessage("New chats will start with this system prompt", 4000)
 
-    @Slot()
-    def _on_export(self) -> None:
-        export = self.chat.markdown_export()
-        if export is not None:
-            path, _ = QFileDialog.getSaveFileName(
-                self, "Export chat", str(Path.home() / export[0]), "Markdown (*.md);;All files (*)"
-            )
-            if path:
-                self.export_chat(Path(path))
-
     def export_chat(self, path: Path) -> None:
         """Write the open chat as Markdown to ``path``."""
-        export = self.chat.markdown_export()
-        try:
-            if export is not None:
-                path.write_text(export[1], encoding="utf-8")
-                self.statusBar().showMessage(f"Exported to {path}", 5000)
-        except OSError as exc:
-            plain.export_failed(self, path, exc)
+        self.runner.backup.export_chat(path)
 
     # --- sending ---
 
@@ -733,29 +462,12 @@ class MainWindow(QMainWindow):
         self.panel.store_settings(self.settings)
         if self.model is not None:
             self.settings.remember_model_settings(self.model.path)
-        self.settings.geometry = _encode(self.saveGeometry())
         state = self.side_panels.splitter_state()  # as the user arranged it, not as a narrow window narrowed it
-        self.settings.splitter_state = _encode(state)
+        save_geometry(self, state, self.settings)
         try:
             self.settings.save()
         except OSError as exc:
             log.warning("could not save settings: %s", exc)
-
-    def _restore_geometry(self) -> None:
-        restored = False
-        try:
-            if self.settings.geometry:
-                restored = self.restoreGeometry(QByteArray(base64.b64decode(self.settings.geometry)))
-            if self.settings.splitter_state:
-                self.splitter.restoreState(QByteArray(base64.b64decode(self.settings.splitter_state)))
-        except ValueError:
-            pass  # a damaged value: keep the default layout
-        screen = self.screen() or QGuiApplication.primaryScreen()
-        if screen is None or self.isMaximized() or self.isFullScreen():
-            return
-        fitted = fit_to_screen(self.geometry(), screen.availableGeometry(), self.minimumSizeHint(), centre=not restored)
-        if fitted != self.geometry():
-            self.setGeometry(fitted)
 
     # --- closing ---
 
@@ -782,32 +494,3 @@ class MainWindow(QMainWindow):
             self.store.close()
         log.info("closed in %.2f s", time.perf_counter() - t0)
         event.accept()
-
-
-def fit_to_screen(window: QRect, available: QRect, minimum: QSize, centre: bool) -> QRect:
-    """``window`` (its inside, as ``geometry()``) made to fit the screen's free area with its frame around it: no
-    bigger (but not below ``minimum``) and moved inside; ``centre`` places it in the middle, as for a first window,
-    else it moves only as far as it must."""
-    frame = FRAME_ALLOWANCE
-    room = available.marginsRemoved(frame)
-    fitted = QRect(window.topLeft(), QSize(
-        max(minimum.width(), min(window.width(), room.width())),
-        max(minimum.height(), min(window.height(), room.height())),
-    ))
-    if centre:
-        fitted.moveCenter(room.center())
-    fitted.moveLeft(max(room.left(), min(fitted.left(), room.right() + 1 - fitted.width())))
-    fitted.moveTop(max(room.top(), min(fitted.top(), room.bottom() + 1 - fitted.height())))
-    return fitted
-
-
-def _downloads_folder() -> str:
-    """The user's Downloads folder, or "" if the platform has none."""
-    try:
-        return platformdirs.user_downloads_dir()
-    except (OSError, RuntimeError):
-        return ""
-
-
-def _encode(state: QByteArray) -> str:
-    return base64.b64encode(bytes(state.data())).decode("ascii")

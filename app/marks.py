@@ -11,30 +11,28 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from engine import StepEvent
-
-OWN = "own"
+from engine import OWN, DraftOrigin, StepEvent
 
 # What each source is called in the legend and the tooltips, in the legend's order.
 SOURCE_NAMES = {
     OWN: "the model's own token",
-    "prompt": "drafted from the prompt",
-    "document": "drafted from attached files",
-    "reply": "drafted from this reply",
-    "history": "drafted from left-out turns or the text being regenerated",
-    "other_chats": "drafted from earlier chats",
-    "kept": "drafted from the n-gram pool",
-    "window": "drafted by the Jacobi window",
+    DraftOrigin.PROMPT: "drafted from the prompt",
+    DraftOrigin.DOCUMENT: "drafted from attached files",
+    DraftOrigin.REPLY: "drafted from this reply",
+    DraftOrigin.HISTORY: "drafted from left-out turns or the text being regenerated",
+    DraftOrigin.OTHER_CHATS: "drafted from earlier chats",
+    DraftOrigin.KEPT: "drafted from the n-gram pool",
+    DraftOrigin.WINDOW: "drafted by the Jacobi window",
 }
 SHORT_NAMES = {
     OWN: "model's own",
-    "prompt": "prompt",
-    "document": "attached files",
-    "reply": "this reply",
-    "history": "earlier text",
-    "other_chats": "earlier chats",
-    "kept": "n-gram pool",
-    "window": "Jacobi window",
+    DraftOrigin.PROMPT: "prompt",
+    DraftOrigin.DOCUMENT: "attached files",
+    DraftOrigin.REPLY: "this reply",
+    DraftOrigin.HISTORY: "earlier text",
+    DraftOrigin.OTHER_CHATS: "earlier chats",
+    DraftOrigin.KEPT: "n-gram pool",
+    DraftOrigin.WINDOW: "Jacobi window",
 }
 
 
@@ -43,7 +41,7 @@ class Run:
     """Text that came the same way in one forward pass."""
 
     text: str
-    source: str  # OWN or a StepEvent.draft_source
+    source: str  # OWN or a StepEvent.draft_origin
     step: int
     batch: int  # the batch size of that step
 

@@ -1,22 +1,30 @@
-"""Loading models on the worker and showing which one is in use (status bar labels, progress, errors)."""
+"""Loading models on the worker and showing which one is in use (status bar labels, progress, errors), and the
+Model menu's dialogs that choose the model to load (Open model…, Recent models, Library…) or show its facts
+(Chat template…)."""
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from PySide6.QtCore import QObject, Signal, Slot
-from PySide6.QtWidgets import QMainWindow, QMessageBox, QProgressBar
+import platformdirs
+from PySide6.QtCore import QObject, Qt, Signal, Slot
+from PySide6.QtWidgets import QFileDialog, QMainWindow, QMenu, QMessageBox, QProgressBar
 
+from engine import ModelFileError, default_model_path
 from engine.llama.problems import LoadProblem
 from engine.units import format_params
 
+from .engine_thread import EngineThread
 from .requests import LoadedModel
-from .widgets import model_info
-from .widgets.model_info import FALLBACK_NOTE
+from .settings import AppSettings
+from .widgets import model_info, plain
+from .widgets.library import LibraryDialog
+from .widgets.model_info import FALLBACK_NOTE, ModelInfoDialog
 from .widgets.plain import Label
 from .widgets.plain import tip as plain_tip
-from .worker import EngineThread
 
 
 class ModelLoader(QObject):
@@ -141,3 +149,137 @@ class ModelLoader(QObject):
         if self.model is None:
             self.model_label.setText("No model — use Model → Open model…")
         self.failed.emit(problem.message)
+
+
+class ModelDialogs(QObject):
+    """Model → Open model…, Recent models and Library… choose a model to load; Model → Chat template… shows the
+    facts of the one in use. The recent models menu and the library dialog (one at a time) are kept here.
+
+    ``load_model(path)`` loads a chosen model (the window's, which waits for a reply or a load under way);
+    ``busy()`` says the engine is working for a reply, a comparison or a speed report; ``save_settings()`` keeps
+    the folders the user chose.
+    """
+
+    def __init__(
+        self,
+        models: ModelLoader,
+        settings: AppSettings,
+        window: QMainWindow,
+        load_model: Callable[[str], None],
+        busy: Callable[[], bool],
+        save_settings: Callable[[], None],
+    ) -> None:
+        super().__init__(window)
+        self._models = models
+        self.settings = settings
+        self._window = window
+        self._load_model = load_model
+        self._busy = busy
+        self._save_settings = save_settings
+        self.recent_menu = QMenu("&Recent models", window)
+        self.recent_menu.aboutToShow.connect(self._on_recent_menu_about_to_show)
+        self.library_dialog: LibraryDialog | None = None
+
+    @Slot()
+    def open_model(self) -> None:
+        """Model → Open model… (Ctrl+O): a GGUF file from disk; its folder is where the next one starts."""
+        start = self.model_dialog_folder()
+        path, _ = QFileDialog.getOpenFileName(self._window, "Open model", start, "GGUF models (*.gguf);;All files (*)")
+        if path:
+            self.settings.last_model_folder = str(Path(path).parent)
+            self._save_settings()
+            self._load_model(path)
+
+    def model_dialog_folder(self) -> str:
+        """Where Open model… starts: the folder a model was last opened from, else Downloads, else home.
+
+        Never the bundled model's folder: that is inside the app's own installation.
+        """
+        for folder in (self.settings.last_model_folder, _downloads_folder()):
+            if folder and Path(folder).is_dir():
+                return folder
+        return str(Path.home())
+
+    @Slot()
+    def _on_recent_menu_about_to_show(self) -> None:
+        self.recent_menu.clear()
+        for path in self.settings.recent_models:
+            name = plain.menu_text(Path(path).name)
+            action = self.recent_menu.addAction(name, functools.partial(self._load_model, path))
+            action.setToolTip(plain.tip(path))
+        if not self.settings.recent_models:
+            self.recent_menu.addAction("(none)").setEnabled(False)
+
+    @Slot()
+    def open_library(self) -> None:
+        """Model → Library…: the models other apps keep on this machine (one dialog at a time)."""
+        if self.library_dialog is not None:
+            self.library_dialog.raise_()
+            self.library_dialog.activateWindow()
+            return
+        model = self._models.model
+        dialog = LibraryDialog(self.settings.library_folders, self._window, model.path if model else None)
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        dialog.modelChosen.connect(self._on_library_model_chosen)
+        dialog.foldersChanged.connect(self._on_library_folders_changed)
+        dialog.finished.connect(self._on_library_closed)
+        self.library_dialog = dialog
+        dialog.open()
+
+    @Slot(str)
+    def _on_library_model_chosen(self, path: str) -> None:
+        if self._busy() or self._models.is_loading():
+            self._window.statusBar().showMessage(
+                "Wait for the reply or the load under way before loading another model", 5000)
+            return
+        self._load_model(path)
+
+    @Slot(object)
+    def _on_library_folders_changed(self, folders: list[str]) -> None:
+        self.settings.library_folders = list(folders)
+        self._save_settings()
+
+    @Slot()
+    def _on_library_closed(self) -> None:
+        self.library_dialog = None
+
+    @Slot()
+    def show_chat_template(self) -> None:
+        """Model → Chat template…: the model's facts and its template, read-only (closed dialogs are freed)."""
+        if self._models.model is None:
+            return
+        dialog = ModelInfoDialog(self._models.model, self._window)
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        dialog.open()
+
+
+def load_options(
+    path: str, model: LoadedModel | None, settings: AppSettings, n_ctx: int, threads: int
+) -> tuple[int, int]:
+    """The context size and thread count to load ``path`` with: ``n_ctx`` and ``threads`` (the panel's) for the model
+    in use, what another model was loaded with last time (where remembered)."""
+    model_file = _model_file(path)
+    if model is None or model_file != model.path:  # another model: load it as it was last time
+        remembered = settings.model_settings(model_file)
+        ctx, thr = remembered.get("n_ctx"), remembered.get("threads")
+        n_ctx = ctx if isinstance(ctx, int) else n_ctx
+        threads = thr if isinstance(thr, int) else threads
+    return n_ctx, threads
+
+
+def _model_file(path: str) -> str:
+    """The file ``path`` names, as the loaded model reports it ("" = the bundled model)."""
+    if path:
+        return str(Path(path))
+    try:
+        return str(default_model_path())
+    except ModelFileError:
+        return ""
+
+
+def _downloads_folder() -> str:
+    """The user's Downloads folder, or "" if the platform has none."""
+    try:
+        return platformdirs.user_downloads_dir()
+    except (OSError, RuntimeError):
+        return ""

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from engine import LookaheadConfig, Message, SamplingConfig, StepEvent, StopConfig
+from engine.library.names import LookaheadKind
 
 from .attachments import Attachment, ReplySources
 
@@ -34,7 +35,7 @@ class LoadedModel:
     size_bytes: int = 0  # the model file's size
     # each weight type's matrices and the kernel that multiplies a batch by them here (engine/llama/kernels.py)
     batch_kernels: tuple[str, ...] = ()
-    lookahead_kind: str = "lookahead"  # "lookahead", "drafts only" (one guess per step, no window) or "plain"
+    lookahead_kind: str = LookaheadKind.FULL
 
 
 @dataclass(frozen=True)

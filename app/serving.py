@@ -21,9 +21,9 @@ from engine.llama.problems import SettingsError
 from engine.server import Job, ServerConfig, ServerStats
 from engine.server.config import ANY_ADDRESS
 
+from .engine_thread import EngineThread
 from .requests import LoadedModel
 from .settings import AppSettings
-from .worker import EngineThread
 
 if TYPE_CHECKING:
     from engine.server.api import ModelServer

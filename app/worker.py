@@ -1,12 +1,11 @@
-"""The engine's thread: one ``EngineWorker`` on one ``QThread`` owns the engine.
+"""The engine's worker: one ``EngineWorker`` on one ``QThread`` owns the engine.
 
 The GUI never calls the engine. It emits signals that are queued to the
 worker's thread (load a model, generate a reply); the worker answers with
-signals that are queued back. Two requests must reach the worker *while* it is
-inside a generation loop, when its event loop cannot run queued slots: stop
-and a new lookahead shape. Those slots are connected with
-``Qt.DirectConnection`` and only touch thread-safe state (an Event, a value
-under a lock) that the worker reads between two steps.
+signals that are queued back. What must reach the worker while it is busy
+inside a generation (stop, a new lookahead shape) goes through the directly
+connected slots of ``WorkerControls`` (app/worker_controls.py), which it is
+built on; ``EngineThread`` (app/engine_thread.py) starts its thread and wires it.
 """
 
 from __future__ import annotations
@@ -14,18 +13,15 @@ from __future__ import annotations
 import logging
 import threading
 import time
-import weakref
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-from PySide6.QtCore import QObject, Qt, QThread, Signal, Slot
+from PySide6.QtCore import Qt, Signal, Slot
 
 from engine import (
     ChatSession,
     Engine,
     GenerationControls,
-    LookaheadConfig,
     LookaheadUnsupportedError,
     Message,
     ModelFileError,
@@ -40,8 +36,8 @@ from engine.costs.measuring import MachineBusy, MeasurementCancelled
 from engine.decoding.runtime import default_threads
 from engine.documents import with_documents
 from engine.library.names import friendly_name
+from engine.llama.backend import system_features
 from engine.llama.kernels import matrix_kernels
-from engine.llama.native import system_features
 from engine.llama.probe import ProbeResult, ensure_loadable
 from engine.llama.problems import LoadProblem
 from engine.server import Job
@@ -57,7 +53,8 @@ from .compare import (
     run_comparison,
     run_speed_report,
 )
-from .requests import DocumentsPlaced, GenerationRequest, LoadedModel, ReadAheadRequest, ReplyOutcome, StepUpdate
+from .requests import DocumentsPlaced, GenerationRequest, LoadedModel, ReplyOutcome, StepUpdate
+from .worker_controls import WorkerControls
 
 log = logging.getLogger(__name__)
 
@@ -75,12 +72,10 @@ _USER_ERRORS = (
     TemplateRenderError,
 )
 
-# Every engine thread the app starts; tests check none is left running.
-LIVE_THREADS: weakref.WeakSet[QThread] = weakref.WeakSet()
 
-
-class EngineWorker(QObject):
-    """Owns the engine; lives on its own QThread.
+class EngineWorker(WorkerControls):
+    """Owns the engine; lives on its own QThread. The slots other threads call directly (stop, setLookahead…)
+    are ``WorkerControls``'.
 
     Signals:
         modelLoading(float): load progress, 0..1.
@@ -142,21 +137,6 @@ class EngineWorker(QObject):
         self._check_loadable = check_loadable
         self._engine: Engine | None = None
         self._session: ChatSession | None = None
-        self._lock = threading.Lock()
-        self._controls: GenerationControls | None = None
-        self._pending_lookahead: tuple[LookaheadConfig | None] | None = None  # 1-tuple: None is a valid value
-        self._shutting_down = threading.Event()
-        self._job_cancel: threading.Event | None = None  # the running comparison's or speed report's
-        self._measuring: tuple[int, threading.Event] | None = None  # the running measurement's id and cancel
-        self._measure_cancelled_upto = 0  # measurements with this id or a lower one are not wanted any more
-        # What the next prompt will begin with (the chat in view, the files attached so far): read into the cache
-        # when the worker has nothing else to do, and again after a job that emptied it (wantReadAhead).
-        self._read_ahead: ReadAheadRequest | None = None
-        # Set when the user asks for anything: stop background work (reading ahead; the thread probe). A new
-        # read-ahead stops an older one, not the probe.
-        self._read_ahead_cancel = threading.Event()
-        self._probe_cancel = threading.Event()
-        self._serving: Job | None = None  # the local server's request running now
         self._readAheadLater.connect(self.readAhead, Qt.ConnectionType.QueuedConnection)
         self._probeThreadsLater.connect(self.probeThreads, Qt.ConnectionType.QueuedConnection)
 
@@ -410,13 +390,6 @@ class EngineWorker(QObject):
         except Exception as exc:  # the governor then stays off until a measurement finds out
             log.warning("thread probe failed: %s", exc, exc_info=True)
 
-    def _apply_pending_lookahead(self, controls: GenerationControls) -> LookaheadConfig | None:
-        with self._lock:
-            if self._pending_lookahead is not None:
-                controls.lookahead = self._pending_lookahead[0]
-                self._pending_lookahead = None
-            return controls.lookahead
-
     @Slot(object)
     def compare(self, request: CompareRequest) -> None:
         """Measure plain and lookahead in repeated A-B-B-A turns on one prompt; ends with compareFinished."""
@@ -494,60 +467,6 @@ class EngineWorker(QObject):
         if thread is not None:
             thread.quit()
 
-    # --- slots connected directly: run on the caller's thread, touch only thread-safe state ---
-
-    @Slot(int)
-    def interruptMeasurement(self, upto_id: int) -> None:
-        """Stop measurements with ids up to ``upto_id``, running or still queued, between two decodes."""
-        with self._lock:
-            self._measure_cancelled_upto = max(self._measure_cancelled_upto, upto_id)
-            if self._measuring is not None and self._measuring[0] <= upto_id:
-                self._measuring[1].set()
-
-    @Slot(object)
-    def wantReadAhead(self, request: ReadAheadRequest | None) -> None:
-        """From now on the next prompt begins with ``request``'s chat and files (None: nothing known): a read of an
-        older one stops after its chunk; ``readAhead`` (queued) reads this one."""
-        with self._lock:
-            self._read_ahead = request
-            self._read_ahead_cancel.set()
-            self._read_ahead_cancel = threading.Event()  # the queued readAhead's
-
-    @Slot()
-    def interruptBackground(self) -> None:
-        """Stop reading ahead or probing after the current decode: the user asked for something."""
-        with self._lock:
-            self._read_ahead_cancel.set()
-            self._probe_cancel.set()
-
-    @Slot()
-    def stop(self) -> None:
-        """Ask the running generation (or comparison, or speed report) to stop before its next step."""
-        with self._lock:
-            if self._controls is not None:
-                self._controls.cancel.set()
-            if self._job_cancel is not None:
-                self._job_cancel.set()
-
-    @Slot(object)
-    def setLookahead(self, config: LookaheadConfig | None) -> None:
-        """Use ``config`` (None = plain decoding) from the running generation's next step on."""
-        if config is not None:
-            config.validate()
-        with self._lock:
-            if self._controls is not None:
-                self._pending_lookahead = (config,)
-
-    def requestShutdown(self) -> None:
-        """Thread-safe: abort a running load and the running generation (a chat's or the local server's)."""
-        self._shutting_down.set()
-        with self._lock:
-            if self._serving is not None:
-                self._serving.cancel.set()
-        self.interruptMeasurement(2**62)
-        self.interruptBackground()
-        self.stop()
-
 
 def _describe(exc: BaseException) -> str:
     """The user-facing text of an exception.
@@ -558,76 +477,3 @@ def _describe(exc: BaseException) -> str:
     if isinstance(exc, _USER_ERRORS):
         return str(exc)
     return f"{type(exc).__name__}: {exc}"
-
-
-class EngineThread(QObject):
-    """Starts the worker's thread, wires the direct connections, and stops it cleanly.
-
-    Signals:
-        loadRequested(str, int, int): queued to ``EngineWorker.loadModel``.
-        generateRequested(object): queued to ``EngineWorker.generate``.
-        compareRequested(object): queued to ``EngineWorker.compare``.
-        speedReportRequested(object): queued to ``EngineWorker.speedReport``.
-        measureRequested(int): queued to ``EngineWorker.measureMachine``.
-        stopRequested(): direct to ``EngineWorker.stop``.
-        measureInterruptRequested(int): direct to ``EngineWorker.interruptMeasurement``.
-        lookaheadChanged(object): direct to ``EngineWorker.setLookahead``.
-        serveRequested(object): a local server's ``Job``, queued to ``EngineWorker.serveJob``; thread-safe (the
-            server's thread emits it).
-        readAheadRequested(object): a ``ReadAheadRequest`` (or None), direct to ``EngineWorker.wantReadAhead``,
-            then queued to ``EngineWorker.readAhead``. Every request the user makes (not the idle-time
-            measurement, which waits its turn) interrupts reading ahead and the thread probe.
-    """
-
-    loadRequested = Signal(str, int, int)
-    generateRequested = Signal(object)
-    compareRequested = Signal(object)
-    speedReportRequested = Signal(object)
-    measureRequested = Signal(int)
-    rememberRequested = Signal(str, object)
-    stopRequested = Signal()
-    measureInterruptRequested = Signal(int)
-    lookaheadChanged = Signal(object)
-    readAheadRequested = Signal(object)
-    serveRequested = Signal(object)
-    _readAheadQueued = Signal()
-    _shutdownRequested = Signal()
-
-    def __init__(self, parent: QObject | None = None, **worker_options: Any) -> None:
-        """``worker_options`` go to ``EngineWorker`` (its factories)."""
-        super().__init__(parent)
-        self.worker = EngineWorker(**worker_options)
-        self.worker_thread = QThread()
-        self.worker_thread.setObjectName("engine")
-        self.worker.moveToThread(self.worker_thread)
-        self.loadRequested.connect(self.worker.loadModel, Qt.ConnectionType.QueuedConnection)
-        self.generateRequested.connect(self.worker.generate, Qt.ConnectionType.QueuedConnection)
-        self.compareRequested.connect(self.worker.compare, Qt.ConnectionType.QueuedConnection)
-        self.speedReportRequested.connect(self.worker.speedReport, Qt.ConnectionType.QueuedConnection)
-        self.measureRequested.connect(self.worker.measureMachine, Qt.ConnectionType.QueuedConnection)
-        self.rememberRequested.connect(self.worker.rememberChats, Qt.ConnectionType.QueuedConnection)
-        self.serveRequested.connect(self.worker.serveJob, Qt.ConnectionType.QueuedConnection)
-        self._shutdownRequested.connect(self.worker.shutdown, Qt.ConnectionType.QueuedConnection)
-        # Direct: the worker's event loop is busy inside the generation or measurement these must reach.
-        self.stopRequested.connect(self.worker.stop, Qt.ConnectionType.DirectConnection)
-        self.measureInterruptRequested.connect(self.worker.interruptMeasurement, Qt.ConnectionType.DirectConnection)
-        self.lookaheadChanged.connect(self.worker.setLookahead, Qt.ConnectionType.DirectConnection)
-        self.readAheadRequested.connect(self.worker.wantReadAhead, Qt.ConnectionType.DirectConnection)
-        self.readAheadRequested.connect(self._readAheadQueued)
-        self._readAheadQueued.connect(self.worker.readAhead, Qt.ConnectionType.QueuedConnection)
-        for asked in (self.loadRequested, self.generateRequested, self.compareRequested, self.speedReportRequested,
-                      self.stopRequested, self.serveRequested):
-            asked.connect(self.worker.interruptBackground, Qt.ConnectionType.DirectConnection)
-        LIVE_THREADS.add(self.worker_thread)
-        self.worker_thread.start()
-
-    def shutdown(self, timeout_s: float = 2.0) -> bool:
-        """Stop a running generation or load, free the engine, end the thread; True if it ended in time."""
-        if not self.worker_thread.isRunning():
-            return True
-        self.worker.requestShutdown()
-        self._shutdownRequested.emit()
-        finished = self.worker_thread.wait(int(timeout_s * 1000))
-        if not finished:
-            log.error("the engine thread did not stop within %.1f s", timeout_s)
-        return bool(finished)

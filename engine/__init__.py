@@ -3,6 +3,7 @@
 Never imports Qt; the desktop app in ``app/`` drives it from a worker thread.
 """
 
+from engine.decoding.origins import OWN, DraftOrigin
 from engine.decoding.runtime import Engine, GenerationControls, LookaheadUnsupportedError, PromptTooLongError, StepEvent
 from engine.decoding.session import ChatSession
 from engine.decoding.settings import LookaheadConfig, SamplingConfig, StopConfig
@@ -14,7 +15,9 @@ from engine.llama.problems import ModelFileError, SettingsError
 from engine.speed.measure import RunStats
 
 __all__ = [
+    "OWN",
     "ChatSession",
+    "DraftOrigin",
     "Engine",
     "GenerationControls",
     "GgufSummary",

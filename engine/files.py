@@ -20,6 +20,14 @@ HOME_ENV = "LOOKAHEAD_CHAT_HOME"
 DATA_DIR = Path(__file__).resolve().parent / "data"  # what ships with the engine: the workloads and their files
 
 
+def file_identity(path: str | os.PathLike[str], st: os.stat_result | None = None) -> str:
+    """What tells one file, as it is now, from any other without reading it: its absolute path, size and
+    modification time in ns (``st``: its ``os.stat``, if taken already). A file changed in place or replaced
+    gets another identity; the caches keyed by a model file use this."""
+    st = st if st is not None else os.stat(path)
+    return f"{os.path.abspath(path)}|{st.st_size}|{st.st_mtime_ns}"
+
+
 def home_override() -> Path | None:
     """The folder ``LOOKAHEAD_CHAT_HOME`` names, if it is set."""
     value = os.environ.get(HOME_ENV)

@@ -1,6 +1,17 @@
-"""Quantities as people read them: the one way the engine and the app write a size or a parameter count."""
+"""Quantities and names as people read them: the one way the engine and the app write a size or a parameter
+count, and the string enum the engine names its kinds of things with."""
 
 from __future__ import annotations
+
+from enum import Enum
+
+
+class Word(str, Enum):
+    """A string enum that prints as its value (``enum.StrEnum`` from Python 3.11): a value read back from a saved
+    chat, a cache or a JSON report compares equal to its member."""
+
+    def __str__(self) -> str:
+        return str(self.value)
 
 
 def plain_size(n_bytes: int) -> str:

@@ -18,9 +18,9 @@ import pytest
 from PySide6.QtWidgets import QMessageBox
 
 from app import paths
+from app.engine_thread import LIVE_THREADS
 from app.settings import AppSettings
 from app.store import ChatStore, StoredMessage
-from app.worker import LIVE_THREADS
 
 # The offscreen platform says this whenever a top-level window's size limits change; xcb does not.
 OFFSCREEN_NOISE = pytest.mark.qt_log_ignore(r"This plugin does not support propagateSizeHints\(\)")

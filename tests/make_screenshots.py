@@ -117,7 +117,7 @@ class DocsSession:
                     n_logits=13, n_drafted=4, n_accepted=n - 1, n_reevaluated=0, window=4, ngram=4, guesses=3,
                     elapsed_s=0.02, decode_s=0.018, stop_reason="eog" if step == len(pieces) - 1 else None,
                     token_texts=tuple(cut), token_sources=(source,) * n,
-                    draft_source="document" if source == "document" else None,
+                    draft_origin="document" if source == "document" else "",
                 )
 
         return events()

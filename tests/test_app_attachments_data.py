@@ -18,11 +18,11 @@ from app.attachments import Attachment, ReplySources, as_the_model_read_it
 from app.backup import export_json, import_json
 from app.chat_controller import ChatController, RequestIds, TurnSettings
 from app.chat_runner import READING_NOTICE
+from app.engine_thread import EngineThread
 from app.main_window import MainWindow, ReplyRecord
 from app.requests import DocumentsPlaced, GenerationRequest
 from app.settings import AppSettings
 from app.store import ChatStore
-from app.worker import EngineThread
 from engine import GenerationControls, Message, SamplingConfig, StepEvent, StopConfig
 from engine.documents import DocumentContext, with_documents
 from tests.app_fixtures import OFFSCREEN_NOISE, FakeEngineMemory, quick_settings, use_fake_engine

@@ -13,9 +13,10 @@ from app.attachments import Attachment, ReplySources, attachments_to_json
 from app.marks import OWN, Run, TokenMarks
 from app.store import StoredMessage
 from app.widgets.chat_pane import ChatPane
-from app.widgets.chat_view import ChatView, MessageBubble
+from app.widgets.chat_view import ChatView
 from app.widgets.markdown_view import COPIED_MS, COPIED_TEXT, MarkdownView
 from app.widgets.marked_text import MarksLegend, contrast_ratio, source_colour
+from app.widgets.message_bubble import MessageBubble
 from engine.documents import Citation
 from tests.app_fixtures import OFFSCREEN_NOISE
 

@@ -18,7 +18,7 @@ from app.main_window import MainWindow, ReplyRecord
 from app.settings import AppSettings
 from app.stats import ReplyStats
 from app.store import ChatStore
-from app.widgets.chat_view import FLASH_MS, MessageBubble
+from app.widgets.message_bubble import FLASH_MS, MessageBubble
 from engine import GenerationControls, StepEvent
 from engine.documents import Citation
 from tests.app_fixtures import OFFSCREEN_NOISE, quick_settings, use_fake_engine

@@ -334,6 +334,7 @@ def test_a_comparison_that_cannot_run_says_why_and_leaves_the_tab_usable(
     assert not window.is_busy() and view.compare_button.isEnabled() and window.send_button.isEnabled()
 
 
+@pytest.mark.timing
 def test_a_speed_report_fills_its_tables_and_cancel_stops_it(qtbot, make_window, scripted_engine, monkeypatch,
                                                               tmp_path):
     window = make_window(quick_settings())

@@ -10,10 +10,10 @@ from PySide6.QtCore import QElapsedTimer
 
 from app.widgets import measure_status
 from app.widgets.chat_pane import WAITING_LINE
-from app.widgets.chat_view import MessageBubble
+from app.widgets.message_bubble import MessageBubble
 from engine import GenerationControls, StepEvent
 from engine.costs.measuring import MachineBusy
-from engine.decoding.runtime import PREFILL_CHUNK
+from engine.decoding.prompt_cache import PREFILL_CHUNK
 from engine.llama import native
 from engine.tools.busybench import BusyLoop
 from tests.app_fixtures import (

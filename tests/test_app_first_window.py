@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from PySide6.QtCore import QRect, QSize
 
-from app.main_window import DEFAULT_SIZE, FRAME_ALLOWANCE, fit_to_screen
+from app.window_geometry import DEFAULT_SIZE, FRAME_ALLOWANCE, fit_to_screen
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -10,9 +10,9 @@ from PySide6.QtGui import QDesktopServices
 
 from app.marks import Run, TokenMarks
 from app.widgets import markdown_view
-from app.widgets.chat_view import MessageBubble
 from app.widgets.markdown_view import MarkdownView, images_as_links, open_link
 from app.widgets.marked_text import MarkedView
+from app.widgets.message_bubble import MessageBubble
 from tests.app_fixtures import OFFSCREEN_NOISE
 
 pytestmark = OFFSCREEN_NOISE

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.decoding.runtime import PREFILL_CHUNK
+from engine.decoding.prompt_cache import PREFILL_CHUNK
 from tests.app_fixtures import OFFSCREEN_NOISE, REPLY_TIMEOUT_MS, quick_settings
 
 pytestmark = [pytest.mark.model, OFFSCREEN_NOISE]

@@ -10,17 +10,11 @@ import pytest
 
 from app import paths
 from app.attachments import Attachment, ReplySources
+from app.backup import export_markdown
 from app.settings import MAX_RECENT_MODELS, AppSettings
 from app.stats import ReplyStats
-from app.store import (
-    _MIGRATIONS,
-    MATCH_END,
-    MATCH_START,
-    SCHEMA_VERSION,
-    ChatStore,
-    SchemaTooNewError,
-    export_markdown,
-)
+from app.store import MATCH_END, MATCH_START, SCHEMA_VERSION, ChatStore, SchemaTooNewError
+from app.store.schema import _MIGRATIONS
 from engine import StepEvent
 from engine.documents import Citation
 
@@ -265,7 +259,8 @@ def test_a_chat_with_files_exports_as_markdown_naming_them_under_the_message(hom
     assert "SECRET" not in text
 
 
-def test_search_finds_a_word_among_1000_messages_in_under_50_ms(home):
+@pytest.mark.timing
+def test_search_finds_a_word_among_1000_messages_in_under_50_ms_of_cpu(home):
     store = ChatStore()
     words = "the quick brown fox jumps over a lazy dog while lookahead decoding drafts tokens".split()
     for c in range(20):
@@ -276,23 +271,27 @@ def test_search_finds_a_word_among_1000_messages_in_under_50_ms(home):
             store.add_message(conv.id, "user" if k % 2 == 0 else "assistant", text + (" axolotl" if n == 777 else ""))
     store.close()
 
-    def first_search() -> tuple[list, float]:
-        """The first search after a cold start, as when the app opens: its hits and its seconds."""
+    def first_search() -> tuple[list, float, float]:
+        """The first search after a cold start, as when the app opens: its hits, its CPU and its wall seconds."""
         fresh = ChatStore()
         try:
-            started = time.perf_counter()
+            cpu, wall = time.thread_time(), time.perf_counter()
             hits = fresh.search("axolotl")
-            return hits, time.perf_counter() - started
+            return hits, time.thread_time() - cpu, time.perf_counter() - wall
         finally:
             fresh.close()
 
-    hits, _ = first_search()
+    hits, _, _ = first_search()
     assert [h.title for h in hits] == ["chat 15"]
     assert f"{MATCH_START}axolotl{MATCH_END}" in hits[0].snippet
-    # Real time: a search runs as the user types, so it must stay well inside a keystroke (a few ms on a quiet
-    # PC). The best of three cold starts, so that one stall of a loaded CI machine does not decide it.
-    elapsed = min(first_search()[1] for _ in range(3))
-    assert elapsed < 0.050, f"{elapsed * 1000:.1f} ms"
+    # A search runs on the GUI thread as the user types, so its work must stay well inside a keystroke (a few ms
+    # on a quiet PC): bounded on this thread's CPU time, which other programs on a loaded machine do not add to.
+    # The wall clock, which they do, only has to stay short of a pause a user would notice.
+    runs = [first_search() for _ in range(3)]
+    cpu = min(r[1] for r in runs)
+    wall = min(r[2] for r in runs)
+    assert cpu < 0.050, f"{cpu * 1000:.1f} ms of CPU"
+    assert wall < 0.250, f"{wall * 1000:.1f} ms"
     store = ChatStore()
     assert len(store.search("lazy dog", limit=1000)) == 1000
     store.close()

@@ -147,6 +147,7 @@ def test_a_broken_model_file_shows_the_error_and_leaves_the_app_usable(qtbot, ma
     assert window.settings.model_path == ""  # the broken file was not remembered as the model
 
 
+@pytest.mark.timing
 def test_closing_the_window_mid_reply_stops_it_quickly_and_keeps_the_partial_reply(qtbot, make_window):
     window = make_window(quick_settings(max_tokens=48))
     window.input.setPlainText(LONG_PROMPT)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from app.attachments import Attachment
+from app.engine_thread import EngineThread
 from app.requests import DocumentsPlaced, GenerationRequest, StepUpdate
-from app.worker import EngineThread
 from engine import Message, RunStats, SamplingConfig, StopConfig
 from engine.decoding.settings import DEFAULT_LOOKAHEAD
 from tests.app_fixtures import MODEL_LOAD_TIMEOUT_MS, REPLY_TIMEOUT_MS

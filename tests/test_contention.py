@@ -23,7 +23,7 @@ from engine.costs.contention import (
 )
 from engine.costs.curve import load_cached
 from engine.costs.measuring import MachineBusy, MeasurementCancelled, curve_for
-from engine.decoding.runtime import PREFILL_CHUNK
+from engine.decoding.prompt_cache import PREFILL_CHUNK
 from tests.planning import FLAT, STEEP, auto_on_curve
 
 

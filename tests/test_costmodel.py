@@ -28,22 +28,22 @@ def test_curves_are_cached_per_model_file_and_threads(tmp_path, monkeypatch):
 
 def test_a_curve_measured_with_another_llama_cpp_build_is_measured_again(tmp_path, monkeypatch):
     # new kernels change both what a batch costs and which batches are exact
-    from engine.llama import native
+    from engine.llama import backend
 
     monkeypatch.setenv("LOOKAHEAD_CHAT_HOME", str(tmp_path))
     model = tmp_path / "m.gguf"
     model.write_bytes(b"GGUF" + b"\0" * 64)
-    monkeypatch.setattr(native, "build_id", lambda: "libggml-cpu.so:1000:1")
+    monkeypatch.setattr(backend, "build_id", lambda: "libggml-cpu.so:1000:1")
     save_cached(str(model), 2, CURVE)
     assert load_cached(str(model), 2) == CURVE
-    monkeypatch.setattr(native, "build_id", lambda: "libggml-cpu.so:1200:2")
+    monkeypatch.setattr(backend, "build_id", lambda: "libggml-cpu.so:1200:2")
     assert load_cached(str(model), 2) is None
 
 
 def test_the_build_id_names_the_libraries_in_use():
-    from engine.llama import native
+    from engine.llama import backend
 
-    assert "ggml-cpu" in native.build_id()
+    assert "ggml-cpu" in backend.build_id()
 
 
 def test_oracle_bound_rewards_output_that_copies_the_prompt():

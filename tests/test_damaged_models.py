@@ -655,13 +655,13 @@ def test_a_thousand_damaged_copies_each_answer_or_are_refused_in_one_line(model_
 def test_a_load_error_quotes_llama_cpps_reason_rather_than_the_failed_line_after_it(monkeypatch):
     from collections import deque
 
-    from engine.llama import native
+    from engine.llama import backend
 
     lines = deque(["llama_model_load: error loading model: missing tensor 'output_norm.weight'\n",
                    "llama_model_load_from_file_impl: failed to load model\n"])
-    monkeypatch.setattr(native, "_log_lines", lines)
-    assert native.last_log_error() == "llama_model_load: error loading model: missing tensor 'output_norm.weight'"
+    monkeypatch.setattr(backend, "_log_lines", lines)
+    assert backend.last_log_error() == "llama_model_load: error loading model: missing tensor 'output_norm.weight'"
     lines.append("llama_init_from_model: failed to allocate the KV cache\n")  # a later failure of its own
     lines.extend(["note\n"] * 4)
     lines.append("llama_decode: failed to decode\n")
-    assert native.last_log_error() == "llama_decode: failed to decode"
+    assert backend.last_log_error() == "llama_decode: failed to decode"

@@ -20,7 +20,7 @@ import pytest
 
 from app import paths
 from engine import ModelFileError, NativeError, default_model_path
-from engine.llama import bundled, native
+from engine.llama import backend, bundled
 
 REPO = Path(__file__).resolve().parent.parent
 PACKAGING = REPO / "packaging"
@@ -123,19 +123,19 @@ class _FakeGgml:
 
 def test_a_portable_build_has_its_backends_loaded_from_the_llama_cpp_lib_folder(tmp_path):
     ggml = _FakeGgml(registered=0)
-    native._register_backends(ggml, tmp_path)
+    backend._register_backends(ggml, tmp_path)
     assert ggml.loaded_from == [os.fsencode(tmp_path)] and ggml.registered == 1
 
 
 def test_a_build_with_its_backend_linked_in_loads_no_backends(tmp_path):
     ggml = _FakeGgml(registered=1)
-    native._register_backends(ggml, tmp_path)
+    backend._register_backends(ggml, tmp_path)
     assert ggml.loaded_from == []
 
 
 def test_a_folder_without_a_loadable_backend_is_a_native_error_naming_it(tmp_path):
     with pytest.raises(NativeError, match="no ggml backend could be loaded from " + str(tmp_path)):
-        native._register_backends(_FakeGgml(registered=0, loadable=0), tmp_path)
+        backend._register_backends(_FakeGgml(registered=0, loadable=0), tmp_path)
 
 
 def test_backends_come_from_the_folder_llama_cpp_loads_its_libraries_from(monkeypatch, tmp_path):
@@ -143,14 +143,14 @@ def test_backends_come_from_the_folder_llama_cpp_loads_its_libraries_from(monkey
     from llama_cpp._ggml import libggml
 
     monkeypatch.delenv("LLAMA_CPP_LIB_PATH", raising=False)
-    lib_dir = native._llama_lib_dir()
+    lib_dir = backend._llama_lib_dir()
     assert lib_dir.resolve() == Path(llama_cpp.__file__).resolve().parent / "lib"
     assert lib_dir.as_posix().endswith(inputs.LLAMA_LIB_DEST)  # where the bundle puts the CPU variants
-    assert native._libggml(lib_dir) is libggml  # llama_cpp's own handle: the one registry llama.cpp uses
+    assert backend._libggml(lib_dir) is libggml  # llama_cpp's own handle: the one registry llama.cpp uses
     assert libggml.ggml_backend_reg_count() > 0  # this venv's build has its CPU backend linked in
     monkeypatch.setenv("LLAMA_CPP_LIB_PATH", str(tmp_path))
-    assert native._llama_lib_dir() == tmp_path
-    assert native._libggml(tmp_path) is None  # no libggml there: nothing to load backends into
+    assert backend._llama_lib_dir() == tmp_path
+    assert backend._libggml(tmp_path) is None  # no libggml there: nothing to load backends into
 
 
 @pytest.mark.parametrize(

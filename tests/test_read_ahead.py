@@ -8,7 +8,8 @@ import pytest
 
 from engine import ChatSession, Message, StopConfig
 from engine.costs.measuring import MeasurementCancelled
-from engine.decoding.runtime import PREFILL_CHUNK, Engine
+from engine.decoding.prompt_cache import PREFILL_CHUNK
+from engine.decoding.runtime import Engine
 from engine.documents import Document
 from engine.llama import native
 

@@ -16,6 +16,7 @@ LONG_PROMPT = "Write a long story about a dragon who learns to fly."
 STOP_LIMIT_S = 0.2
 
 
+@pytest.mark.timing
 def test_stop_at_the_default_settings_ends_the_reply_within_200_ms(qtbot, make_window):
     window = make_window(AppSettings())  # the defaults: Auto lookahead, all cores, 512 tokens
     latencies: list[float] = []
@@ -45,6 +46,7 @@ def test_stop_at_the_default_settings_ends_the_reply_within_200_ms(qtbot, make_w
     assert min(latencies) < STOP_LIMIT_S, latencies
 
 
+@pytest.mark.timing
 def test_closing_mid_reply_at_the_default_settings_exits_quickly_and_saves_the_partial_reply(qtbot, make_window):
     window = make_window(AppSettings())
     texts: list[str] = []
@@ -59,6 +61,7 @@ def test_closing_mid_reply_at_the_default_settings_exits_quickly_and_saves_the_p
     assert ReplyStats.from_json(messages[1].stats_json).stop_reason == "cancelled"
 
 
+@pytest.mark.timing
 def test_closing_while_a_model_loads_exits_quickly(qtbot, make_window):
     window = make_window(AppSettings(), wait_for_model=False)
     qtbot.waitUntil(window.is_loading, timeout=MODEL_LOAD_TIMEOUT_MS)

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from app import paths  # noqa: E402
-from app import store as store_module
 from app.store import MEMORY, ChatStore, DatabaseLockedError  # noqa: E402
+from app.store import opening as store_opening
 from tests.app_fixtures import OFFSCREEN_NOISE, quick_settings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -193,7 +193,7 @@ def test_the_app_starts_on_a_corrupt_database_keeps_a_backup_and_says_where(qtbo
 
 @OFFSCREEN_NOISE
 def test_the_app_starts_on_a_locked_database_says_so_and_keeps_running(qtbot, bare_window, dialogs, monkeypatch):
-    monkeypatch.setattr(store_module, "BUSY_TIMEOUT_S", 0.2)
+    monkeypatch.setattr(store_opening, "BUSY_TIMEOUT_S", 0.2)
     path = paths.database_path()
     other = _hold_lock(path)
     try:

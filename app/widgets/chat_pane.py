@@ -17,9 +17,10 @@ from ..stats import ReplyStats
 from ..store import StoredMessage
 from .attachments_bar import MAX_FILES, AttachmentsBar, paperclip_icon
 from .chat_input import ChatInput
-from .chat_view import ChatView, MessageBubble
+from .chat_view import ChatView
 from .context_meter import ContextMeter
 from .marked_text import MarksLegend
+from .message_bubble import MessageBubble
 from .plain import Label
 
 WAITING_LINE = "Reading the prompt…"

@@ -13,7 +13,7 @@ from engine.speed.measure import Workload
 from engine.speed.workloads import load_workloads
 
 from ..compare import CompareRequest, CompareResult, SpeedReportOutcome, SpeedReportProgress, SpeedReportRequest
-from ..worker import EngineThread
+from ..engine_thread import EngineThread
 from . import plain
 from .compare_view import CompareView, lookahead_title
 from .decoding_panel import DecodingPanel

@@ -32,12 +32,12 @@ from PySide6.QtWidgets import (
 )
 
 from engine.library.folders import KIND_FILE, LibraryRoot, library_roots
-from engine.library.names import DRAFTS_ONLY_NOTE, lookahead_cell
+from engine.library.names import DRAFTS_ONLY_NOTE, LookaheadKind, lookahead_cell
 from engine.library.walk import HeaderCache, LibraryModel, ScanResult, SearchedFolder, scan
 from engine.llama.problems import LoadProblem
 from engine.units import format_params, plain_size
 
-from ..worker import LIVE_THREADS
+from ..engine_thread import LIVE_THREADS
 from . import model_info
 from .plain import Label
 from .plain import tip as plain_tip
@@ -128,7 +128,7 @@ def _row(model: LibraryModel) -> list[QStandardItem]:
         trained = model.context_length
         kind = model.lookahead_kind
         lookahead_tip = model.lookahead_block_reason or (
-            DRAFTS_ONLY_NOTE if kind == "drafts only" else "Lookahead decoding works with this model")
+            DRAFTS_ONLY_NOTE if kind == LookaheadKind.DRAFTS_ONLY else "Lookahead decoding works with this model")
         cells = [
             _cell(model.name, tip=model.path),
             _cell(model.architecture),

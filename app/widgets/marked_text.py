@@ -8,13 +8,18 @@ from PySide6.QtCore import QEvent, QPoint, Qt
 from PySide6.QtGui import QColor, QHelpEvent, QPalette, QTextCharFormat, QTextDocument
 from PySide6.QtWidgets import QLabel, QSizePolicy, QToolTip, QWidget
 
+from engine import DraftOrigin
+
 from ..marks import OWN, SHORT_NAMES, SOURCE_NAMES, TokenMarks, aligned_pieces, rendered_spans
 from .markdown_view import MarkdownView, palette_is_dark, render_markdown
 from .plain import tip as plain_tip
 
 # One hue per draft source; the model's own tokens are not tinted.
 # Attached files are yellow, as a highlighter on paper.
-_HUES = {"prompt": 210, "document": 55, "reply": 120, "history": 275, "other_chats": 30, "kept": 175, "window": 330}
+_HUES: dict[str, int] = {
+    DraftOrigin.PROMPT: 210, DraftOrigin.DOCUMENT: 55, DraftOrigin.REPLY: 120, DraftOrigin.HISTORY: 275,
+    DraftOrigin.OTHER_CHATS: 30, DraftOrigin.KEPT: 175, DraftOrigin.WINDOW: 330,
+}
 
 
 def source_colour(source: str, dark: bool) -> QColor | None:

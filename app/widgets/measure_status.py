@@ -13,7 +13,7 @@ from collections.abc import Callable
 from PySide6.QtCore import QTimer, Signal, Slot
 from PySide6.QtWidgets import QHBoxLayout, QProgressBar, QPushButton, QWidget
 
-from ..worker import EngineThread
+from ..engine_thread import EngineThread
 from .plain import Label
 from .plain import tip as plain_tip
 

@@ -15,7 +15,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine.library.names import DRAFTS_ONLY_NOTE
+from engine.library.names import DRAFTS_ONLY_NOTE, LookaheadKind
 from engine.llama.problems import LoadProblem
 from engine.units import format_params, plain_size
 
@@ -50,7 +50,7 @@ def lookahead_text(model: LoadedModel) -> str:
     """What lookahead this model gets, and why when it is less than all of it."""
     if model.lookahead_block_reason:
         return f"no: {model.lookahead_block_reason}"
-    if model.lookahead_kind == "drafts only":
+    if model.lookahead_kind == LookaheadKind.DRAFTS_ONLY:
         return DRAFTS_ONLY_NOTE
     return "yes: drafts and the lookahead window"
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from engine.costs.contention import RestProfile
-from engine.files import cache_root, write_json_atomic
+from engine.files import cache_root, file_identity, write_json_atomic
 
 _TABLE = 300
 CACHE_VERSION = 10
@@ -305,11 +305,9 @@ def cpu_name() -> str:
 
 
 def cache_key(model_path: str, threads: int) -> str:
-    from engine.llama.native import build_id  # local: keeps this module importable without llama.cpp
+    from engine.llama.backend import build_id  # local: keeps this module importable without llama.cpp
 
-    st = os.stat(model_path)
-    ident = (f"v{CACHE_VERSION}|{os.path.abspath(model_path)}|{st.st_size}|{int(st.st_mtime)}|{threads}"
-             f"|{cpu_name()}|{os.cpu_count()}|{build_id()}")
+    ident = f"v{CACHE_VERSION}|{file_identity(model_path)}|{threads}|{cpu_name()}|{os.cpu_count()}|{build_id()}"
     return hashlib.sha256(ident.encode()).hexdigest()[:24]
 
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 
 from engine.costs.curve import CostCurve, LiveCosts
 from engine.decoding.drafts import AGREE, ALONE, SPLIT, Draft, DraftSources
+from engine.decoding.origins import DraftOrigin, DraftSource
 from engine.decoding.plan import StepChoice
 from engine.decoding.settings import MAX_GUESSES, MAX_WINDOW, LookaheadConfig
 
@@ -92,7 +93,7 @@ def bucket(d: Draft, k: int = 0, sure: bool = False) -> Bucket:
 
 def _prior(b: Bucket) -> float:
     source, edge, support, _sure = b
-    if source in ("history", "document", "corpus"):
+    if source in (DraftSource.HISTORY, DraftSource.DOCUMENT, DraftSource.CORPUS):
         return _HISTORY_PRIORS[support][edge]
     return POOL_PRIOR
 
@@ -231,7 +232,7 @@ class AutoPolicy:
     def _drafts(self, token: int, cfg: LookaheadConfig, max_len: int) -> list[Draft]:
         count = min(cfg.guesses, MAX_GUESSES)
         drafts = self.sources.matches(token, max_len, count)
-        if max(self.stats.p(("pool", 1, ALONE, sure)) for sure in (False, True)) >= self.min_p:
+        if max(self.stats.p((DraftSource.POOL, 1, ALONE, sure)) for sure in (False, True)) >= self.min_p:
             drafts += self.sources.ngrams(token, count, max_len, drafts)
         return drafts
 
@@ -306,7 +307,7 @@ class AutoPolicy:
             while agree < min(len(d.tokens), len(committed)) and d.tokens[agree] == committed[agree]:
                 agree += 1
             self.stats.observe(d, len(d.tokens), agree, fade=k == 0, sure=confidence >= SURE)
-        landed = n_accepted if accepted_origin == "window" else 0
+        landed = n_accepted if accepted_origin == DraftOrigin.WINDOW else 0
         if choice.window or landed:
             self.stats.observe_window(choice.window, landed)
 

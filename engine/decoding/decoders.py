@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from engine.decoding.origins import DraftOrigin
 from engine.decoding.plan import ALL_SEQS, StepChoice, StepPlan, build_step
 from engine.decoding.pool import NgramPool
 from engine.llama.native import Batch, Context, Sampler
@@ -154,7 +155,7 @@ class JacobiWindow:
         self.levels[0, 0] = input_token
         for i in range(W):
             cont = [int(t) for t in self.levels[1:, i]] + [int(preds[i])]
-            pool.add(int(self.levels[0, i]), cont, "window")
+            pool.add(int(self.levels[0, i]), cont, DraftOrigin.WINDOW)
 
     def advance(self, preds: np.ndarray, shift: int) -> None:
         """Move the window ``shift`` positions on: column i takes column i + shift - 1's next levels."""

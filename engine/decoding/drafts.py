@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
+from engine.decoding.origins import DraftOrigin, DraftSource
 from engine.decoding.pool import NgramPool
 
 MAX_MATCH = 32
@@ -37,13 +38,9 @@ AGREE, ALONE, SPLIT = 1, 0, -1
 class Draft:
     """A proposed continuation of the last committed token.
 
-    ``source`` is the kind of lookup that found it, which Auto keeps its
-    acceptance statistics by: "history" (a suffix match in this reply's text
-    and what came before it), "document" (a suffix match in the attached
-    documents), "corpus" (a suffix match in earlier chats) or "pool" (an
-    n-gram keyed by the last token alone). ``origin`` is where its
-    tokens came from, for accounting: "prompt", "history", "reply",
-    "other_chats", "window", "kept", …
+    ``source`` is the kind of lookup that found it (a DraftSource), which Auto
+    keeps its acceptance statistics by; ``origin`` is where its tokens came
+    from (a DraftOrigin), for accounting.
     """
 
     tokens: tuple[int, ...]
@@ -63,7 +60,7 @@ class HistoryIndex:
     accounted to (the history, the prompt, the reply so far).
     """
 
-    source = "history"
+    source: str = DraftSource.HISTORY
 
     def __init__(self, max_positions: int = 64) -> None:
         self.tokens: list[int] = []
@@ -80,7 +77,7 @@ class HistoryIndex:
         k = bisect_right(self._segment_starts, i) - 1
         return self._segment_origins[k] if k >= 0 else ""
 
-    def extend(self, tokens: Sequence[int], origin: str = "history") -> None:
+    def extend(self, tokens: Sequence[int], origin: str = DraftOrigin.HISTORY) -> None:
         if not tokens:
             return
         if not self._segment_origins or self._segment_origins[-1] != origin:
@@ -175,10 +172,11 @@ class CorpusIndex:
     SEPARATOR = -1
 
     def __init__(
-        self, max_tokens: int = 100_000, max_positions: int = 16, source: str = "corpus", origin: str = "other_chats",
+        self, max_tokens: int = 100_000, max_positions: int = 16,
+        source: str = DraftSource.CORPUS, origin: str = DraftOrigin.OTHER_CHATS,
     ) -> None:
         """``source``: the bucket Auto keeps its acceptance in; ``origin``: what accepted drafts are counted as
-        (earlier chats: "corpus", "other_chats"; attached documents: "document", "document")."""
+        (earlier chats: CORPUS, OTHER_CHATS; attached documents: DOCUMENT, DOCUMENT)."""
         self.source = source
         self.origin = origin
         self.max_tokens = max_tokens
@@ -266,7 +264,8 @@ class DraftSources:
         if self.documents is not None:
             before = self.history.tokens[-1:]
             drafts = [replace(d, origin=self.documents.origin)
-                      if d.origin == "prompt" and self.documents.holds([*before, *d.tokens]) else d for d in drafts]
+                      if d.origin == DraftOrigin.PROMPT and self.documents.holds([*before, *d.tokens]) else d
+                      for d in drafts]
         for corpus in (self.documents, self.corpus):
             if corpus is None or len(drafts) >= count + 1:
                 continue
@@ -284,7 +283,7 @@ class DraftSources:
             for cont, origin in pool.ranked(token, count, length):
                 if any(d.tokens[: len(cont)] == cont for d in (*taken, *out)):
                     continue
-                out.append(Draft(cont, "pool", 1, origin=origin))
+                out.append(Draft(cont, DraftSource.POOL, 1, origin=origin))
                 if len(out) == count:
                     break
         return out

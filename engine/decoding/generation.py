@@ -27,6 +27,7 @@ from engine.costs.parts import EngineParts
 from engine.decoding.auto import AcceptanceStats, AutoPolicy, FixedPolicy
 from engine.decoding.decoders import ChainDecoder, JacobiWindow, KvState, LookaheadDecoder, PlainDecoder, TokenDrawer
 from engine.decoding.drafts import CorpusIndex, DraftCorpus, DraftSources, HistoryIndex
+from engine.decoding.origins import OWN, DraftOrigin
 from engine.decoding.plan import StepChoice
 from engine.decoding.pool import NgramPool
 from engine.decoding.settings import MAX_NGRAM, LookaheadConfig, SamplingConfig, StopConfig
@@ -34,7 +35,7 @@ from engine.decoding.text import StopMatcher, TextStream
 from engine.llama.native import Model, Sampler
 
 
-class Engine(EngineParts, Protocol):
+class EngineState(EngineParts, Protocol):
     """What a generation uses of the engine that runs it (``engine.decoding.runtime.Engine``).
 
     The engine lasts across replies (model, context, cache, what drafts come from, what steps cost); a
@@ -101,13 +102,10 @@ class StepEvent:
     dropped_messages: int = 0
     system_tokens: int = 0
     choice: str = ""  # why the step had this shape (Auto explains itself here)
-    # Where this step's accepted draft tokens came from ("" when none landed): "prompt" (the conversation
-    # being answered), "history" (turns left out of the context, the text being regenerated), "reply" (this
-    # reply so far), "document" (the chat's attached documents, whole), "other_chats" (earlier chats with this
-    # model), "window" (Jacobi trajectories), "kept" (n-grams kept from earlier replies).
-    draft_source: str = ""
-    # One entry per token of ``token_ids``: "own" for the token the model picked itself at the end of the step
-    # (every plain step's), else the ``draft_source`` of the verified draft it came from.
+    # Where this step's accepted draft tokens came from (a DraftOrigin; "" when none landed).
+    draft_origin: str = ""
+    # One entry per token of ``token_ids``: OWN for the token the model picked itself at the end of the step
+    # (every plain step's), else the ``draft_origin`` of the verified draft it came from.
     token_sources: tuple[str, ...] = ()
     # One entry per token of ``token_ids``: the text it added to ``text`` ("" while a character's bytes or a
     # possible stop string are held back; the held text comes with a later token). They join to ``text``.
@@ -156,7 +154,7 @@ class Generation:
 
     def __init__(
         self,
-        engine: Engine,
+        engine: EngineState,
         prompt: list[int],
         controls: GenerationControls,
         sampling: SamplingConfig,
@@ -189,11 +187,11 @@ class Generation:
             drawer = TokenDrawer(engine.ctx, self._sampler)
             self._plain = PlainDecoder(engine.ctx, engine.batch, drawer, engine.commit_seqs, record_gaps=record_gaps)
             self._pool = NgramPool(max_len=MAX_NGRAM - 1)
-            self._pool.add_tokens(history, origin="history")
-            self._pool.add_tokens(prompt, origin="prompt")
+            self._pool.add_tokens(history, origin=DraftOrigin.HISTORY)
+            self._pool.add_tokens(prompt, origin=DraftOrigin.PROMPT)
             self._index = HistoryIndex()
-            self._index.extend(history, "history")
-            self._index.extend(prompt, "prompt")
+            self._index.extend(history, DraftOrigin.HISTORY)
+            self._index.extend(prompt, DraftOrigin.PROMPT)
             self._lookahead = LookaheadDecoder(engine.ctx, engine.batch, drawer, self._pool, JacobiWindow(prompt))
             self._chain = ChainDecoder(engine.ctx, engine.batch, drawer, engine.commit_seqs[0])
             sources = DraftSources(self._index, self._pool, engine.corpus, engine.kept, engine.documents)
@@ -256,7 +254,7 @@ class Generation:
             self._pool_grew = True
         # The step's first n_accepted tokens are the draft's, verified; the rest are the model's own.
         n_drafted = min(out.n_accepted, len(committed))
-        sources = (out.accepted_origin or "unknown",) * n_drafted + ("own",) * (len(committed) - n_drafted)
+        sources = (out.accepted_origin or DraftOrigin.UNKNOWN,) * n_drafted + (OWN,) * (len(committed) - n_drafted)
         elapsed = time.perf_counter() - ts
         # Wall time, not just llama_decode's: a lookahead step's planning and cache clean-up are part of what it
         # costs. Each thread count has its own live costs; a step teaches them only when it ran with the count
@@ -295,7 +293,7 @@ class Generation:
             stop_reason=reason,
             notice=self._notice if first else "",
             choice=choice.reason,
-            draft_source=out.accepted_origin,
+            draft_origin=out.accepted_origin,
             threads=threads,
             max_threads=engine.n_threads,
             kept_threads=governor.threads,
@@ -331,7 +329,7 @@ class Generation:
             return StepChoice(reason="plain")
         indexed = len(self._index) - self._n_history  # the index holds the history, then these
         if indexed < len(self._tokens):  # catch up after plain steps
-            self._index.extend(self._tokens[indexed:], "reply")
+            self._index.extend(self._tokens[indexed:], DraftOrigin.REPLY)
         if cfg.auto:
             self._auto.use_costs(engine.live_costs)  # the thread count may have changed since the last step
         policy = self._auto if cfg.auto else self._fixed
@@ -354,7 +352,7 @@ class Generation:
         n = len(tokens)
         start = min(self._pool_synced, n - n_new)
         for i in range(max(start - pool.max_len - 1, 0), n - pool.max_len - 1):
-            pool.add(tokens[i], tokens[i + 1 : i + 1 + pool.max_len], "reply")
+            pool.add(tokens[i], tokens[i + 1 : i + 1 + pool.max_len], DraftOrigin.REPLY)
         self._pool_synced = n
 
     def _end(self, reason: str) -> StepEvent:

@@ -14,14 +14,15 @@ import json
 import os
 from pathlib import Path
 
+from engine.decoding.origins import DraftOrigin
 from engine.decoding.pool import NgramPool
 from engine.decoding.settings import MAX_NGRAM
-from engine.files import cache_root, write_json_atomic
+from engine.files import cache_root, file_identity, write_json_atomic
 
 KEPT_VERSION = 1
 MAX_ENTRIES = 60_000  # about 5 MB of JSON
 CAPACITY = 8  # continuations per key
-KEEP_ORIGINS = frozenset({"reply", "window"})
+KEEP_ORIGINS = frozenset({DraftOrigin.REPLY, DraftOrigin.WINDOW})
 
 
 def kept_dir() -> Path:
@@ -30,8 +31,7 @@ def kept_dir() -> Path:
 
 def model_key(model_path: str | os.PathLike[str]) -> str:
     """The model file's identity: a file changed in place or replaced gets another key."""
-    st = os.stat(model_path)
-    ident = f"v{KEPT_VERSION}|{os.path.abspath(model_path)}|{st.st_size}|{st.st_mtime_ns}"
+    ident = f"v{KEPT_VERSION}|{file_identity(model_path)}"
     return hashlib.sha256(ident.encode()).hexdigest()[:24]
 
 
@@ -46,7 +46,7 @@ def load(model_path: str | os.PathLike[str]) -> NgramPool:
         obj = json.loads(path.read_text(encoding="utf-8"))
         if obj.get("version") != KEPT_VERSION:
             return empty()
-        return NgramPool.from_json(obj["entries"], MAX_NGRAM - 1, CAPACITY, "kept")
+        return NgramPool.from_json(obj["entries"], MAX_NGRAM - 1, CAPACITY, DraftOrigin.KEPT)
     except (OSError, ValueError, KeyError, TypeError):
         return empty()
 
@@ -63,6 +63,6 @@ def save(model_path: str | os.PathLike[str], pool: NgramPool) -> None:
 
 def keep(kept: NgramPool, reply_pool: NgramPool) -> None:
     """Merge a finished reply's pool into the kept one: its own n-grams, the window's, and every verified one."""
-    kept.merge(reply_pool, KEEP_ORIGINS, "kept")
+    kept.merge(reply_pool, KEEP_ORIGINS, DraftOrigin.KEPT)
     if len(kept) > MAX_ENTRIES * 1.1:  # trimmed in batches: ranking every entry takes a tenth of a second
         kept.trim(MAX_ENTRIES)

@@ -11,10 +11,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from engine.decoding.origins import DraftOrigin
+
 
 @dataclass
 class _Entry:
-    origin: str  # who added it first: "prompt", "history", "reply", "window", "kept", …
+    origin: str  # who added it first (a DraftOrigin)
     hits: int = 0
     last_seen: int = 0
 
@@ -41,7 +43,7 @@ class NgramPool:
         self._entries.clear()
         self._clock = 0
 
-    def add(self, key: int, continuation: Sequence[int], origin: str = "pool", hits: int = 0) -> None:
+    def add(self, key: int, continuation: Sequence[int], origin: str = DraftOrigin.UNKNOWN, hits: int = 0) -> None:
         """Record that ``continuation`` was seen right after ``key`` (``origin``: where, if it is new;
         ``hits``: verified that often elsewhere, when it comes from another pool)."""
         cont = tuple(int(t) for t in continuation[: self.max_len])
@@ -58,7 +60,7 @@ class NgramPool:
         entry.last_seen = self._clock
         entry.hits = max(entry.hits, hits)
 
-    def add_tokens(self, tokens: Sequence[int], start: int = 0, origin: str = "pool") -> None:
+    def add_tokens(self, tokens: Sequence[int], start: int = 0, origin: str = DraftOrigin.UNKNOWN) -> None:
         """Add the n-grams of a token sequence whose first token is at ``start`` or later.
 
         Continuations shorter than ``max_len`` near the end are added too, so a

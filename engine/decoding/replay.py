@@ -16,6 +16,7 @@ import random
 from collections.abc import Sequence
 
 from engine.decoding.drafts import Draft
+from engine.decoding.origins import DraftOrigin, DraftSource
 
 # The suffix match every replayed draft claims: a long one, so that Auto starts from a document draft's
 # confident prior and has to learn, from what lands, what these drafts are worth.
@@ -25,8 +26,8 @@ REPLAY_MATCH = 8
 class ReplayDrafts:
     """Drafts from a recorded reply, for ``DraftSources.documents`` (the same calls as a ``CorpusIndex``)."""
 
-    source = "document"  # Auto keeps its acceptance with an attached document's
-    origin = "replay"
+    source: str = DraftSource.DOCUMENT  # Auto keeps its acceptance with an attached document's
+    origin: str = DraftOrigin.REPLAY
 
     def __init__(self, prompt: Sequence[int], reply: Sequence[int], right: float, n_vocab: int, seed: int = 0):
         if not 0.0 <= right <= 1.0:

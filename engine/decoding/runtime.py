@@ -3,8 +3,10 @@
 ``Engine.generate`` returns an iterator of ``StepEvent``: one per forward pass,
 with the tokens it committed and their text. Each call builds a ``Generation``
 (generation.py), which holds that reply's decoding state and loop. The KV cache
-is kept between generations; a new prompt evaluates only what differs from
-what the cache already holds.
+is kept between generations: what it holds, and how a new prompt evaluates only
+what differs from that, is ``PromptCache``'s (prompt_cache.py), which ``Engine``
+builds on. Here: loading, Auto's cost curve and the thread governor, drafts from
+beyond one reply, the chat's text, and starting a generation.
 """
 
 from __future__ import annotations
@@ -36,10 +38,13 @@ from engine.decoding.auto import AcceptanceStats
 from engine.decoding.decoders import KvState
 from engine.decoding.drafts import CorpusIndex, DraftCorpus
 from engine.decoding.generation import Generation, GenerationControls, StepEvent
+from engine.decoding.origins import DraftOrigin, DraftSource
 from engine.decoding.plan import ALL_SEQS, N_SEQ
 from engine.decoding.pool import NgramPool
+from engine.decoding.prompt_cache import PromptCache
 from engine.decoding.settings import MAX_GUESSES, MAX_NGRAM, MAX_WINDOW, SamplingConfig, StopConfig
 from engine.decoding.text import ChatTemplate, Message, render_parts
+from engine.library.names import LookaheadKind
 from engine.llama.memory import check_context_fits
 from engine.llama.models import ROLLBACK_TOKENS, GgufSummary, check_gguf
 from engine.llama.native import Batch, Context, Model, NativeError
@@ -49,12 +54,6 @@ from engine.llama.problems import ContextTooLargeError, SettingsError
 # token, G candidates of N-1 tokens and a window of W x (N-1).
 STEP_BATCH_MAX = (MAX_NGRAM - 1) + 1 + MAX_GUESSES * (MAX_NGRAM - 1) + MAX_WINDOW * (MAX_NGRAM - 1)
 PREFILL_BATCH = 512
-# A prompt is read in chunks that end at multiples of this position: progress shows and Stop works within
-# one chunk (~0.2 s on 2 cores for the bundled model idle, ~0.5 s with a core busy), and on these CPUs a
-# 512-token batch reads no faster per token. Chunks end at fixed positions so that what the cache holds does
-# not depend on where an earlier read stopped (read-ahead, Stop): kernels that are not exact at every batch
-# size would otherwise give a prompt read in other pieces other values.
-PREFILL_CHUNK = 64
 KEPT_SAVE_INTERVAL_S = 60.0
 DEFAULT_N_CTX = 4096
 
@@ -81,8 +80,9 @@ def open_context(model: Model, n_ctx: int, n_threads: int) -> Context:
                    n_seq_max=1 if recurrent else N_SEQ, n_rs_seq=ROLLBACK_TOKENS if recurrent else 0)
 
 
-class Engine:
-    """Owns a model and one context made for lookahead (N_SEQ sequences, unified KV)."""
+class Engine(PromptCache):
+    """Owns a model and one context made for lookahead (N_SEQ sequences, unified KV); what that cache holds of
+    committed tokens is ``PromptCache``'s."""
 
     def __init__(
         self,
@@ -152,7 +152,8 @@ class Engine:
         # replies. None until a caller opens them (the app: use_memory); benchmarks set their own.
         self.corpus: CorpusIndex | None = None
         self.kept: NgramPool | None = None
-        # The attached documents of the chat being answered, whole (set_documents); their drafts count as "document".
+        # The attached documents of the chat being answered, whole (set_documents); their drafts' origin is
+        # DraftOrigin.DOCUMENT.
         self.documents: DraftCorpus | None = None
         self._documents_key: tuple[str, ...] = ()
         self._kept_on_disk = False
@@ -324,11 +325,11 @@ class Engine:
         return None
 
     @property
-    def lookahead_kind(self) -> str:
-        """What lookahead this model gets: "lookahead" (window and drafts), "drafts only" or "plain"."""
+    def lookahead_kind(self) -> LookaheadKind:
+        """What lookahead this model gets."""
         if self.lookahead_block_reason:
-            return "plain"
-        return "drafts only" if self.drafts_only else "lookahead"
+            return LookaheadKind.PLAIN
+        return LookaheadKind.DRAFTS_ONLY if self.drafts_only else LookaheadKind.FULL
 
     def use_memory(self) -> None:
         """Draft from earlier chats (fed by ``remember_chat``) and from the n-grams kept on disk for this file."""
@@ -355,7 +356,7 @@ class Engine:
         if not texts:
             self.documents = None
             return
-        index = CorpusIndex(max_tokens=1_000_000, source="document", origin="document")
+        index = CorpusIndex(max_tokens=1_000_000, source=DraftSource.DOCUMENT, origin=DraftOrigin.DOCUMENT)
         for text in texts:  # a document's "<|im_end|>" is text, not a control token
             index.add(self.model.tokenize(text, add_special=False, parse_special=False))
         self.documents = index
@@ -424,122 +425,6 @@ class Engine:
 
     def detokenize(self, tokens: Sequence[int]) -> str:
         return b"".join(self.model.token_bytes(t) for t in tokens).decode("utf-8", errors="replace")
-
-    # --- cache ---
-
-    def reset(self) -> None:
-        """Forget the cache (the next prompt is evaluated from scratch)."""
-        self.ctx.clear()
-        self.kv = KvState()
-
-    @contextlib.contextmanager
-    def cache_kept(self) -> Iterator[None]:
-        """Work inside that empties the cache (measuring, probing) leaves it holding what it held before: a chat
-        read ahead, or the last reply's turn, is not read again. Copies the committed tokens' keys and values out
-        and back (about a tenth of a second for a few thousand tokens of a small model)."""
-        tokens = list(self.kv.tokens)
-        saved = self.ctx.save_seq(self.commit_seqs[0]) if tokens else b""
-        try:
-            yield
-        finally:
-            self.reset()
-            if saved and self.ctx.load_seq(saved, self.commit_seqs[0]):
-                for seq in self.commit_seqs[1:]:
-                    self.ctx.seq_cp(self.commit_seqs[0], seq, -1, -1)
-                self.kv.tokens = tokens
-
-    def _reuse_prefix(self, prompt: Sequence[int]) -> int:
-        """Keep the longest cached prefix of ``prompt[:-1]``; drop the rest of the cache."""
-        cached = self.kv.tokens
-        limit = min(len(cached), len(prompt) - 1)
-        n = 0
-        while n < limit and cached[n] == prompt[n]:
-            n += 1
-        if n < len(cached) and self.recurrent:
-            self.reset()  # a recurrent state cannot be rewound to an earlier position: start over
-            return 0
-        if n < len(cached):
-            # Truncating the tail keeps the cache in position order (no holes before it).
-            self.ctx.seq_rm(-1, n, -1)
-            del self.kv.tokens[n:]
-        return n
-
-    def prefill(
-        self,
-        tokens: Sequence[int],
-        progress: Callable[[int, int], None] | None = None,
-        cancel: threading.Event | None = None,
-    ) -> int:
-        """Evaluate ``tokens`` after what the cache holds, in every committed sequence (no logits).
-
-        In chunks ending at multiples of ``PREFILL_CHUNK`` positions: ``progress`` hears (evaluated, total) after
-        each, and setting ``cancel`` stops between two (what was evaluated stays cached). Returns the tokens
-        evaluated.
-        """
-        done = 0
-        while done < len(tokens):
-            if cancel is not None and cancel.is_set():
-                break
-            chunk = tokens[done : done + PREFILL_CHUNK - self.kv.n % PREFILL_CHUNK]
-            self.batch.set_single_seq(chunk, self.kv.n, self.commit_seqs, last_logits=False)
-            self.ctx.decode(self.batch)
-            self.kv.tokens.extend(chunk)
-            done += len(chunk)
-            if progress is not None:
-                progress(done, len(tokens))
-        return done
-
-    def cache_prompt(
-        self,
-        prompt: Sequence[int],
-        progress: Callable[[int, int], None] | None = None,
-        cancel: threading.Event | None = None,
-    ) -> int:
-        """Make the cache hold ``prompt[:-1]``, reusing its longest cached prefix; returns the tokens evaluated.
-
-        The last prompt token stays out: the first step of a generation evaluates it. ``progress`` and
-        ``cancel`` as for ``prefill``.
-        """
-        reused = self._reuse_prefix(prompt)
-        return self.prefill(prompt[reused:-1], progress, cancel)
-
-    def read_ahead(self, tokens: Sequence[int], cancel: threading.Event | None = None) -> int:
-        """Evaluate the whole chunks of ``tokens`` (the start of a prompt not sent yet) that the cache lacks.
-
-        What the next prompt will begin with (a chat's history, its documents) is read while the user writes the
-        rest, so that Send reads little more than the new words. Only whole chunks (up to a multiple of
-        ``PREFILL_CHUNK``): the rest is read with the prompt, in the pieces it would have had anyway. Leaves a
-        core to the user (one thread fewer) and stops between chunks when ``cancel`` is set. A recurrent model's
-        state cannot be rewound, so its cache is only read ahead where it holds a prefix of ``tokens``. Returns
-        the tokens evaluated.
-        """
-        end = len(tokens) - len(tokens) % PREFILL_CHUNK
-        cached = self.kv.tokens
-        if end <= len(cached) and list(cached[:end]) == list(tokens[:end]):
-            return 0  # already read (and maybe more: a reply after it stays)
-        if self.recurrent and list(cached) != list(tokens[: len(cached)]):
-            return 0
-        reused = self._reuse_prefix(list(tokens[:end]) + [-1])  # -1: no token, keeps tokens[:end] comparable
-        threads = max(1, self.n_threads - 1)
-        with self.threads_for_background(threads):
-            return self.prefill(tokens[reused:end], cancel=cancel)
-
-    @contextlib.contextmanager
-    def threads_for_background(self, threads: int) -> Iterator[None]:
-        """Decode with ``threads``, unheard by the thread governor (work the user did not ask for yet, at a
-        thread count of its own); the count and the governor as they were after."""
-        on_decode, before = self.ctx.on_decode, self.ctx.n_threads
-        self.ctx.on_decode = None
-        self.ctx.set_threads(threads)
-        try:
-            yield
-        finally:
-            self.ctx.set_threads(before)
-            self.ctx.on_decode = on_decode
-
-    def cache_positions(self) -> dict[int, tuple[int, int]]:
-        """(min, max) position held by every sequence; for checking the cache discipline."""
-        return {s: (self.ctx.seq_pos_min(s), self.ctx.seq_pos_max(s)) for s in self.commit_seqs}
 
     # --- generation ---
 

@@ -6,6 +6,8 @@ import os
 import re
 from pathlib import Path
 
+from engine.units import Word
+
 # llama.cpp's llm_arch_is_recurrent / llm_arch_is_hybrid (src/llama-arch.cpp), by the names
 # llama-arch.cpp gives these architectures in GGUF files. Their memory keeps one state per
 # sequence: no lookahead window, and a rejected guess can be dropped only where llama.cpp keeps
@@ -44,18 +46,27 @@ def lookahead_block_reason(architecture: str) -> str | None:
     return None
 
 
-def lookahead_kind(architecture: str) -> str:
-    """What lookahead a model of this architecture gets: "lookahead", "drafts only" or "plain"."""
+class LookaheadKind(Word):
+    """What lookahead a model gets."""
+
+    FULL = "lookahead"  # the Jacobi window and the drafts
+    DRAFTS_ONLY = "drafts only"  # one guess per step, no window (hybrid models that can take back a guess)
+    PLAIN = "plain"  # none: plain decoding
+
+
+def lookahead_kind(architecture: str) -> LookaheadKind:
+    """What lookahead a model of this architecture gets."""
     if lookahead_block_reason(architecture):
-        return "plain"
+        return LookaheadKind.PLAIN
     if architecture in RECURRENT_ARCHITECTURES or architecture in HYBRID_ARCHITECTURES:
-        return "drafts only"
-    return "lookahead"
+        return LookaheadKind.DRAFTS_ONLY
+    return LookaheadKind.FULL
 
 
 def lookahead_cell(kind: str) -> str:
     """A ``lookahead_kind`` as the library's column says it: "yes", "drafts only" or "no"."""
-    return {"lookahead": "yes", "drafts only": "drafts only"}.get(kind, "no")
+    cells: dict[str, str] = {LookaheadKind.FULL: "yes", LookaheadKind.DRAFTS_ONLY: "drafts only"}
+    return cells.get(kind, "no")
 
 
 # A word of a GGUF's general.name that marks a training run rather than a model people would name:

@@ -18,11 +18,12 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from engine.files import cache_root, write_json_atomic
+from engine.files import cache_root, file_identity, write_json_atomic
 from engine.library.folders import KIND_FILE, KIND_HF, KIND_OLLAMA, SOURCE_USER, LibraryRoot
 from engine.library.names import (
     NOT_A_LANGUAGE_MODEL,
     NOT_A_LANGUAGE_MODEL_PLAIN,
+    LookaheadKind,
     friendly_name,
     lookahead_block_reason,
     lookahead_kind,
@@ -30,7 +31,7 @@ from engine.library.names import (
 from engine.llama.models import GgufSummary, check_gguf
 from engine.llama.problems import LoadProblem, ModelFileError, explain
 
-CACHE_VERSION = 1  # bump when the facts kept per file change
+CACHE_VERSION = 2  # bump when the facts kept per file change
 MAX_DEPTH = 16  # folders deeper than this under a root are not walked
 MAX_MANIFEST_BYTES = 1 << 20  # an Ollama manifest is a few hundred bytes
 _OLLAMA_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
@@ -87,9 +88,8 @@ class LibraryModel:
         return self.lookahead_block_reason is None
 
     @property
-    def lookahead_kind(self) -> str:
-        """ "lookahead", "drafts only" (one guess per step, no window) or "plain"."""
-        return lookahead_kind(self.architecture) if self.ok else "plain"
+    def lookahead_kind(self) -> LookaheadKind:
+        return lookahead_kind(self.architecture) if self.ok else LookaheadKind.PLAIN
 
     def to_json(self) -> dict[str, object]:
         """The row ``lookahead-chat --list-models --json`` prints."""
@@ -151,7 +151,7 @@ def cache_path() -> Path:
 
 
 class HeaderCache:
-    """Header facts (or the error) per file, valid while the file's size and mtime stay the same."""
+    """Header facts (or the error) per file, valid while the file's identity (``file_identity``) stays the same."""
 
     def __init__(self, path: Path | None = None) -> None:
         self.path = path or cache_path()
@@ -167,7 +167,7 @@ class HeaderCache:
     def get(self, path: str, st: os.stat_result) -> GgufSummary | LoadProblem | None:
         """The cached summary or problem for this file as it is now; None if unknown or changed."""
         entry = self.entries.get(path)
-        if entry is None or entry.get("size") != st.st_size or entry.get("mtime_ns") != st.st_mtime_ns:
+        if entry is None or entry.get("file") != file_identity(path, st):
             return None
         error, message = entry.get("error"), entry.get("message")
         if isinstance(error, str):
@@ -182,7 +182,7 @@ class HeaderCache:
             return None
 
     def put(self, path: str, st: os.stat_result, result: GgufSummary | LoadProblem) -> None:
-        entry: dict[str, object] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
+        entry: dict[str, object] = {"file": file_identity(path, st)}
         if isinstance(result, LoadProblem):
             entry["error"], entry["message"] = result.detail, result.message
         else:

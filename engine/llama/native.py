@@ -1,91 +1,31 @@
-"""The only module that touches llama.cpp through ctypes.
+"""The thin wrappers over llama.cpp's C API, through ctypes.
 
 One Python owner per native object (model, context, sampler); each frees its
 object in ``close()`` and a context is always freed before its model. A
 non-zero status from llama.cpp raises ``NativeError`` with the code in the
 message. Everything above this module works with Python ints and numpy arrays.
+Loading llama.cpp itself (backends, log hook, build checks) is backend.py's; the
+two are the only modules that touch llama.cpp through ctypes.
 """
 
 from __future__ import annotations
 
 import ctypes
-import functools
 import os
-import threading
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import llama_cpp as ll
 import numpy as np
 
-
-class NativeError(RuntimeError):
-    """llama.cpp refused or failed an operation."""
-
-
-# --- backend and logging -----------------------------------------------------
-
-_backend_lock = threading.Lock()
-_backend_ready = False
-_log_lines: deque[str] = deque(maxlen=50)
-
-
-@ll.llama_log_callback
-def _log_callback(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
-    # llama.cpp logs a great deal to stderr; keep the tail so errors can quote it.
-    if text:
-        _log_lines.append(text.decode("utf-8", errors="replace"))
-
-
-class UnsupportedBuildError(NativeError):
-    """The llama.cpp in use was built with code known to crash on this machine."""
-
-
-# How to build llama-cpp-python without ggml's AMX matrix code (packaging/setup-venv.sh does this).
-NO_AMX_FLAGS = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
-REBUILD_WITHOUT_AMX = (
-    f"CMAKE_ARGS=\"-DCMAKE_C_FLAGS='{NO_AMX_FLAGS}' -DCMAKE_CXX_FLAGS='{NO_AMX_FLAGS}'\" "
-    "pip install --no-cache-dir --force-reinstall --no-deps --no-binary llama-cpp-python llama-cpp-python"
-)
-
-
-def system_features() -> dict[str, str]:
-    """The CPU features llama.cpp was built with, from ``llama_print_system_info()`` ({"AVX2": "1", ...})."""
-    raw = ll.llama_print_system_info()
-    text = raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else str(raw)
-    features: dict[str, str] = {}
-    for part in text.split("|"):
-        name, sep, value = part.rpartition(":")[2].partition("=")
-        if sep:
-            features[name.strip()] = value.strip()
-    return features
-
-
-@functools.cache
-def build_id() -> str:
-    """The llama.cpp build in use, as its libraries' sizes and times: what a step costs and which batches are exact
-    belong to the kernels of one build, so measurements kept for a model are keyed by it."""
-    try:
-        lib_dir = Path(ll.llama_cpp._lib._name).parent
-    except AttributeError:
-        return getattr(ll, "__version__", "unknown")
-    parts = []
-    for lib in sorted(lib_dir.glob("*ggml*")) + sorted(lib_dir.glob("*llama*")):
-        try:
-            st = lib.stat()
-        except OSError:
-            continue
-        parts.append(f"{lib.name}:{st.st_size}:{int(st.st_mtime)}")
-    return ";".join(parts) or getattr(ll, "__version__", "unknown")
+from engine.llama.backend import NativeError, ensure_backend, last_log_error
 
 
 def quantize_model(src: str | os.PathLike[str], dst: str | os.PathLike[str], ftype: str, threads: int) -> None:
     """Quantize the GGUF ``src`` to ``dst`` with llama.cpp's own quantizer (llama-quantize's rules); ``ftype``
     names a file type (``"LLAMA_FTYPE_MOSTLY_Q4_K_M"``)."""
-    _ensure_backend()  # llama.cpp's log goes to the engine's hook, which errors quote
+    ensure_backend()  # llama.cpp's log goes to the engine's hook, which errors quote
     params = ll.llama_model_quantize_default_params()
     params.nthread = threads
     params.ftype = getattr(ll, ftype)
@@ -94,104 +34,6 @@ def quantize_model(src: str | os.PathLike[str], dst: str | os.PathLike[str], fty
         detail = last_log_error()
         raise NativeError(f"llama.cpp could not quantize {src} to {ftype} (code {status})"
                           + (f": {detail}" if detail else ""))
-
-
-def check_build() -> None:
-    """Refuse a llama.cpp with AMX compiled in: its matmul dies with SIGILL on the first batch (llama.cpp PR #26954).
-
-    ``LOOKAHEAD_ALLOW_AMX=1`` skips the check, for a llama.cpp whose AMX path is known to work.
-    """
-    if os.environ.get("LOOKAHEAD_ALLOW_AMX") == "1":
-        return
-    amx = [name for name, value in system_features().items() if name.startswith("AMX") and value not in ("", "0")]
-    if amx:
-        raise UnsupportedBuildError(
-            f"the installed llama.cpp was built with AMX ({', '.join(sorted(amx))}), whose matrix code crashes "
-            "this process on the first prompt on Intel Xeon CPUs with AMX. Rebuild llama-cpp-python without it: "
-            f"{REBUILD_WITHOUT_AMX} (or delete .venv and run packaging/setup-venv.sh)"
-        )
-
-
-# llama_cpp's own library folder, next to its module (a PyInstaller bundle keeps it there too).
-_PACKAGE_LIB_DIR = Path(os.path.abspath(os.path.dirname(ll.__file__))) / "lib"
-
-
-def _llama_lib_dir() -> Path:
-    """The folder llama_cpp loads its libraries from (its rule): ``LLAMA_CPP_LIB_PATH``, else llama_cpp/lib."""
-    override = os.environ.get("LLAMA_CPP_LIB_PATH")
-    return Path(override) if override else _PACKAGE_LIB_DIR
-
-
-def _libggml(lib_dir: Path) -> ctypes.CDLL | None:
-    """libggml as llama.cpp uses it (ggml's backend registry lives in that one loaded copy), or None if absent."""
-    if lib_dir == _PACKAGE_LIB_DIR:
-        from llama_cpp._ggml import libggml  # llama_cpp's own handle, opened from llama_cpp/lib
-
-        return libggml
-    from llama_cpp._ctypes_extensions import load_shared_library
-
-    try:
-        # The file libllama was linked against in that folder: the loader hands back the copy already loaded.
-        return load_shared_library("ggml", lib_dir)
-    except (OSError, RuntimeError):  # no separate libggml there: ggml is linked into libllama with its backends
-        return None
-
-
-def _register_backends(ggml: ctypes.CDLL, lib_dir: Path) -> None:
-    """Load ggml's backends from ``lib_dir`` if none is registered yet.
-
-    A portable build (GGML_BACKEND_DL with GGML_CPU_ALL_VARIANTS) keeps its CPU code in one library per
-    instruction-set level (libggml-cpu-haswell.so ...) and registers nothing until ggml_backend_load_all*()
-    is called: llama-cpp-python 0.3.x never calls it (abetlen/llama-cpp-python#2069), and ggml's default
-    search path is the executable's folder. ggml scores each variant on this CPU and loads the best one
-    ("load_backend: loaded CPU backend from ..." in the log). A build with its backend linked in has one
-    registered already: then this does nothing.
-    """
-    ggml.ggml_backend_reg_count.restype = ctypes.c_size_t
-    ggml.ggml_backend_reg_count.argtypes = []
-    if ggml.ggml_backend_reg_count() > 0:
-        return
-    ggml.ggml_backend_load_all_from_path.restype = None
-    ggml.ggml_backend_load_all_from_path.argtypes = [ctypes.c_char_p]
-    ggml.ggml_backend_load_all_from_path(os.fsencode(lib_dir))
-    if ggml.ggml_backend_reg_count() == 0:
-        detail = last_log_error()
-        raise NativeError(f"no ggml backend could be loaded from {lib_dir}" + (f": {detail}" if detail else ""))
-
-
-def _ensure_backend() -> None:
-    global _backend_ready
-    with _backend_lock:
-        if not _backend_ready:
-            if not os.environ.get("LOOKAHEAD_LLAMA_LOG"):
-                ll.llama_log_set(_log_callback, ctypes.c_void_p(0))
-            lib_dir = _llama_lib_dir()
-            ggml = _libggml(lib_dir)
-            if ggml is not None:
-                _register_backends(ggml, lib_dir)  # after the log hook: ggml logs what it loads
-            ll.llama_backend_init()
-            check_build()  # before any model is loaded or decoded; raised again on every later try
-            _backend_ready = True
-
-
-def last_log_error() -> str:
-    """The last line llama.cpp logged that looks like an error (or '').
-
-    A failure is often logged twice: "error loading model: <why>", then "failed to
-    load model". The reason is the useful part, so an "error" line among the few
-    just before the last "failed" line wins over it.
-    """
-    lines = list(_log_lines)
-    for i in range(len(lines) - 1, -1, -1):
-        low = lines[i].lower()
-        if "error" in low:
-            return lines[i].strip()
-        if "failed" in low:
-            for earlier in reversed(lines[max(i - 3, 0) : i]):
-                if "error" in earlier.lower():
-                    return earlier.strip()
-            return lines[i].strip()
-    return ""
 
 
 # --- model --------------------------------------------------------------------
@@ -217,7 +59,7 @@ class Model:
         path: str | os.PathLike[str],
         progress: Callable[[float], bool] | None = None,
     ) -> None:
-        _ensure_backend()
+        ensure_backend()
         self.path = str(path)
         params = ll.llama_model_default_params()
         params.n_gpu_layers = 0

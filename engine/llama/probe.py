@@ -313,32 +313,6 @@ def ensure_loadable(
 # --- the child ------------------------------------------------------------------------------
 
 
-def _report_llama_log() -> None:
-    """Send llama.cpp's warnings and errors to stderr as they come, so a crash leaves its last words."""
-    import ctypes
-
-    import llama_cpp as ll
-
-    from engine.llama import native
-
-    native._ensure_backend()  # installs the engine's log capture; replaced here for the child
-    warn, cont = 3, 5  # GGML_LOG_LEVEL_WARN (ERROR is 4), GGML_LOG_LEVEL_CONT (continues the last message)
-    last_level = [0]
-
-    @ll.llama_log_callback
-    def _to_stderr(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
-        if not text:
-            return
-        native._log_lines.append(text.decode("utf-8", errors="replace"))  # NativeError messages quote these
-        if level != cont:
-            last_level[0] = level
-        if last_level[0] in (warn, warn + 1):
-            os.write(2, text)
-
-    _report_llama_log.callback = _to_stderr  # type: ignore[attr-defined]  # ctypes must keep it alive
-    ll.llama_log_set(_to_stderr, ctypes.c_void_p(0))
-
-
 def run_child(argv: list[str] | None, load_and_decode: Callable[[str, int, int], None]) -> int:
     """The child's work: ``load_and_decode(PATH, N, N)`` for ``PATH --ctx N --threads N``; exit 0 if the model
     loaded and decoded, else one line on stderr and an exit code the parent reads. ``load_and_decode`` is the
@@ -348,10 +322,10 @@ def run_child(argv: list[str] | None, load_and_decode: Callable[[str, int, int],
     parser.add_argument("--ctx", type=int, required=True)
     parser.add_argument("--threads", type=int, required=True)
     args = parser.parse_args(argv)
-    from engine.llama.native import NativeError, last_log_error
+    from engine.llama.backend import NativeError, last_log_error, report_log_to_stderr
 
     try:
-        _report_llama_log()
+        report_log_to_stderr()
         load_and_decode(args.path, args.ctx, args.threads)
     except NativeError as exc:  # llama.cpp's own reason is the useful part
         print(f"error: {_one_line(last_log_error() or str(exc))}", file=sys.stderr)

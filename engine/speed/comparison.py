@@ -30,6 +30,7 @@ from engine.speed.measure import (
     RunStats,
     Workload,
     first_divergence,
+    lower_median,
     median_run,
     predicted_gain,
     ran_busy,
@@ -78,11 +79,8 @@ def paired_ratio(num: Sequence[float], den: Sequence[float]) -> RatioRange:
     if not num or len(num) != len(den):
         raise ValueError("a paired ratio needs as many rates on each side, and at least one")
 
-    def lower_median(xs: Sequence[float]) -> float:
-        return sorted(xs)[(len(xs) - 1) // 2]
-
-    middle = lower_median(den)
-    value = lower_median(num) / middle if middle > 0 else 0.0
+    middle = lower_median(den, float)
+    value = lower_median(num, float) / middle if middle > 0 else 0.0
     ratios = [a / b if b > 0 else 0.0 for a, b in zip(num, den, strict=True)]
     return RatioRange(value, min(*ratios, value), max(*ratios, value), len(ratios))
 

@@ -12,7 +12,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+from engine.decoding.origins import DraftOrigin
 
 if TYPE_CHECKING:
     from engine.decoding.generation import StepEvent
@@ -53,7 +55,7 @@ class RunStats:
     n_accepted: int = 0
     drafted_steps: int = 0  # forward passes that verified a draft ...
     landed_steps: int = 0  # ... and of them, those that accepted some of it
-    accepted_by_source: dict[str, int] = field(default_factory=dict)  # accepted draft tokens per StepEvent.draft_source
+    accepted_by_source: dict[str, int] = field(default_factory=dict)  # accepted draft tokens per StepEvent.draft_origin
     top2_gaps: list[float] = field(default_factory=list)  # plain decoding only, when asked for
     prompt_tokens: int = 0  # the prompt's tokens, of which prompt_cached_tokens were reused from the cache
     prompt_cached_tokens: int = 0
@@ -97,7 +99,7 @@ class RunStats:
         self.drafted_steps += ev.n_drafted > 0
         self.landed_steps += ev.n_drafted > 0 and ev.n_accepted > 0
         if ev.n_accepted:
-            source = ev.draft_source or "unknown"
+            source = ev.draft_origin or DraftOrigin.UNKNOWN
             self.accepted_by_source[source] = self.accepted_by_source.get(source, 0) + ev.n_accepted
         self.top2_gaps.extend(ev.top2_gaps)
         if ev.prompt_tokens:
@@ -142,6 +144,27 @@ class RunStats:
     def acceptance(self) -> float | None:
         """Accepted / drafted tokens; None when nothing was drafted."""
         return self.n_accepted / self.n_drafted if self.n_drafted else None
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """The run's text, counts and speeds (rounded), as ``engine generate --json`` prints them."""
+        return {
+            "text": self.text,
+            "token_ids": self.token_ids,
+            "n_tokens": self.n_tokens,
+            "steps": self.steps,
+            "tokens_per_step": round(self.tokens_per_step, 4),
+            "elapsed_s": round(self.elapsed_s, 4),
+            "prefill_s": round(self.prefill_s, 4),
+            "prompt_tokens": self.prompt_tokens,
+            "prompt_cached_tokens": self.prompt_cached_tokens,
+            "prompt_tokens_per_s": round(self.prompt_tokens_per_s, 1),
+            "first_token_s": round(self.first_token_s or 0.0, 4),
+            "tokens_per_s": round(self.tokens_per_s, 2),
+            "n_drafted": self.n_drafted,
+            "n_accepted": self.n_accepted,
+            "accepted_by_source": self.accepted_by_source,
+            "stop_reason": self.stop_reason,
+        }
 
 
 def speedup(plain: RunStats, other: RunStats) -> float:
@@ -357,12 +380,20 @@ class RatioRange:
         return self.low <= x <= self.high
 
 
+T = TypeVar("T")
+
+
+def lower_median(xs: Sequence[T], key: Callable[[T], float]) -> T:
+    """The median of ``xs`` by ``key``, the lower of the middle two for an even count: always one of ``xs``, never
+    an average of two."""
+    return sorted(xs, key=key)[(len(xs) - 1) // 2]
+
+
 def ratio_range(ratios: Sequence[float]) -> RatioRange:
-    """The median of ``ratios`` (the lower one of an even count: always a measured value) and their extremes."""
+    """The median of ``ratios`` (``lower_median``: always a measured value) and their extremes."""
     if not ratios:
         return RatioRange(0.0, 0.0, 0.0, 0)
-    ordered = sorted(ratios)
-    return RatioRange(ordered[(len(ordered) - 1) // 2], ordered[0], ordered[-1], len(ordered))
+    return RatioRange(lower_median(ratios, float), min(ratios), max(ratios), len(ratios))
 
 
 def median_run(runs: Sequence[RunStats]) -> RunStats:
@@ -374,8 +405,7 @@ def median_run(runs: Sequence[RunStats]) -> RunStats:
     """
     if not runs:
         raise ValueError("no runs")
-    ordered = sorted(runs, key=lambda r: r.tokens_per_s)
-    return ordered[(len(ordered) - 1) // 2]
+    return lower_median(runs, key=lambda r: r.tokens_per_s)
 
 
 # A run's times are off when its steps whose threads waited for a core took at least this share of its time: one

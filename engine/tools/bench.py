@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 from engine.costs.curve import CostCurve
 from engine.decoding import kept as kept_ngrams
 from engine.decoding.drafts import CorpusIndex
+from engine.decoding.origins import DraftOrigin
 from engine.decoding.replay import ReplayDrafts
 from engine.decoding.runtime import Engine, GenerationControls
 from engine.decoding.session import ChatSession
@@ -344,7 +345,7 @@ class _EarlierChats:
         self.texts.append(text)
         self.corpus.add(text)
         pool = kept_ngrams.empty()
-        pool.add_tokens(reply, origin="reply")
+        pool.add_tokens(reply, origin=DraftOrigin.REPLY)
         kept_ngrams.keep(self.kept, pool)
 
 

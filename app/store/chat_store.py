@@ -1,213 +1,27 @@
-"""Conversations and messages in SQLite (WAL), with a schema version.
-
-The schema version lives in ``PRAGMA user_version``; ``_MIGRATIONS[i]`` takes
-the database from version i to i+1, so an old file is upgraded in place.
-
-A chat's messages form a tree: each message has a parent (None for the first),
-an edited message or a regenerated reply is a sibling of the one it replaces,
-and the conversation remembers the last message of the branch it shows
-(``current_leaf_id``). ``message_text`` is an FTS5 index of the messages' text,
-kept in step by triggers.
-
-Durability: every write is its own transaction, committed before the call
-returns, with ``synchronous=FULL`` (the WAL is synced at each commit), so a
-message the app has saved survives the process being killed or the power
-failing. A database file that SQLite reports as corrupt is moved aside to a
-timestamped backup and a new one is started; a database locked by another
-program is reported (``DatabaseLockedError``) and never touched.
-"""
+"""``ChatStore``: every read and write of chats and their messages; ``open_chat_store``: the user's, at start."""
 
 from __future__ import annotations
 
 import itertools
 import json
-import os
 import sqlite3
 import time
-from collections.abc import Collection, Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from engine.documents import WORD, fts_strings
-
-from . import paths
-from .attachments import Attachment, ReplySources, attachments_from_json, attachments_to_json
-
-_MIGRATIONS: list[str] = [
-    # 0 -> 1
-    """
-    CREATE TABLE conversations (
-        id INTEGER PRIMARY KEY,
-        title TEXT NOT NULL,
-        system_prompt TEXT NOT NULL DEFAULT '',
-        created REAL NOT NULL,
-        updated REAL NOT NULL
-    );
-    CREATE TABLE messages (
-        id INTEGER PRIMARY KEY,
-        conversation_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
-        role TEXT NOT NULL CHECK (role IN ('system', 'user', 'assistant')),
-        content TEXT NOT NULL,
-        created REAL NOT NULL,
-        stats_json TEXT
-    );
-    CREATE INDEX messages_by_conversation ON messages(conversation_id, id);
-    """,
-    # 1 -> 2: how each run of a reply's text came (app/marks.py); NULL for older messages
-    """
-    ALTER TABLE messages ADD COLUMN marks_json TEXT;
-    """,
-    # 2 -> 3: alternatives (a tree of messages: each one's parent, and the branch a chat shows),
-    # per-chat settings, and full-text search over the messages
-    """
-    -- No foreign key: a cascade down a long chat would recurse once per message, past SQLite's limit.
-    ALTER TABLE messages ADD COLUMN parent_id INTEGER;
-    UPDATE messages SET parent_id = (
-        SELECT MAX(p.id) FROM messages p WHERE p.conversation_id = messages.conversation_id AND p.id < messages.id
-    );
-    CREATE INDEX messages_by_parent ON messages(parent_id);
-    ALTER TABLE conversations ADD COLUMN current_leaf_id INTEGER REFERENCES messages(id) ON DELETE SET NULL;
-    UPDATE conversations SET current_leaf_id = (SELECT MAX(id) FROM messages WHERE conversation_id = conversations.id);
-    ALTER TABLE conversations ADD COLUMN settings_json TEXT;
-    CREATE VIRTUAL TABLE message_text USING fts5(content, content='messages', content_rowid='id');
-    INSERT INTO message_text(message_text) VALUES ('rebuild');
-    CREATE TRIGGER message_text_insert AFTER INSERT ON messages BEGIN
-        INSERT INTO message_text(rowid, content) VALUES (new.id, new.content);
-    END;
-    CREATE TRIGGER message_text_delete AFTER DELETE ON messages BEGIN
-        INSERT INTO message_text(message_text, rowid, content) VALUES ('delete', old.id, old.content);
-    END;
-    CREATE TRIGGER message_text_update AFTER UPDATE OF content ON messages BEGIN
-        INSERT INTO message_text(message_text, rowid, content) VALUES ('delete', old.id, old.content);
-        INSERT INTO message_text(rowid, content) VALUES (new.id, new.content);
-    END;
-    """,
-    # 3 -> 4: files attached to a user's message (app.attachments: their text, kept), and what of them the model
-    # was given once the reply placed them (app.attachments.ReplySources); NULL for messages without files.
-    # Search stays on what people wrote: neither column is in ``message_text``.
-    """
-    ALTER TABLE messages ADD COLUMN attachments_json TEXT;
-    ALTER TABLE messages ADD COLUMN documents_json TEXT;
-    """,
-]
-SCHEMA_VERSION = len(_MIGRATIONS)
-
-
-@dataclass(frozen=True)
-class Conversation:
-    id: int
-    title: str
-    system_prompt: str
-    created: float
-    updated: float
-    current_leaf_id: int | None = None  # the last message of the branch the chat shows
-
-
-_CONVERSATION_COLUMNS = "id, title, system_prompt, created, updated, current_leaf_id"
-
-
-@dataclass(frozen=True)
-class StoredMessage:
-    id: int
-    conversation_id: int
-    role: str
-    content: str
-    created: float
-    stats_json: str | None = None
-    marks_json: str | None = None  # app.marks.TokenMarks, for replies
-    parent_id: int | None = None  # the message this one follows (None: the chat's first)
-    attachments_json: str | None = None  # app.attachments: the files a user's message came with
-    documents_json: str | None = None  # app.attachments.ReplySources: what of them the model was given
-
-    @property
-    def attachments(self) -> tuple[Attachment, ...]:
-        """The files this message came with (none for most)."""
-        return attachments_from_json(self.attachments_json)
-
-    @property
-    def documents(self) -> ReplySources | None:
-        """What of its files the model was given (None: no files, or not placed yet)."""
-        return ReplySources.from_json(self.documents_json)
-
-
-_MESSAGE_COLUMNS = (
-    "id, conversation_id, role, content, created, stats_json, marks_json, parent_id, attachments_json, documents_json"
-)
+from .. import paths
+from ..attachments import Attachment, ReplySources, attachments_to_json
+from .opening import MEMORY, DatabaseLockedError, Recovery, _CorruptDatabase, connect, move_aside
+from .records import _CONVERSATION_COLUMNS, _MESSAGE_COLUMNS, Conversation, MessageNode, StoredMessage
+from .schema import SchemaTooNewError, user_version
+from .search import MATCH_END, MATCH_START, SearchHit, _match_expression
 
 
 class _Place(Enum):
     LEAF = "after the branch shown"
-
-
-@dataclass(frozen=True)
-class MessageNode:
-    """A message of a chat written all at once (fork, import): ``key`` and ``parent`` are the caller's ids."""
-
-    key: int
-    parent: int | None
-    role: str
-    content: str
-    created: float
-    stats_json: str | None = None
-    marks_json: str | None = None
-    attachments_json: str | None = None
-    documents_json: str | None = None
-
-    @classmethod
-    def of(cls, m: StoredMessage) -> MessageNode:
-        return cls(m.id, m.parent_id, m.role, m.content, m.created, m.stats_json, m.marks_json,
-                   m.attachments_json, m.documents_json)
-
-
-# Around each matched word in ``SearchHit.snippet``: characters no message contains.
-MATCH_START, MATCH_END = "\x02", "\x03"
-
-
-@dataclass(frozen=True)
-class SearchHit:
-    """A message that matched a search, with the text around the match."""
-
-    conversation_id: int
-    title: str
-    message_id: int
-    role: str
-    created: float
-    snippet: str  # each matched word between MATCH_START and MATCH_END
-
-
-class SchemaTooNewError(RuntimeError):
-    """The database was written by a newer version of the app."""
-
-
-class DatabaseLockedError(RuntimeError):
-    """Another program holds a lock on the chat database (longer than ``BUSY_TIMEOUT_S``)."""
-
-
-# How long a statement waits for another connection's lock before giving up.
-BUSY_TIMEOUT_S = 5.0
-MEMORY = ":memory:"
-_SQLITE_BUSY, _SQLITE_LOCKED, _SQLITE_CORRUPT, _SQLITE_NOTADB = 5, 6, 11, 26
-
-
-class _CorruptDatabase(Exception):
-    """The file is not a database, or its pages fail SQLite's quick check."""
-
-
-@dataclass(frozen=True)
-class Recovery:
-    """A corrupt database file that was moved aside when the store was opened."""
-
-    backup: Path
-    reason: str
-
-    def message(self) -> str:
-        return (
-            f"The chat database was damaged ({self.reason}) and could not be opened. "
-            f"It has been kept as {self.backup} and a new, empty one was started."
-        )
 
 
 def _row_id(cur: sqlite3.Cursor) -> int:
@@ -215,24 +29,6 @@ def _row_id(cur: sqlite3.Cursor) -> int:
     if cur.lastrowid is None:
         raise sqlite3.DatabaseError("the insert wrote no row")
     return cur.lastrowid
-
-
-def _error_code(exc: sqlite3.Error) -> int | None:
-    code = getattr(exc, "sqlite_errorcode", None)  # Python 3.11+
-    return None if code is None else code & 0xFF  # the primary code
-
-
-def _is_locked(exc: sqlite3.Error) -> bool:
-    code = _error_code(exc)
-    return code in (_SQLITE_BUSY, _SQLITE_LOCKED) if code is not None else "locked" in str(exc)
-
-
-def _is_corrupt(exc: sqlite3.Error) -> bool:
-    code = _error_code(exc)
-    if code is not None:
-        return code in (_SQLITE_CORRUPT, _SQLITE_NOTADB)
-    text = str(exc)
-    return "not a database" in text or "malformed" in text
 
 
 class ChatStore:
@@ -244,58 +40,13 @@ class ChatStore:
 
     def __init__(self, path: Path | str | None = None, *, busy_timeout_s: float | None = None) -> None:
         self.path: Path | str = MEMORY if path == MEMORY else Path(path) if path else paths.database_path()
-        self._timeout = BUSY_TIMEOUT_S if busy_timeout_s is None else busy_timeout_s
         self.recovered: Recovery | None = None
         try:
-            self._db = self._open()
+            self._db = connect(self.path, busy_timeout_s)
         except _CorruptDatabase as exc:
-            backup = self._move_aside()
-            self._db = self._open()
+            backup = move_aside(self.path)
+            self._db = connect(self.path, busy_timeout_s)
             self.recovered = Recovery(backup, str(exc))
-
-    def _open(self) -> sqlite3.Connection:
-        # isolation_level=None: autocommit; each write below is one statement or an explicit transaction.
-        db = sqlite3.connect(self.path, isolation_level=None, timeout=self._timeout)
-        try:
-            db.row_factory = sqlite3.Row
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=FULL")  # a saved message survives power loss, not only a crash
-            db.execute("PRAGMA foreign_keys=ON")
-            check = db.execute("PRAGMA quick_check").fetchone()[0]
-            if check != "ok":
-                raise _CorruptDatabase("quick check failed: " + " ".join(str(check).split())[:200])
-            self._db = db
-            self._migrate()
-        except sqlite3.Error as exc:
-            db.close()
-            if _is_locked(exc):
-                raise DatabaseLockedError(
-                    f"the chat database {self.path} is locked by another program "
-                    "(is Lookahead Chat already open?)"
-                ) from exc
-            if _is_corrupt(exc):
-                raise _CorruptDatabase(str(exc)) from exc
-            raise
-        except BaseException:
-            db.close()
-            raise
-        return db
-
-    def _move_aside(self) -> Path:
-        """Rename the database (and its WAL files) to ``<name>.corrupt-<timestamp>``; returns the new path."""
-        assert isinstance(self.path, Path)
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        backup = self.path.with_name(f"{self.path.name}.corrupt-{stamp}")
-        n = 1
-        while backup.exists():
-            n += 1
-            backup = self.path.with_name(f"{self.path.name}.corrupt-{stamp}-{n}")
-        os.replace(self.path, backup)
-        for suffix in ("-wal", "-shm"):
-            side = self.path.with_name(self.path.name + suffix)
-            if side.exists():
-                os.replace(side, backup.with_name(backup.name + suffix))
-        return backup
 
     @contextmanager
     def _transaction(self) -> Iterator[None]:
@@ -308,23 +59,8 @@ class ChatStore:
             raise
         self._db.execute("COMMIT")
 
-    def _migrate(self) -> None:
-        version = self.schema_version()
-        if version > SCHEMA_VERSION:
-            raise SchemaTooNewError(
-                f"{self.path} has schema version {version}; this app knows up to {SCHEMA_VERSION}"
-            )
-        for v in range(version, SCHEMA_VERSION):
-            # One transaction per step: a failed migration leaves the previous version intact.
-            try:
-                self._db.executescript("BEGIN;" + _MIGRATIONS[v] + f"PRAGMA user_version={v + 1};COMMIT;")
-            except sqlite3.Error:
-                if self._db.in_transaction:
-                    self._db.execute("ROLLBACK")
-                raise
-
     def schema_version(self) -> int:
-        return int(self._db.execute("PRAGMA user_version").fetchone()[0])
+        return user_version(self._db)
 
     def journal_mode(self) -> str:
         return str(self._db.execute("PRAGMA journal_mode").fetchone()[0])
@@ -625,7 +361,7 @@ class ChatStore:
         For lookahead to draft from (engine ``CorpusIndex``): a chat answered by another model,
         even in part, is left out. Each chat's branch shown is its text.
         """
-        from .stats import ReplyStats  # local: keeps this module importable on its own
+        from ..stats import ReplyStats  # local: keeps this module importable on its own
 
         names = {model_name} if isinstance(model_name, str) else set(model_name)
 
@@ -653,14 +389,6 @@ class ChatStore:
         return texts
 
 
-def _match_expression(text: str) -> str | None:
-    """An FTS5 query for the words of ``text``: each one quoted (so nothing in it is an operator), the last a prefix."""
-    words = WORD.findall(text)
-    if not words:
-        return None
-    return " ".join(fts_strings(words)) + "*"
-
-
 def open_chat_store() -> tuple[ChatStore, str | None]:
     """The user's chat database, and what went wrong opening it (for the user), if anything.
 
@@ -682,23 +410,3 @@ def open_chat_store() -> tuple[ChatStore, str | None]:
         )
         return ChatStore(MEMORY), notice
     return store, store.recovered.message() if store.recovered is not None else None
-
-
-def export_markdown(conversation: Conversation, messages: Iterable[StoredMessage]) -> str:
-    """A conversation as a Markdown document (File → Export chat…)."""
-    from .stats import ReplyStats  # local: keeps this module importable on its own
-
-    out = [f"# {conversation.title}", ""]
-    if conversation.system_prompt.strip():
-        out += ["> **System:** " + conversation.system_prompt.strip().replace("\n", "\n> "), ""]
-    for m in messages:
-        attachments = m.attachments
-        out += [f"## {m.role.capitalize()}", ""]
-        if m.content.strip() or not attachments:  # a message that is only files has no text to show
-            out += [m.content.rstrip(), ""]
-        if attachments:  # by name: the files' text is what the model read, not what was said
-            out += ["Attached files:", "", *(f"- {a.name}" for a in attachments), ""]
-        stats = ReplyStats.from_json(m.stats_json)
-        if stats is not None:
-            out += [f"*{stats.summary_line()}*", ""]
-    return "\n".join(out).rstrip() + "\n"

@@ -1,0 +1,109 @@
+"""What the commands of ``python -m engine`` share: the one-line error and exit codes, the model and lookahead
+options, opening the engine, Auto's curve for benchmarks, and attached files."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from engine.costs.measuring import MachineBusy
+from engine.decoding.runtime import Engine, default_threads
+from engine.decoding.session import ChatSession
+from engine.decoding.settings import DEFAULT_LOOKAHEAD, LookaheadConfig
+from engine.decoding.text import Message
+from engine.documents import Document, DocumentContext, DocumentError, read_document, with_documents
+from engine.llama.bundled import default_model_path
+from engine.llama.probe import ensure_loadable
+
+EXIT_BAD_INPUT = 2
+EXIT_FAILED = 1
+
+
+class CliError(Exception):
+    """A user-facing error: printed as one line, exit code attached."""
+
+    def __init__(self, message: str, code: int = EXIT_BAD_INPUT) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def add_model_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", help="GGUF model file (default: the bundled SmolLM2-135M-Instruct)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="CPU threads, kept as given (default: one per physical performance core, at most 8, "
+                        "one fewer while another program keeps a core busy)")
+    p.add_argument("--ctx", type=int, default=4096, help="context size in tokens (default 4096)")
+
+
+def add_lookahead_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--mode", choices=["plain", "lookahead", "auto"], default=None,
+                   help="default: lookahead with Auto sizing (plain when the model cannot do lookahead)")
+    p.add_argument("--window", type=int, default=None, help="lookahead window W (0..16)")
+    p.add_argument("--ngram", type=int, default=None, help="n-gram size N (2..8)")
+    p.add_argument("--guesses", type=int, default=None, help="verification candidates G (0..16)")
+
+
+def lookahead_from_args(args: argparse.Namespace, eng: Engine | None = None) -> LookaheadConfig | None:
+    if args.mode == "plain":
+        return None
+    if args.mode is None and eng is not None and eng.lookahead_block_reason:
+        # Not asked for explicitly: fall back to plain decoding and say why.
+        print(f"note: {eng.lookahead_block_reason}", file=sys.stderr)
+        return None
+    base = DEFAULT_LOOKAHEAD
+    cfg = LookaheadConfig(
+        window=base.window if args.window is None else args.window,
+        ngram=base.ngram if args.ngram is None else args.ngram,
+        guesses=base.guesses if args.guesses is None else args.guesses,
+        auto=args.mode == "auto" or (base.auto and args.window is None and args.ngram is None and args.guesses is None),
+    )
+    return cfg.validate()
+
+
+def open_engine(args: argparse.Namespace) -> Engine:
+    """The engine for ``--model``/``--ctx``/``--threads``; a file opened for the first time is test-loaded
+    in a child process first, so damage that would crash llama.cpp ends as one error line (engine/llama/probe.py)."""
+    path = Path(args.model) if args.model else default_model_path()
+    if args.threads is not None and args.threads < 1:
+        raise CliError(f"--threads must be >= 1, got {args.threads}")
+    checked = ensure_loadable(path, n_ctx=args.ctx, n_threads=args.threads or default_threads())
+    return Engine(path, n_ctx=args.ctx, n_threads=args.threads, summary=checked.summary)
+
+
+def prepare_auto(eng: Engine, lookahead: LookaheadConfig | None) -> None:
+    """For benchmarks: Auto plans with this machine's cost curve; load it, or measure it once and say so.
+
+    ``generate`` and ``chat`` do not measure: Auto uses the curve ``engine tune`` saved, or the
+    reference curve within a quickly probed exact batch size, as the app's first replies do.
+    """
+    if lookahead is None or not lookahead.auto or eng.load_cached_curve():
+        return
+    print("note: measuring this machine for lookahead (once per model and thread count)…", file=sys.stderr)
+    try:
+        eng.tune()
+    except MachineBusy:
+        print("note: another program was using the CPU, so nothing was measured: Auto plans with its reference "
+              "curve this time", file=sys.stderr)
+
+
+def read_attachments(paths: list[str]) -> list[Document]:
+    """The ``--attach`` files' text; a file that cannot be used stops the command with its reason."""
+    docs = []
+    for path in paths:
+        try:
+            docs.append(read_document(path))
+        except DocumentError as exc:
+            raise CliError(f"cannot attach {path}: {exc.reason}") from None
+    return docs
+
+
+def attach_to(eng: Engine, session: ChatSession, messages: list[Message], docs: list[Document],
+              max_tokens: int) -> DocumentContext:
+    """Put ``docs`` (whole, or their best passages) into the last message and let the engine draft from them."""
+    context = session.documents_context(messages, docs, max_tokens)
+    messages[-1] = Message(messages[-1].role, with_documents(messages[-1].content, context))
+    eng.set_documents([d.text for d in docs])
+    seen = ", ".join(f"{name} {fraction:.0%}" for name, fraction in context.coverage.items())
+    print(f"note: attached ({'whole' if context.whole else 'best passages'}): {seen}", file=sys.stderr)
+    return context
