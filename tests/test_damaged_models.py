@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from engine import ModelFileError, check_gguf
-from engine.llama import memory, probe, problems
+from engine.llama import backend, memory, probe, problems
 from engine.llama.probe import ProbeResult, ensure_loadable, run_probe
 from tests import damage
 from tests.tiny_models import TOKENS
@@ -318,6 +318,9 @@ def test_a_file_that_loaded_before_skips_the_probe_until_it_changes(models_dir, 
     st = path.stat()
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))  # "the file changed"
     assert ensure_loadable(path, n_ctx=256, n_threads=1, cache=no_probe_cache).probed
+    with monkeypatch.context() as patch:  # the same file, another llama.cpp build: probed again
+        patch.setattr(backend, "build_id", lambda: "another build")
+        assert ensure_loadable(path, n_ctx=256, n_threads=1, cache=no_probe_cache).probed
 
 
 def test_the_bundled_model_is_probed_once_then_known(model_path, no_probe_cache):
@@ -655,7 +658,6 @@ def test_a_thousand_damaged_copies_each_answer_or_are_refused_in_one_line(model_
 def test_a_load_error_quotes_llama_cpps_reason_rather_than_the_failed_line_after_it(monkeypatch):
     from collections import deque
 
-    from engine.llama import backend
 
     lines = deque(["llama_model_load: error loading model: missing tensor 'output_norm.weight'\n",
                    "llama_model_load_from_file_impl: failed to load model\n"])

@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from engine.files import cache_root, write_json_atomic
+from engine.files import cache_root, file_identity, write_json_atomic
 from engine.llama.memory import check_context_fits
 from engine.llama.models import GgufSummary, check_gguf
 from engine.llama.problems import (
@@ -81,20 +81,12 @@ def cache_path() -> Path:
     return cache_root() / CACHE_NAME
 
 
-def _llama_version() -> str:
-    try:
-        import llama_cpp
-
-        return str(getattr(llama_cpp, "__version__", "?"))
-    except Exception:  # the key only needs to change when llama.cpp does
-        return "?"
-
-
 def probe_key(path: str | os.PathLike[str]) -> str:
-    """What identifies one file's content for the probe: absolute path, size, mtime (ns), llama.cpp version."""
-    p = Path(path).resolve()
-    st = p.stat()
-    return f"{p}|{st.st_size}|{st.st_mtime_ns}|llama-cpp-python {_llama_version()}"
+    """What a verdict holds for: one file's content (``file_identity``) and the llama.cpp build that loads it
+    (``backend.build_id``: a rebuilt llama.cpp of the same version may load a file differently)."""
+    from engine.llama.backend import build_id  # local: importing the probe does not load llama.cpp
+
+    return f"{file_identity(Path(path).resolve())}|{build_id()}"
 
 
 def _load_cache(path: Path) -> dict[str, dict]:
