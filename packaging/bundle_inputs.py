@@ -1,6 +1,6 @@
 """What goes into the bundle besides Python modules: one list, read by the spec and by the tests.
 
-Repository files are fixed paths (tests/test_packaging.py checks that each
+Repository files are fixed paths (tests/packaging/test_bundle.py checks that each
 exists, without building). Files from installed packages (the model, ggml's
 CPU backend variants) are found through ``importlib.metadata`` of the
 environment that runs PyInstaller. Nothing here imports PyInstaller, so the

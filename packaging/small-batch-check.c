@@ -10,7 +10,7 @@
 // With --vec-dot, each 1-column result is also compared with the type's own ggml vec_dot (what a 1-token
 // matmul computes without the patch). Prints one line per type and exits 1 if any column differs.
 //
-// Built and run by tests/test_small_batch_kernels.py against the installed llama-cpp-python's libraries.
+// Built and run by tests/packaging/test_small_batch_kernels.py against the installed llama-cpp-python's libraries.
 
 #include "ggml.h"
 #include "ggml-alloc.h"

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 os.environ.setdefault("LOOKAHEAD_CHAT_HOME", tempfile.mkdtemp(prefix="lookahead-chat-tests-"))
 if "QT_QPA_PLATFORM" not in os.environ:
     # Offscreen Qt's screen is 800×600 unless told otherwise, and the app fits its first window to the screen:
-    # tests get a desktop's (tests/test_app_first_window.py opens windows on laptop screens in their own process).
+    # tests get a desktop's (tests/app/test_first_window.py opens windows on laptop screens in their own process).
     _screen = Path(os.environ["LOOKAHEAD_CHAT_HOME"]) / "offscreen-screen.json"
     _screen.parent.mkdir(parents=True, exist_ok=True)
     _screen.write_text(json.dumps({"screens": [{"name": "desktop", "x": 0, "y": 0, "width": 1920, "height": 1200,
@@ -27,7 +27,7 @@ if "QT_QPA_PLATFORM" not in os.environ:
     os.environ["QT_QPA_PLATFORM"] = f"offscreen:configfile={_screen}"
 
 # The app's fixtures (windows, dialogs, data dirs, the engine-thread check), for every test module.
-pytest_plugins = ["tests.app_fixtures"]
+pytest_plugins = ["tests.helpers.app_fixtures"]
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,1 @@
+"""Tests of app/widgets/: the chat view, panels, dialogs and labels."""

@@ -1,0 +1,1 @@
+"""Tests of engine/server/: over raw HTTP, through the openai client, and from the command line."""

@@ -1,0 +1,1 @@
+"""Tests of engine/speed/: one run's statistics, speedups and their roll-ups."""
