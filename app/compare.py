@@ -4,30 +4,22 @@ No Qt here. ``run_comparison`` and ``run_speed_report`` run on the worker
 thread (it owns the engine) and measure with ``engine.speed.comparison``, as
 ``engine bench`` does: the same A-B-B-A pairs, the same median runs and ratio,
 the same ``Verdict``. What is the app's: the chat's context, system prompt and
-sampling, attached files, the replay clock of the panes and the report's
-tables.
+sampling, attached files and the replay clock of the panes. The report's
+tables are engine/speed/tables.py, as the bench's are.
 """
 
 from __future__ import annotations
 
 import bisect
-import csv
-import io
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from engine import ChatSession, LookaheadConfig, Message, SamplingConfig, StepEvent, StopConfig
 from engine.documents import read_document, with_documents
-from engine.speed.comparison import (
-    BUSY_NOTE,
-    CompareProgress,
-    Comparison,
-    compare_decoders,
-    prompt_result,
-    speedup_cell,
-)
-from engine.speed.measure import ALL, CategoryRow, PromptResult, Workload, by_category, geomean
+from engine.speed.comparison import CompareProgress, Comparison, compare_decoders, prompt_result
+from engine.speed.measure import Workload
+from engine.speed.rows import PromptResult
 
 FAIRNESS_NOTE = (
     "Runs one after the other in A-B-B-A turns, repeated until their ratio settles, so the two never compete "
@@ -191,101 +183,3 @@ class SpeedReportOutcome:
     total: int
     cancelled: bool
     error: str | None = None
-
-
-PROMPT_COLUMNS = (
-    "id", "category", "tokens", "plain tok/s", "lookahead tok/s", "speedup", "steps predict", "tokens/step",
-    "identical",
-)
-CATEGORY_COLUMNS = (
-    "category", "prompts", "speedup (geomean)", "steps predict (geomean)", "tokens/step (mean)", "identical",
-)
-
-
-def _predicted(r: PromptResult) -> float:
-    return float(r.extra.get("steps_predict", 0.0))
-
-
-def _ratio(x: float) -> str:
-    return f"{x:.2f}×" if x > 0 else "–"
-
-
-def prompt_cells(r: PromptResult) -> list[str]:
-    return [
-        r.id, r.cat, str(r.n_tokens), f"{r.plain_tps:.1f}", f"{r.lookahead_tps:.1f}", speedup_cell(r),
-        _ratio(_predicted(r)), f"{r.tokens_per_step:.2f}", "yes" if r.identical else "no",
-    ]
-
-
-def predicted_by_category(results: Sequence[PromptResult]) -> dict[str, float]:
-    """The steps' predicted gain per category (geometric mean), and over all of them under ``ALL``."""
-    groups: dict[str, list[float]] = {}
-    for r in results:
-        groups.setdefault(r.cat, []).append(_predicted(r))
-        groups.setdefault(ALL, []).append(_predicted(r))
-    return {cat: geomean(values) for cat, values in groups.items()}
-
-
-def category_cells(c: CategoryRow, predicted: float = 0.0) -> list[str]:
-    return [c.cat, str(c.n), f"{c.speedup:.2f}×", _ratio(predicted), f"{c.tokens_per_step:.2f}",
-            f"{c.identical}/{c.n}"]
-
-
-def report_summary(results: Sequence[PromptResult]) -> str:
-    """One paragraph over every row: the measured and the predicted gain, and what no row may claim."""
-    if not results:
-        return "No prompts measured."
-    overall = by_category(results)[-1]
-    predicted = predicted_by_category(results)[ALL]
-    n = len(results)
-    text = f"Lookahead {overall.speedup:.2f}× as fast as plain (geometric mean of {n} prompt{'s' if n != 1 else ''})"
-    text += f"; the steps predict {predicted:.2f}×." if predicted > 0 else "."
-    same = sum(bool(r.extra.get("same_steps")) for r in results)
-    unclear = sum(not r.extra.get("measurable", True) and not r.extra.get("same_steps") for r in results)
-    if same:
-        text += f" {same} of {n} took the same steps as plain: no speedup to claim there."
-    if unclear:
-        text += f" {unclear} of {n} showed no measurable difference (their repeats spanned 1.00×)."
-    if any(r.extra.get("busy") for r in results):
-        text += f" {BUSY_NOTE}"
-    return text
-
-
-def report_csv(results: Sequence[PromptResult]) -> str:
-    """One row per prompt, then one per category (its id column empty), as CSV."""
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(["id", "category", "tokens", "plain_tok_s", "lookahead_tok_s", "speedup", "tokens_per_step",
-                     "identical", "plain_s", "lookahead_s", "speedup_low", "speedup_high", "pairs", "steps_predict",
-                     "same_steps", "busy"])
-    for r in results:
-        x = r.extra
-        writer.writerow([r.id, r.cat, r.n_tokens, r.plain_tps, r.lookahead_tps, r.speedup, r.tokens_per_step,
-                         "yes" if r.identical else "no", r.plain_s, r.lookahead_s, x.get("speedup_low", ""),
-                         x.get("speedup_high", ""), x.get("pairs", ""), x.get("steps_predict", ""),
-                         _yes_no(x.get("same_steps")), _yes_no(x.get("busy"))])
-    predicted = predicted_by_category(results)
-    for c in by_category(results):
-        writer.writerow(["", c.cat, "", "", "", round(c.speedup, 4), round(c.tokens_per_step, 3),
-                         f"{c.identical}/{c.n}", "", "", "", "", "", round(predicted[c.cat], 4), "", ""])
-    return out.getvalue()
-
-
-def _yes_no(flag: object) -> str:
-    return "" if flag is None else "yes" if flag else "no"
-
-
-def report_markdown(results: Sequence[PromptResult], title: str = "Speed report") -> str:
-    """The two tables (per prompt, per category) and the summary, as Markdown."""
-
-    def table(header: Sequence[str], rows: list[list[str]]) -> list[str]:
-        lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-        lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
-        return lines
-
-    predicted = predicted_by_category(results)
-    lines = [f"## {title}", "", report_summary(results), ""]
-    lines += table(PROMPT_COLUMNS, [prompt_cells(r) for r in results])
-    lines += ["", "### By category", ""]
-    lines += table(CATEGORY_COLUMNS, [category_cells(c, predicted[c.cat]) for c in by_category(results)])
-    return "\n".join(lines) + "\n"

@@ -42,7 +42,7 @@ from engine.llama.probe import ProbeResult, ensure_loadable
 from engine.llama.problems import LoadProblem
 from engine.server import Job
 from engine.speed.comparison import CompareProgress
-from engine.speed.measure import PromptResult
+from engine.speed.rows import PromptResult
 
 from .attachments import ReplySources
 from .compare import (

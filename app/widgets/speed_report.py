@@ -25,21 +25,19 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine.speed.measure import PromptResult, Workload, by_category
-
-from ..compare import (
-    CATEGORY_COLUMNS,
-    FAIRNESS_NOTE,
-    PROMPT_COLUMNS,
-    SpeedReportOutcome,
-    SpeedReportProgress,
+from engine.speed.measure import Workload
+from engine.speed.rows import PromptResult, by_category
+from engine.speed.tables import (
+    CATEGORY_HEADINGS,
+    PROMPT_HEADINGS,
     category_cells,
-    predicted_by_category,
     prompt_cells,
     report_csv,
     report_markdown,
     report_summary,
 )
+
+from ..compare import FAIRNESS_NOTE, SpeedReportOutcome, SpeedReportProgress
 from . import plain
 from .plain import Label
 from .plain import tip as plain_tip
@@ -113,17 +111,17 @@ class SpeedReportDialog(QDialog):
         left_layout.addWidget(self.max_tokens_spin)
 
         # --- results ---
-        self.prompt_table = self._table(PROMPT_COLUMNS)
+        self.prompt_table = self._table(PROMPT_HEADINGS)
         speedup_header = QTableWidgetItem("speedup")
         speedup_header.setToolTip(
             "lookahead tok/s ÷ plain tok/s of each decoder's median run, with the range over the repeated pairs; "
             "claimed only where lookahead saved steps and every pair says the same side of 1.00×"
         )
-        self.prompt_table.setHorizontalHeaderItem(PROMPT_COLUMNS.index("speedup"), speedup_header)
+        self.prompt_table.setHorizontalHeaderItem(PROMPT_HEADINGS.index("speedup"), speedup_header)
         predict_header = QTableWidgetItem("steps predict")
         predict_header.setToolTip("The gain lookahead's steps alone predict (tokens ÷ the steps' cost), machine aside")
-        self.prompt_table.setHorizontalHeaderItem(PROMPT_COLUMNS.index("steps predict"), predict_header)
-        self.category_table = self._table(CATEGORY_COLUMNS)
+        self.prompt_table.setHorizontalHeaderItem(PROMPT_HEADINGS.index("steps predict"), predict_header)
+        self.category_table = self._table(CATEGORY_HEADINGS)
         self.category_table.setMaximumHeight(170)
         right = QWidget()
         right_layout = QVBoxLayout(right)
@@ -249,14 +247,14 @@ class SpeedReportDialog(QDialog):
         self.results.append(progress.result)
         r = progress.result
         row = self._append_row(self.prompt_table, prompt_cells(r), first_number=2)
-        speedup_item = row[PROMPT_COLUMNS.index("speedup")]
-        if r.extra.get("same_steps"):
+        speedup_item = row[PROMPT_HEADINGS.index("speedup")]
+        if r.verdict is not None and r.verdict.same_steps:
             speedup_item.setToolTip(
                 f"Lookahead took the same steps as plain: the measured {r.speedup:.2f}× is the machine's, "
                 "not lookahead's"
             )
-        elif "pairs" in r.extra:
-            speedup_item.setToolTip(f"measured {r.speedup:.2f}× over {r.extra['pairs']} pairs of runs")
+        elif r.verdict is not None:
+            speedup_item.setToolTip(f"measured {r.speedup:.2f}× over {r.verdict.pairs} pairs of runs")
         div = r.first_divergence
         if div:
             row[-1].setToolTip(
@@ -309,9 +307,8 @@ class SpeedReportDialog(QDialog):
 
     def _fill_categories(self) -> None:
         self.category_table.setRowCount(0)
-        predicted = predicted_by_category(self.results)
         for row in by_category(self.results):
-            self._append_row(self.category_table, category_cells(row, predicted[row.cat]), first_number=1)
+            self._append_row(self.category_table, category_cells(row), first_number=1)
         self.summary.setText(report_summary(self.results))
 
     def table_text(self, table: QTableWidget) -> list[list[str]]:

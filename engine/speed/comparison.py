@@ -25,7 +25,6 @@ from engine.decoding.runtime import Engine
 from engine.decoding.settings import LookaheadConfig, SamplingConfig, StopConfig
 from engine.speed.measure import (
     Divergence,
-    PromptResult,
     RatioRange,
     RunStats,
     Workload,
@@ -38,6 +37,7 @@ from engine.speed.measure import (
     same_steps,
     speedup,
 )
+from engine.speed.rows import PromptResult, VerdictFigures
 
 BUSY_NOTE = "Another program was using the CPU during this run: times may be off."
 
@@ -265,18 +265,6 @@ class Comparison:
         return verdict_of(self.pairs, self.busy)
 
 
-def speedup_cell(r: PromptResult) -> str:
-    """A row's speedup as a table shows it: claimed only where its repeats measured one."""
-    if r.extra.get("same_steps"):
-        return "same steps"
-    if "speedup_low" not in r.extra:  # a row from before repeats were recorded: the one ratio there is
-        return f"{r.speedup:.2f}×"
-    range_ = f"{r.extra['speedup_low']:.2f}–{r.extra['speedup_high']:.2f}"
-    if not r.extra.get("measurable"):
-        return f"no difference ({range_}×)"
-    return f"{r.speedup:.2f}× ({range_})"
-
-
 def _record_of(records: Sequence[RunRecord], stats: RunStats) -> RunRecord:
     return next(r for r in records if r.stats is stats)
 
@@ -371,18 +359,13 @@ def divergence_mark(
 def prompt_result(workload: Workload, comparison: Comparison) -> PromptResult:
     """A finished comparison as a row of ``engine bench`` and of the speed report (one builder for both).
 
-    Its runs are the comparison's median runs; ``extra`` carries what the verdict adds (the pairs' range, the
+    Its runs are the comparison's median runs; ``verdict`` holds what the verdict adds (the pairs' range, the
     steps' prediction, same steps, measurable, busy).
     """
     verdict = comparison.verdict
     assert verdict is not None
     m = verdict.measured
-    return PromptResult.from_runs(
-        workload,
-        verdict.plain,
-        verdict.lookahead,
-        identical=comparison.identical,
-        divergence=comparison.divergence,
+    figures = VerdictFigures(
         plain_first=comparison.plain_first,
         speedup_low=round(m.low, 4),
         speedup_high=round(m.high, 4),
@@ -392,3 +375,5 @@ def prompt_result(workload: Workload, comparison: Comparison) -> PromptResult:
         measurable=verdict.measurable,
         busy=verdict.busy,
     )
+    return PromptResult.from_runs(workload, verdict.plain, verdict.lookahead, identical=comparison.identical,
+                                  divergence=comparison.divergence, verdict=figures)

@@ -1,10 +1,10 @@
 """What a generation measured, and how two of them compare: the one home of these definitions.
 
 ``RunStats`` folds one generation's ``StepEvent``s; ``speedup`` says how two
-runs compare; ``PromptResult`` is one prompt's row and ``by_category`` rolls
-rows up. The CLI, ``engine bench``, the app's reply statistics, its Compare
-tab and its speed report all count and compare through these, so they agree
-on the same runs. Pure Python: no model, no Qt.
+runs compare (a prompt's row of them is engine/speed/rows.py). The CLI,
+``engine bench``, the app's reply statistics, its Compare tab and its speed
+report all count and compare through these, so they agree on the same runs.
+Pure Python: no model, no Qt.
 """
 
 from __future__ import annotations
@@ -254,87 +254,6 @@ def first_divergence(
                 lookahead_piece=detokenize([tb]) if tb >= 0 else "",
             )
     return None
-
-
-@dataclass
-class PromptResult:
-    """One prompt, plain against lookahead: a row of ``engine bench`` and of the app's speed report."""
-
-    id: str
-    cat: str
-    n_tokens: int
-    plain_tps: float
-    lookahead_tps: float
-    speedup: float
-    tokens_per_step: float
-    identical: bool
-    first_divergence: dict[str, Any] | None
-    plain_s: float = 0.0
-    lookahead_s: float = 0.0
-    accepted_by_source: dict[str, int] = field(default_factory=dict)  # the lookahead run's (RunStats)
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    @classmethod
-    def from_runs(
-        cls,
-        workload: Workload,
-        plain: RunStats,
-        lookahead: RunStats,
-        identical: bool,
-        divergence: Divergence | None = None,
-        **extra: Any,
-    ) -> PromptResult:
-        """The row for these two runs of ``workload`` (which runs they are is the caller's choice)."""
-        return cls(
-            id=workload.id,
-            cat=workload.cat,
-            n_tokens=lookahead.n_tokens,
-            plain_tps=round(plain.tokens_per_s, 2),
-            lookahead_tps=round(lookahead.tokens_per_s, 2),
-            speedup=round(speedup(plain, lookahead), 4),
-            tokens_per_step=round(lookahead.tokens_per_step, 3),
-            identical=identical,
-            first_divergence=None if divergence is None else divergence.as_dict(),
-            plain_s=round(plain.decode_s, 4),
-            lookahead_s=round(lookahead.decode_s, 4),
-            accepted_by_source=dict(sorted(lookahead.accepted_by_source.items())),
-            extra=dict(extra),
-        )
-
-
-@dataclass(frozen=True)
-class CategoryRow:
-    """Prompts of one category rolled up (or of every category, ``cat == ALL``)."""
-
-    cat: str
-    n: int
-    speedup: float  # geometric mean
-    tokens_per_step: float  # arithmetic mean
-    identical: int
-    oracle_bound: float | None = None  # geometric mean of the rows' ``extra["oracle_bound"]``, where the bench set one
-
-
-def by_category(results: Sequence[PromptResult]) -> list[CategoryRow]:
-    """One row per category, in order of first appearance, then ``ALL`` over every result (nothing for none)."""
-    groups: dict[str, list[PromptResult]] = {}
-    for r in results:
-        groups.setdefault(r.cat, []).append(r)
-    rows = [_roll_up(cat, rs) for cat, rs in groups.items()]
-    if results:
-        rows.append(_roll_up(ALL, results))
-    return rows
-
-
-def _roll_up(cat: str, results: Sequence[PromptResult]) -> CategoryRow:
-    oracle = [r.extra["oracle_bound"] for r in results if "oracle_bound" in r.extra]
-    return CategoryRow(
-        cat=cat,
-        n=len(results),
-        speedup=geomean(r.speedup for r in results),
-        tokens_per_step=sum(r.tokens_per_step for r in results) / len(results),
-        identical=sum(r.identical for r in results),
-        oracle_bound=geomean(oracle) if oracle else None,
-    )
 
 
 # --- repeated runs: what a comparison may claim ---

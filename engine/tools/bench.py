@@ -25,18 +25,10 @@ from engine.decoding.session import ChatSession
 from engine.decoding.settings import LookaheadConfig, StopConfig
 from engine.decoding.text import Message
 from engine.documents import DocumentContext, read_document, with_documents
-from engine.speed.comparison import compare_decoders, prompt_result, speedup_cell
-from engine.speed.measure import (
-    ALL,
-    CategoryRow,
-    PromptResult,
-    RunStats,
-    Workload,
-    by_category,
-    first_divergence,
-    geomean,
-    simulated_speedup,
-)
+from engine.speed.comparison import compare_decoders, prompt_result
+from engine.speed.measure import ALL, RunStats, Workload, first_divergence, geomean, simulated_speedup
+from engine.speed.rows import BenchFigures, CategoryRow, PromptResult, by_category
+from engine.speed.tables import console_table
 
 
 def _split_roll_up(results: Sequence[PromptResult]) -> tuple[list[CategoryRow], CategoryRow]:
@@ -63,7 +55,8 @@ class BenchReport:
         for r in self.results:
             for source, n in r.accepted_by_source.items():
                 by_source[source] = by_source.get(source, 0) + n
-        all_sources = [r.extra["oracle_all_sources"] for r in self.results if "oracle_all_sources" in r.extra]
+        figures = [r.bench for r in self.results if r.bench is not None]
+        all_sources = [b.oracle_all_sources for b in figures if b.oracle_all_sources is not None]
         return {
             "simulated": self.simulated,
             "accepted_by_source": dict(sorted(by_source.items())),
@@ -77,14 +70,14 @@ class BenchReport:
             "n": overall.n,
             "tokens_per_step": round(overall.tokens_per_step, 3),
             "min_speedup": round(min((r.speedup for r in self.results), default=0.0), 4),
-            "drafted_steps": sum(r.extra.get("drafted_steps", 0) for r in self.results),
-            "landed_steps": sum(r.extra.get("landed_steps", 0) for r in self.results),
+            "drafted_steps": sum(b.drafted_steps for b in figures),
+            "landed_steps": sum(b.landed_steps for b in figures),
         }
 
     def to_json(self) -> dict:
         return {
             "simulated": self.simulated,
-            "results": [asdict(r) for r in self.results],
+            "results": [r.to_json_dict() for r in self.results],
             "summary": self.summary(),
             "model": self.model,
             "lookahead": self.lookahead,
@@ -94,19 +87,7 @@ class BenchReport:
         }
 
     def table(self) -> str:
-        lines = [
-            f"{'id':<18} {'cat':<7} {'tok':>4} {'plain t/s':>9} {'la t/s':>8} {'speedup (range)':<27} "
-            f"{'predict':>7} {'tok/step':>8} {'oracle':>6} same"
-        ]
-        for r in self.results:
-            oracle = r.extra.get("oracle_bound")
-            predicted = r.extra.get("steps_predict", 0.0)
-            cell = f"{r.speedup:.3f} priced" if self.simulated else speedup_cell(r)
-            lines.append(
-                f"{r.id:<18} {r.cat:<7} {r.n_tokens:>4} {r.plain_tps:>9.1f} {r.lookahead_tps:>8.1f} "
-                f"{cell:<27} {predicted:>7.3f} {r.tokens_per_step:>8.2f} "
-                f"{oracle if oracle is not None else 0:>6.3f} {'yes' if r.identical else 'NO'}"
-            )
+        lines = console_table(self.results, priced=self.simulated)
         s = self.summary()
         lines.append("")
         by_cat = ", ".join(f"{c} {v:.3f}" for c, v in s["by_cat"].items())
@@ -175,7 +156,7 @@ def run_bench(
     stops the run in flight at its next step; the report then holds the prompts
     measured in full before it. ``price_on`` (a what-if curve, with the engine
     planning on it: ``Engine.plan_with``) runs each mode once and reports the
-    simulated speedup on that curve; the timed one stays in ``extra``.
+    simulated speedup on that curve; the timed one stays in ``bench.measured_speedup``.
 
     ``earlier_chats``: each prompt may draft from the ones before it, as from a
     user's earlier chats with the model (their text, and the n-grams kept from
@@ -235,12 +216,10 @@ def _bench_prompt(
     and every file whole to draft from. ``replay``: (share of right drafts, seed) for replayed drafts.
     """
     with workload_prompt(engine, w, max_tokens) as (prompt, context):
+        seen = None if context is None else {name: round(f, 3) for name, f in context.coverage.items()}
         with _replayed(engine, prompt, replay, max_tokens, cancel):
-            res = _bench_prompt_runs(engine, w, prompt, lookahead_first, second_mode, max_tokens, cancel, price_on,
-                                     earlier)
-    if res is not None and context is not None:
-        res.extra["documents_seen"] = {name: round(f, 3) for name, f in context.coverage.items()}
-    return res
+            return _bench_prompt_runs(engine, w, prompt, lookahead_first, second_mode, max_tokens, cancel, price_on,
+                                      earlier, seen)
 
 
 @contextmanager
@@ -292,6 +271,7 @@ def _bench_prompt_runs(
     cancel: threading.Event,
     price_on: CostCurve | None,
     earlier: _EarlierChats | None,
+    documents_seen: dict[str, float] | None,
 ) -> PromptResult | None:
     # The one measurement of engine/speed/comparison.py, as the app's Compare tab and speed report take it:
     # A-B-B-A pairs (the first mode alternating per prompt) until their speedups agree, median runs.
@@ -311,24 +291,27 @@ def _bench_prompt_runs(
             return None
         div = first_divergence(gapped, la, engine.detokenize)
         res.first_divergence = None if div is None else div.as_dict()
+    measured = None
     if price_on is not None:
-        res.extra["measured_speedup"] = res.speedup
-        res.speedup = round(simulated_speedup(plain, la, price_on), 4)
-    res.extra["oracle_bound"] = round(oracle_bound(prompt, plain.token_ids, engine.cost_curve), 4)
+        measured, res.speedup = res.speedup, round(simulated_speedup(plain, la, price_on), 4)
+    all_sources = None
     if earlier is not None:
-        others = earlier.texts
-        res.extra["oracle_all_sources"] = round(
-            oracle_bound(prompt, plain.token_ids, engine.cost_curve, others=others), 4
-        )
+        all_sources = round(oracle_bound(prompt, plain.token_ids, engine.cost_curve, others=earlier.texts), 4)
         earlier.add(engine.tokenize(w.prompt, add_special=False), plain.token_ids)
-    res.extra["runs"] = 2 * len(comparison.pairs)
-    res.extra["drafted"] = la.n_drafted
-    res.extra["accepted"] = la.n_accepted
-    res.extra["drafted_steps"] = la.drafted_steps
-    res.extra["landed_steps"] = la.landed_steps
     # Rate after the first token, the way the llama-cpp-python reference is timed.
     rest = plain.elapsed_s - (plain.first_token_s or 0.0)
-    res.extra["plain_tps_after_first"] = round((plain.n_tokens - 1) / rest, 2) if rest > 0 else 0.0
+    res.bench = BenchFigures(
+        measured_speedup=measured,
+        oracle_bound=round(oracle_bound(prompt, plain.token_ids, engine.cost_curve), 4),
+        oracle_all_sources=all_sources,
+        runs=2 * len(comparison.pairs),
+        drafted=la.n_drafted,
+        accepted=la.n_accepted,
+        drafted_steps=la.drafted_steps,
+        landed_steps=la.landed_steps,
+        plain_tps_after_first=round((plain.n_tokens - 1) / rest, 2) if rest > 0 else 0.0,
+        documents_seen=documents_seen,
+    )
     return res
 
 

@@ -20,8 +20,6 @@ from app.compare import (  # noqa: E402
     CompareRequest,
     CompareResult,
     ReplayTrack,
-    report_csv,
-    report_markdown,
     run_comparison,
 )
 from app.main_window import MainWindow  # noqa: E402
@@ -35,7 +33,8 @@ from engine import (  # noqa: E402
 )
 from engine.llama.probe import ProbeResult  # noqa: E402
 from engine.speed import comparison  # noqa: E402
-from engine.speed.measure import PromptResult, by_category  # noqa: E402
+from engine.speed.rows import PromptResult, by_category  # noqa: E402
+from engine.speed.tables import report_csv, report_markdown  # noqa: E402
 from engine.speed.workloads import load_workloads  # noqa: E402
 from tests.helpers.app_fixtures import MODEL_LOAD_TIMEOUT_MS, REPLY_TIMEOUT_MS, FakeEngine, quick_settings
 

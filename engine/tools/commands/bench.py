@@ -13,8 +13,9 @@ from engine.costs.curve import cpu_name
 from engine.costs.whatif import CurveFileError, load_curve
 from engine.decoding.runtime import Engine
 from engine.decoding.settings import LookaheadConfig
-from engine.speed.comparison import speedup_cell
-from engine.speed.measure import PromptResult, Workload, geomean
+from engine.speed.measure import Workload, geomean
+from engine.speed.rows import PromptResult
+from engine.speed.tables import speedup_cell
 from engine.speed.workloads import attached_workloads, load_workloads
 from engine.tools.bench import (
     BenchReport,
@@ -108,7 +109,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         def progress(r: PromptResult) -> None:
             if not args.json:
                 differs = f"DIFFERS at {(r.first_divergence or {}).get('index')}"
-                pairs = r.extra.get("pairs", 1)
+                pairs = r.verdict.pairs if r.verdict is not None else 1
                 print(
                     f"{r.id:<18} {r.cat:<7} speedup {speedup_cell(r)} over {pairs} pair{'s' if pairs != 1 else ''}  "
                     f"tokens/step {r.tokens_per_step:.2f}  "
@@ -122,22 +123,23 @@ def cmd_bench(args: argparse.Namespace) -> int:
             prepare_auto(eng, lookahead)
         report = run_bench(eng, workloads, lookahead, max_tokens=args.max_tokens, on_result=progress, null=args.null,
                            price_on=what_if, earlier_chats=not args.no_earlier_chats, replay=args.replay)
-        extra: dict[str, Any] = {"cost_curve": eng.cost_curve.to_json(),
-                 "perfect_draft_bound": round(perfect_draft_bound(eng.cost_curve), 4)}
+        references: dict[str, Any] = {"cost_curve": eng.cost_curve.to_json(),
+                                      "perfect_draft_bound": round(perfect_draft_bound(eng.cost_curve), 4)}
         if not args.no_references and not args.null and what_if is None and args.replay is None:
-            extra.update(_references(args, eng, workloads, lookahead, report))
+            references.update(_references(args, eng, workloads, lookahead, report))
     out = report.to_json()
-    out["references"] = extra
+    out["references"] = references
     if args.json:
         print(json.dumps(out, ensure_ascii=False))
     else:
         print(report.table())
         print()
         print(eng.cost_curve.table())
-        print(f"perfect drafts of any length would reach {extra['perfect_draft_bound']:.3f}x on this curve")
-        if "plain_vs_llama_cpp" in extra:
-            print(f"plain (this engine) vs llama-cpp-python Llama greedy: geomean {extra['plain_vs_llama_cpp']:.3f}x")
-        for r in extra.get("fixed_15_5_15", []):
+        print(f"perfect drafts of any length would reach {references['perfect_draft_bound']:.3f}x on this curve")
+        if "plain_vs_llama_cpp" in references:
+            print("plain (this engine) vs llama-cpp-python Llama greedy: "
+                  f"geomean {references['plain_vs_llama_cpp']:.3f}x")
+        for r in references.get("fixed_15_5_15", []):
             print(f"{r['id']}: this mode {r['mode_tps']:.1f} t/s, fixed W=15 N=5 G=15 {r['fixed_tps']:.1f} t/s "
                   f"({r['ratio']:.1f}x faster), identical {r['identical']}")
     return 0
@@ -181,7 +183,7 @@ def _references(
             prompts.append(prompt)
     print("reference: llama-cpp-python Llama greedy ...", file=sys.stderr)
     rates = llama_cpp_tps(eng.summary.path, prompts, args.max_tokens, eng.n_threads)
-    ours = [r.extra["plain_tps_after_first"] for r in report.results]
+    ours = [r.bench.plain_tps_after_first if r.bench is not None else 0.0 for r in report.results]
     ratios = [a / b for a, b in zip(ours, rates, strict=False) if b > 0]
     fixed = []
     big = LookaheadConfig(window=15, ngram=5, guesses=15)

@@ -318,8 +318,9 @@ def test_the_bench_measures_in_pairs_as_compare_does_and_checks_equality(engine)
     assert [r.id for r in report.results] == ["edit-shorten", "struct-csv"]
     for r in report.results:
         assert r.n_tokens == 8 and r.identical
-        assert r.extra["pairs"] >= MIN_PAIRS and r.extra["runs"] == 2 * r.extra["pairs"]
-        assert r.extra["speedup_low"] <= r.speedup <= r.extra["speedup_high"]  # the median runs' ratio, in range
+        assert r.verdict is not None and r.bench is not None  # the verdict's figures and the bench's
+        assert r.verdict.pairs >= MIN_PAIRS and r.bench.runs == 2 * r.verdict.pairs
+        assert r.verdict.speedup_low <= r.speedup <= r.verdict.speedup_high  # the median runs' ratio, in range
         assert r.plain_tps == pytest.approx(r.n_tokens / r.plain_s, rel=0.01)  # one measured run of each mode
         assert r.speedup == pytest.approx(r.plain_s / r.lookahead_s, rel=0.01)
     assert report.summary()["identical"] == 2
@@ -327,7 +328,8 @@ def test_the_bench_measures_in_pairs_as_compare_does_and_checks_equality(engine)
     null = run_bench(engine, workloads[:1], DEFAULT_LOOKAHEAD, max_tokens=8, null=True)
     assert null.lookahead == {"null": True}
     assert null.results[0].tokens_per_step == 1.0 and null.results[0].identical  # plain on both sides
-    assert null.results[0].extra["same_steps"]  # and the table says so rather than a speedup
+    null_verdict = null.results[0].verdict
+    assert null_verdict is not None and null_verdict.same_steps  # and the table says so rather than a speedup
     assert "same steps" in null.table()
 
 

@@ -17,14 +17,13 @@ from engine.costs.curve import DEFAULT_CURVE
 from engine.speed.measure import (
     ALL,
     Divergence,
-    PromptResult,
     RunStats,
     Workload,
-    by_category,
     first_divergence,
     geomean,
     speedup,
 )
+from engine.speed.rows import BenchFigures, PromptResult, VerdictFigures, by_category
 from engine.tools.bench import BenchReport, run_bench, run_grid
 
 LOOKAHEAD = LookaheadConfig(window=4, ngram=4, guesses=3)
@@ -177,9 +176,11 @@ def test_the_first_divergence_names_both_tokens_and_the_plain_runs_top2_gap():
 # --- rows and their roll-up ---
 
 
-def _row(pid: str, cat: str, speedup: float, tps: float, identical: bool, **extra) -> PromptResult:
+def _row(pid: str, cat: str, speedup: float, tps: float, identical: bool,
+         oracle_bound: float | None = None) -> PromptResult:
     return PromptResult(id=pid, cat=cat, n_tokens=64, plain_tps=10.0, lookahead_tps=10.0 * speedup, speedup=speedup,
-                        tokens_per_step=tps, identical=identical, first_divergence=None, extra=extra)
+                        tokens_per_step=tps, identical=identical, first_divergence=None,
+                        bench=None if oracle_bound is None else BenchFigures(oracle_bound=oracle_bound))
 
 
 def test_categories_roll_up_in_order_of_first_appearance_then_all():
@@ -206,15 +207,44 @@ def test_the_bench_summary_is_the_same_roll_up():
     assert (empty["geomean"], empty["n"], empty["by_cat"], empty["oracle_geomean"]) == (0.0, 0, {}, 0.0)
 
 
+FIGURES = VerdictFigures(plain_first=True, speedup_low=1.2, speedup_high=1.4, pairs=4, steps_predict=1.25,
+                         same_steps=False, measurable=True, busy=False)
+
+
 def test_a_prompt_row_is_built_from_two_runs():
     plain, la = RunStats.of(PLAIN_RUN), RunStats.of(LOOKAHEAD_RUN)
     div = first_divergence(plain, la, RecordedEngine().detokenize)
-    row = PromptResult.from_runs(Workload("p", "code", "hi"), plain, la, identical=False, divergence=div, note=1)
+    row = PromptResult.from_runs(Workload("p", "code", "hi"), plain, la, identical=False, divergence=div,
+                                 verdict=FIGURES)
     assert (row.id, row.cat, row.n_tokens, row.plain_tps, row.lookahead_tps) == ("p", "code", 8, 100.0, 133.33)
     assert row.speedup == round(RUN_SPEEDUP, 4) and row.tokens_per_step == 2.0
-    assert (row.plain_s, row.lookahead_s, row.extra) == (0.1, 0.06, {"note": 1})
+    assert (row.plain_s, row.lookahead_s, row.verdict, row.bench) == (0.1, 0.06, FIGURES, None)
     assert row.first_divergence == {"index": 7, "plain_token": 17, "lookahead_token": EOG, "plain_top2_gap": 0.25,
                                     "plain_piece": "w17 ", "lookahead_piece": ""}
+
+
+def test_a_rows_json_holds_its_figures_under_extra_as_bench_json_printed_them():
+    row = _row("a1", "code", 1.3, 2.0, True)
+    assert row.to_json_dict() == {
+        "id": "a1", "cat": "code", "n_tokens": 64, "plain_tps": 10.0, "lookahead_tps": 13.0, "speedup": 1.3,
+        "tokens_per_step": 2.0, "identical": True, "first_divergence": None, "plain_s": 0.0, "lookahead_s": 0.0,
+        "accepted_by_source": {}, "extra": {},  # a row without figures (a grid's, one from before repeats)
+    }
+    row.verdict = FIGURES
+    row.bench = BenchFigures(oracle_bound=2.5, runs=8, drafted=30, accepted=12, drafted_steps=10, landed_steps=6,
+                             plain_tps_after_first=10.5)
+    assert list(row.to_json_dict()["extra"].items()) == [  # the verdict's, then the bench's: what it had, in order
+        ("plain_first", True), ("speedup_low", 1.2), ("speedup_high", 1.4), ("pairs", 4), ("steps_predict", 1.25),
+        ("same_steps", False), ("measurable", True), ("busy", False), ("oracle_bound", 2.5), ("runs", 8),
+        ("drafted", 30), ("accepted", 12), ("drafted_steps", 10), ("landed_steps", 6),
+        ("plain_tps_after_first", 10.5),
+    ]
+    row.bench = replace(row.bench, measured_speedup=1.31, oracle_all_sources=2.9, documents_seen={"a.txt": 0.5})
+    extra = row.to_json_dict()["extra"]
+    assert list(extra)[8:] == ["measured_speedup", "oracle_bound", "oracle_all_sources", "runs", "drafted",
+                               "accepted", "drafted_steps", "landed_steps", "plain_tps_after_first", "documents_seen"]
+    assert (extra["measured_speedup"], extra["oracle_all_sources"], extra["documents_seen"]) == (1.31, 2.9,
+                                                                                              {"a.txt": 0.5})
 
 
 # --- everyone who reports a speedup agrees ---
@@ -289,8 +319,9 @@ class ScheduledEngine(RecordedEngine):
 
 
 def test_bench_compare_and_the_speed_report_print_the_same_ratio_and_range_for_runs_that_spread(qtbot):
-    from app.compare import CompareRequest, SpeedReportRequest, prompt_cells, run_comparison, run_speed_report
-    from engine.speed.comparison import MAX_PAIRS, speedup_cell
+    from app.compare import CompareRequest, SpeedReportRequest, run_comparison, run_speed_report
+    from engine.speed.comparison import MAX_PAIRS
+    from engine.speed.tables import prompt_cells, speedup_cell
 
     workload = Workload("scheduled", "code", "Count to ten.")
     request = CompareRequest(request_id=1, messages=(Message("user", workload.prompt),), lookahead=LOOKAHEAD,
@@ -314,9 +345,11 @@ def test_bench_compare_and_the_speed_report_print_the_same_ratio_and_range_for_r
     assert measured.high / measured.low > 1.2  # a real spread, or this test would not tell ranges apart
 
     for row in (reported, benched):
-        assert (row.speedup, row.extra["speedup_low"], row.extra["speedup_high"], row.extra["pairs"]) == (
+        figures = row.verdict
+        assert figures is not None
+        assert (row.speedup, figures.speedup_low, figures.speedup_high, figures.pairs) == (
             round(measured.value, 4), round(measured.low, 4), round(measured.high, 4), 6)
-        assert row.extra["steps_predict"] == round(compared.verdict.predicted, 4)
+        assert figures.steps_predict == round(compared.verdict.predicted, 4)
     cell = speedup_cell(benched)
     assert cell == speedup_cell(reported) == f"{measured.value:.2f}× ({measured.low:.2f}–{measured.high:.2f})"
     assert cell in bench.table() and cell in prompt_cells(reported)

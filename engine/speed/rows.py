@@ -1,0 +1,150 @@
+"""A prompt's row, plain against lookahead, and the rows rolled up by category.
+
+``PromptResult`` is a row of ``engine bench`` and of the app's speed report. What every row holds is its own
+fields; what only some rows hold travels in typed groups: ``VerdictFigures`` (what the repeated comparison
+says: ``engine.speed.comparison.prompt_result`` sets them) and ``BenchFigures`` (what ``engine bench`` adds:
+draft counts, oracle bounds). ``to_json_dict`` is the row as ``engine bench --json`` prints it, those groups
+flattened into its ``extra`` object. ``by_category`` rolls rows up; the tables that show them are
+engine/speed/tables.py. Pure Python: no model, no Qt.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from engine.speed.measure import ALL, Divergence, RunStats, Workload, geomean, speedup
+
+
+@dataclass(frozen=True)
+class VerdictFigures:
+    """What the comparison's repeats say about a row (``engine.speed.comparison.Verdict``), rounded as stored."""
+
+    plain_first: bool  # the first pair ran plain first (the next pair turned it round)
+    speedup_low: float  # the lowest and highest of the pairs' speedups, the row's ``speedup`` between them
+    speedup_high: float
+    pairs: int  # pairs of runs measured
+    steps_predict: float  # what the steps alone predict (0.0: the steps carry no cost)
+    same_steps: bool  # lookahead took as many steps as plain: no speedup to claim
+    measurable: bool  # lookahead saved steps and every repeat says the same side of 1.0
+    busy: bool  # another program held a core during some run
+
+
+@dataclass(frozen=True, kw_only=True)
+class BenchFigures:
+    """What ``engine bench`` adds to a row: the oracle's bounds, the lookahead run's drafts, the reference rate.
+
+    Optional figures are None where the bench had nothing to say; a row's JSON leaves them out.
+    """
+
+    measured_speedup: float | None = None  # timed, when the row's ``speedup`` is priced on a what-if curve
+    oracle_bound: float  # an oracle drafting from the prompt alone (engine.tools.bench.oracle_bound)
+    oracle_all_sources: float | None = None  # ... and from the earlier prompts' chats, when they were offered
+    runs: int = 0  # runs timed: both decoders, every pair
+    drafted: int = 0  # the lookahead median run's drafted and accepted tokens
+    accepted: int = 0
+    drafted_steps: int = 0  # its steps that verified a draft, and of them those that accepted some of it
+    landed_steps: int = 0
+    plain_tps_after_first: float = 0.0  # plain's rate after its first token (how llama-cpp-python is timed)
+    documents_seen: dict[str, float] | None = None  # of each attached file, the share the prompt held
+
+
+@dataclass
+class PromptResult:
+    """One prompt, plain against lookahead: a row of ``engine bench`` and of the app's speed report."""
+
+    id: str
+    cat: str
+    n_tokens: int
+    plain_tps: float
+    lookahead_tps: float
+    speedup: float
+    tokens_per_step: float
+    identical: bool
+    first_divergence: dict[str, Any] | None
+    plain_s: float = 0.0
+    lookahead_s: float = 0.0
+    accepted_by_source: dict[str, int] = field(default_factory=dict)  # the lookahead run's (RunStats)
+    verdict: VerdictFigures | None = None  # None: one pair, not repeats (a grid's row, a row from before repeats)
+    bench: BenchFigures | None = None  # engine bench's rows only
+
+    @classmethod
+    def from_runs(
+        cls,
+        workload: Workload,
+        plain: RunStats,
+        lookahead: RunStats,
+        identical: bool,
+        divergence: Divergence | None = None,
+        verdict: VerdictFigures | None = None,
+    ) -> PromptResult:
+        """The row for these two runs of ``workload`` (which runs they are is the caller's choice)."""
+        return cls(
+            id=workload.id,
+            cat=workload.cat,
+            n_tokens=lookahead.n_tokens,
+            plain_tps=round(plain.tokens_per_s, 2),
+            lookahead_tps=round(lookahead.tokens_per_s, 2),
+            speedup=round(speedup(plain, lookahead), 4),
+            tokens_per_step=round(lookahead.tokens_per_step, 3),
+            identical=identical,
+            first_divergence=None if divergence is None else divergence.as_dict(),
+            plain_s=round(plain.decode_s, 4),
+            lookahead_s=round(lookahead.decode_s, 4),
+            accepted_by_source=dict(sorted(lookahead.accepted_by_source.items())),
+            verdict=verdict,
+        )
+
+    @property
+    def steps_predict(self) -> float:
+        """What the steps alone predict (0.0: not recorded, or the steps carry no cost)."""
+        return self.verdict.steps_predict if self.verdict is not None else 0.0
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """The row as ``engine bench --json`` prints it: its fields, then ``extra`` with the groups' figures (the
+        verdict's first, then the bench's, a figure the bench had nothing for left out)."""
+        extra = asdict(self.verdict) if self.verdict is not None else {}
+        if self.bench is not None:
+            extra.update((k, v) for k, v in asdict(self.bench).items() if v is not None)
+        out = asdict(self)
+        del out["verdict"], out["bench"]
+        out["extra"] = extra
+        return out
+
+
+@dataclass(frozen=True)
+class CategoryRow:
+    """Prompts of one category rolled up (or of every category, ``cat == ALL``)."""
+
+    cat: str
+    n: int
+    speedup: float  # geometric mean
+    tokens_per_step: float  # arithmetic mean
+    identical: int
+    oracle_bound: float | None = None  # geometric mean of the rows' ``bench.oracle_bound``, where the bench set one
+    steps_predict: float = 0.0  # geometric mean of the rows' ``steps_predict`` (0.0: none recorded)
+
+
+def by_category(results: Sequence[PromptResult]) -> list[CategoryRow]:
+    """One row per category, in order of first appearance, then ``ALL`` over every result (nothing for none)."""
+    groups: dict[str, list[PromptResult]] = {}
+    for r in results:
+        groups.setdefault(r.cat, []).append(r)
+    rows = [_roll_up(cat, rs) for cat, rs in groups.items()]
+    if results:
+        rows.append(_roll_up(ALL, results))
+    return rows
+
+
+def _roll_up(cat: str, results: Sequence[PromptResult]) -> CategoryRow:
+    oracle = [r.bench.oracle_bound for r in results if r.bench is not None]
+    return CategoryRow(
+        cat=cat,
+        n=len(results),
+        speedup=geomean(r.speedup for r in results),
+        tokens_per_step=sum(r.tokens_per_step for r in results) / len(results),
+        identical=sum(r.identical for r in results),
+        oracle_bound=geomean(oracle) if oracle else None,
+        steps_predict=geomean(r.steps_predict for r in results),
+    )
