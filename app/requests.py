@@ -52,7 +52,7 @@ class GenerationRequest:
     attachments: tuple[Attachment, ...] = ()
     documents: tuple[str, ...] = ()  # the text of every file on the branch answered: lookahead drafts from them
     # The last user message as the person wrote it, when ``messages`` sends it with its files' text placed
-    # before it (a regenerated reply): what the earlier-chats memory keeps. None: ``messages[-1].content``.
+    # before it (a regenerated reply): what the drafts from earlier chats keep. None: ``messages[-1].content``.
     user_words: str | None = None
 
 

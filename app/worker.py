@@ -173,7 +173,7 @@ class EngineWorker(WorkerControls):
         old, self._engine, self._session = self._engine, engine, self._session_factory(engine)
         if old is not None:
             old.close()
-        engine.use_memory()  # drafts from earlier chats and kept n-grams: see rememberChats
+        engine.draft_from_earlier_chats()  # drafts from earlier chats and kept n-grams: see rememberChats
         s = engine.summary
         loaded = LoadedModel(
             path=str(model_path),
@@ -285,7 +285,7 @@ class EngineWorker(WorkerControls):
         if engine is not None and request.messages and reply_tokens:
             words = request.messages[-1].content if request.user_words is None else request.user_words
             engine.remember_chat(engine.tokenize(f"{words}\n", add_special=False) + reply_tokens)
-            engine.save_memory()
+            engine.save_kept_ngrams()
 
     @Slot(int)
     def measureMachine(self, request_id: int) -> None:
@@ -352,8 +352,8 @@ class EngineWorker(WorkerControls):
     def serveJob(self, job: Job) -> None:
         """Run a request of the local server (engine/server) on the engine, in turn with the chat's replies.
 
-        The chat's attached files and memory of replies are left out of it: what another program asks is not the
-        user's chat.
+        The chat's attached files, its earlier chats and kept n-grams are left out of it: what another program
+        asks is not the user's chat.
         """
         engine = self._engine
         if engine is None:

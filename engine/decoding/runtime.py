@@ -45,10 +45,10 @@ from engine.decoding.prompt_cache import PromptCache
 from engine.decoding.settings import MAX_GUESSES, MAX_NGRAM, MAX_WINDOW, SamplingConfig, StopConfig
 from engine.decoding.text import ChatTemplate, Message, render_parts
 from engine.library.names import LookaheadKind
-from engine.llama.memory import check_context_fits
 from engine.llama.models import ROLLBACK_TOKENS, GgufSummary, check_gguf
 from engine.llama.native import Batch, Context, Model, NativeError
 from engine.llama.problems import ContextTooLargeError, SettingsError
+from engine.llama.ram import check_context_fits
 
 # Largest batch one lookahead step can need: re-evaluated drafts, the input
 # token, G candidates of N-1 tokens and a window of W x (N-1).
@@ -149,7 +149,7 @@ class Engine(PromptCache):
         self._before_what_if = (self.cost_curve, self.cost_curve_source)  # what plan_with(None) goes back to
         self.acceptance = AcceptanceStats()
         # Drafts from beyond one reply: earlier chats with this model, and the n-grams kept from earlier
-        # replies. None until a caller opens them (the app: use_memory); benchmarks set their own.
+        # replies. None until a caller opens them (the app: draft_from_earlier_chats); benchmarks set their own.
         self.corpus: CorpusIndex | None = None
         self.kept: NgramPool | None = None
         # The attached documents of the chat being answered, whole (set_documents); their drafts' origin is
@@ -331,7 +331,7 @@ class Engine(PromptCache):
             return LookaheadKind.PLAIN
         return LookaheadKind.DRAFTS_ONLY if self.drafts_only else LookaheadKind.FULL
 
-    def use_memory(self) -> None:
+    def draft_from_earlier_chats(self) -> None:
         """Draft from earlier chats (fed by ``remember_chat``) and from the n-grams kept on disk for this file."""
         if self.corpus is None:
             self.corpus = CorpusIndex()
@@ -367,7 +367,7 @@ class Engine(PromptCache):
             kept_ngrams.keep(self.kept, pool)
             self._kept_changed = True
 
-    def save_memory(self, force: bool = False) -> None:
+    def save_kept_ngrams(self, force: bool = False) -> None:
         """Write the kept n-grams to disk if they came from there and changed: at most once a minute
         (a full pool takes a quarter of a second to write) unless ``force``."""
         if not (self._kept_on_disk and self._kept_changed and self.kept is not None):
@@ -378,7 +378,7 @@ class Engine(PromptCache):
             self._kept_saved_at = time.monotonic()
 
     def close(self) -> None:
-        self.save_memory(force=True)
+        self.save_kept_ngrams(force=True)
         self.ctx.close()
         self.model.close()
 

@@ -28,7 +28,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.files import cache_root, file_identity, write_json_atomic
-from engine.llama.memory import check_context_fits
 from engine.llama.models import GgufSummary, check_gguf
 from engine.llama.problems import (
     KIND_CRASHED,
@@ -40,6 +39,7 @@ from engine.llama.problems import (
     ModelFileError,
     problem_kind,
 )
+from engine.llama.ram import check_context_fits
 
 NO_PROBE_ENV = "LOOKAHEAD_NO_PROBE"
 FROZEN_FLAG = "--engine-probe"

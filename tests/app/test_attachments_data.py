@@ -25,7 +25,7 @@ from app.settings import AppSettings
 from app.store import ChatStore
 from engine import GenerationControls, Message, SamplingConfig, StepEvent, StopConfig
 from engine.documents import DocumentContext, with_documents
-from tests.helpers.app_fixtures import OFFSCREEN_NOISE, FakeEngineMemory, quick_settings, use_fake_engine
+from tests.helpers.app_fixtures import OFFSCREEN_NOISE, FakeEngineEarlierChats, quick_settings, use_fake_engine
 
 pytestmark = OFFSCREEN_NOISE
 
@@ -166,7 +166,7 @@ def test_the_worker_places_the_files_before_the_message_and_says_what_it_placed_
     # Drafts come from the whole text of every file on the branch, not only what was placed.
     assert _FilesSession.drafting_from == [(OWLS.text, BOOK.text, PREY.text)]
     # The earlier-chats memory keeps what the person wrote and the reply, not the files' text.
-    assert engine.remembered == [FakeEngineMemory().tokenize(question + "\n") + [1, 2, 3]]
+    assert engine.remembered == [FakeEngineEarlierChats().tokenize(question + "\n") + [1, 2, 3]]
 
 
 # --- sending, later turns, regenerate, edit, fork ---
@@ -230,7 +230,7 @@ def test_a_regenerated_reply_answers_the_same_message_with_its_files_without_pla
     assert len(_user_messages(window.store, second.conversation_id)) == 1
     assert window.chat_view.bubbles()[-1].sources_section is not None  # the new reply shows the same sources
     engine = window.engine.worker._engine
-    question = FakeEngineMemory().tokenize("What do owls eat?\n")
+    question = FakeEngineEarlierChats().tokenize("What do owls eat?\n")
     assert engine.remembered[-1] == question + [1, 2, 3]  # the person's words, not the files'
     assert model_read != "What do owls eat?"
 

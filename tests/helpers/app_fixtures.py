@@ -142,19 +142,19 @@ def make_window(qtbot, app_home: Path, dialogs: DialogLog, worker_options: dict)
         window.deleteLater()
 
 
-class FakeEngineMemory:
+class FakeEngineEarlierChats:
     """The part of an engine the worker feeds earlier chats to, for fake engines: it keeps what it was given."""
 
     remembered: list[list[int]] | None = None  # None until the worker turns drafting from earlier chats on
 
-    def use_memory(self) -> None:
+    def draft_from_earlier_chats(self) -> None:
         self.remembered = []
 
     def remember_chat(self, tokens) -> None:
         if self.remembered is not None:
             self.remembered.append(list(tokens))
 
-    def save_memory(self) -> None:
+    def save_kept_ngrams(self) -> None:
         pass
 
     document_texts: tuple[str, ...] = ()  # what the worker last told the engine to draft from (set_documents)
@@ -183,7 +183,7 @@ def close_mid_reply(window) -> list[StoredMessage]:
         store.close()
 
 
-class FakeEngine(FakeEngineMemory):
+class FakeEngine(FakeEngineEarlierChats):
     """An engine that loads at once and writes nothing itself: a fake session (``session_factory``) replies."""
 
     def __init__(self, path, n_ctx=4096, n_threads=None, progress=None, summary=None) -> None:

@@ -14,7 +14,7 @@ from app.widgets.model_info import FALLBACK_NOTE, OWN_TEMPLATE_NOTE, ModelInfoDi
 from engine.decoding.text import CHATML_TEMPLATE, ChatTemplate
 from engine.llama.probe import ProbeResult
 from engine.units import format_params, plain_size
-from tests.helpers.app_fixtures import OFFSCREEN_NOISE, FakeEngineMemory
+from tests.helpers.app_fixtures import OFFSCREEN_NOISE, FakeEngineEarlierChats
 
 pytestmark = OFFSCREEN_NOISE
 
@@ -87,7 +87,7 @@ def test_the_fallback_template_is_shown_with_a_line_saying_it_is_not_the_models_
 # --- through the real worker and window, with an engine whose file has no chat template ---
 
 
-class _TemplatelessEngine(FakeEngineMemory):
+class _TemplatelessEngine(FakeEngineEarlierChats):
     def __init__(self, path, n_ctx=4096, n_threads=None, progress=None, summary=None) -> None:
         self.summary = SimpleNamespace(name="Bare", architecture="gpt2", file_type="F16", path=str(path),
                                        context_length=1024, size_bytes=250_000_000, matrix_types=(("F16", 48),))

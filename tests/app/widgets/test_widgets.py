@@ -18,7 +18,7 @@ from app.widgets.decoding_panel import DecodingPanel  # noqa: E402
 from app.widgets.markdown_view import MarkdownView, keep_line_breaks  # noqa: E402
 from app.widgets.message_bubble import MessageBubble  # noqa: E402
 from engine import GenerationControls, LookaheadConfig, StepEvent  # noqa: E402
-from tests.helpers.app_fixtures import OFFSCREEN_NOISE, FakeEngineMemory, quick_settings, use_fake_engine
+from tests.helpers.app_fixtures import OFFSCREEN_NOISE, FakeEngineEarlierChats, quick_settings, use_fake_engine
 from tests.helpers.event_loop import EventLoopWatch
 
 pytestmark = OFFSCREEN_NOISE
@@ -302,7 +302,7 @@ def test_lookahead_drafts_from_the_earlier_chats_of_the_loaded_model_only(qtbot,
     store.close()
     window = make_window(quick_settings())
     engine = window.engine.worker._engine
-    fake = FakeEngineMemory()
+    fake = FakeEngineEarlierChats()
     expected = [fake.tokenize("question for mine\nthe fake model wrote this")]
     qtbot.waitUntil(lambda: engine.remembered == expected, timeout=5000)
 

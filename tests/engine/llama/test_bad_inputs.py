@@ -33,8 +33,8 @@ from engine import (
 )
 from engine.llama import models
 from engine.llama.gguf_header import parse_header  # noqa: E402
-from engine.llama.memory import check_context_fits  # noqa: E402
 from engine.llama.problems import ContextTooLargeError  # noqa: E402
+from engine.llama.ram import check_context_fits  # noqa: E402
 from tests.helpers.app_fixtures import OFFSCREEN_NOISE, REPLY_TIMEOUT_MS, quick_settings
 from tests.helpers.tiny_models import write_tiny_mamba
 

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from engine import ModelFileError, check_gguf
-from engine.llama import backend, memory, probe, problems
+from engine.llama import backend, probe, problems, ram
 from engine.llama.probe import ProbeResult, ensure_loadable, run_probe
 from tests.helpers import damage
 from tests.helpers.tiny_models import TOKENS
@@ -590,7 +590,7 @@ def test_running_out_of_memory_is_told_as_such_for_a_killed_test_load_and_a_cont
 
     summary = check_gguf(intact)
     with pytest.raises(problems.ContextTooLargeError) as too_large:
-        memory.check_context_fits(summary, 100_000, available=summary.kv_cache_bytes(100_000) // 4)
+        ram.check_context_fits(summary, 100_000, available=summary.kv_cache_bytes(100_000) // 4)
     assert too_large.value.message.startswith(
         "This PC does not have enough free memory for a context of 100,000 tokens")
     assert "more than this machine's memory allows" in too_large.value.detail

@@ -1,4 +1,4 @@
-"""Whether a context fits in this PC's free memory: the KV cache of the attention layers and the states of
+"""Whether a context fits in this PC's free RAM: the KV cache of the attention layers and the states of
 the recurrent ones, against what the OS (or the container's cgroup) says is available.
 """
 
@@ -15,7 +15,7 @@ from engine.units import plain_size
 CGROUP_DIR = Path("/sys/fs/cgroup")  # cgroup v2 as a container sees its own group (tests point it elsewhere)
 
 
-def available_memory_bytes() -> int | None:
+def available_ram_bytes() -> int | None:
     """Memory this process can still use: the system's available memory, capped by a cgroup limit (None if unknown).
 
     psutil reads it on Linux (MemAvailable), macOS and Windows alike.
@@ -41,7 +41,7 @@ def check_context_fits(summary: GgufSummary, n_ctx: int, available: int | None =
     killed when the cache is cleared, so the estimate is checked here instead.
     """
     need = summary.kv_cache_bytes(n_ctx)
-    avail = available_memory_bytes() if available is None else available
+    avail = available_ram_bytes() if available is None else available
     if not need or avail is None or need <= avail:
         return
     # Half the free memory, less what does not grow with the context; a round number.

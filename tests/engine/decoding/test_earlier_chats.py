@@ -27,7 +27,7 @@ def _reply(engine, prompt, lookahead, max_tokens=96, fresh=True) -> RunStats:
 
 
 @pytest.fixture
-def memory_engine(engine):
+def earlier_chats_engine(engine):
     """The shared engine with empty drafts-from-earlier-chats, put back as it was afterwards."""
     saved = engine.corpus, engine.kept, engine.keep_replies
     engine.corpus = CorpusIndex()
@@ -35,8 +35,8 @@ def memory_engine(engine):
     engine.corpus, engine.kept, engine.keep_replies = saved
 
 
-def test_a_reply_drafts_from_an_earlier_chat_with_the_same_model(memory_engine):
-    engine = memory_engine
+def test_a_reply_drafts_from_an_earlier_chat_with_the_same_model(earlier_chats_engine):
+    engine = earlier_chats_engine
     prompt = engine.render_chat([Message("user", "Write a haiku about autumn leaves, then explain it briefly.")])
     first = _reply(engine, prompt, None)
     # That chat is over; a new one asks the same. Its reply is nowhere in the new prompt, only in the earlier chat.
@@ -57,7 +57,7 @@ def test_the_kept_pool_survives_a_restart_and_is_dropped_when_the_model_file_cha
     shutil.copyfile(model_path, copy)
     prompt_text = "List five fruits, one per line, each with its colour."
     with Engine(copy, n_ctx=1024, n_threads=2) as eng:
-        eng.use_memory()
+        eng.draft_from_earlier_chats()
         assert eng.kept is not None and len(eng.kept) == 0
         prompt = eng.render_chat([Message("user", prompt_text)])
         plain = _reply(eng, prompt, None)
@@ -65,7 +65,7 @@ def test_the_kept_pool_survives_a_restart_and_is_dropped_when_the_model_file_cha
         kept = len(eng.kept)
         assert kept > 0
     with Engine(copy, n_ctx=1024, n_threads=2) as eng:  # the app started again
-        eng.use_memory()
+        eng.draft_from_earlier_chats()
         assert len(eng.kept) == kept
         # Fixed G: n-gram drafts are verified whatever the curve (Auto looks them up only where they pay).
         again = _reply(eng, eng.render_chat([Message("user", prompt_text)]), LookaheadConfig(0, 4, 3))
@@ -74,19 +74,19 @@ def test_the_kept_pool_survives_a_restart_and_is_dropped_when_the_model_file_cha
     st = copy.stat()
     os.utime(copy, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # the file was replaced or changed
     with Engine(copy, n_ctx=1024, n_threads=2) as eng:
-        eng.use_memory()
+        eng.draft_from_earlier_chats()
         assert len(eng.kept) == 0
 
 
 @pytest.mark.auto
 def test_lookahead_equals_plain_on_the_workloads_with_every_draft_source_and_a_what_if_curve(
-    memory_engine, plain_reference
+    earlier_chats_engine, plain_reference
 ):
     """Each workload's chat is remembered as it ends, so later ones also draft from earlier chats (and from
     attached files). Every other workload is answered again with lookahead, in turn: Auto on this engine's
     curve, a fixed shape with both branches, and Auto on a laptop's what-if curve; the other workloads'
     equality is test_engine_model's."""
-    engine = memory_engine
+    engine = earlier_chats_engine
     engine.kept = None
     laptop = laptop_curve("laptop-8core-llama3.2-3b-q4_k_m")
     runs = [(DEFAULT_LOOKAHEAD, None), (LookaheadConfig(window=3, ngram=4, guesses=3), None),

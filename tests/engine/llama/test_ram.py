@@ -1,4 +1,4 @@
-"""The memory check reads free memory through psutil (Linux, macOS, Windows) and keeps a container's cgroup cap.
+"""The RAM check reads free memory through psutil (Linux, macOS, Windows) and keeps a container's cgroup cap.
 
 psutil's figure is replaced here by a fixed one, and the cgroup v2 files are written to a temp dir, so each
 test knows what the answer must be on any machine.
@@ -11,10 +11,10 @@ from collections import namedtuple
 import psutil
 import pytest
 
-from engine.llama import memory
-from engine.llama.memory import available_memory_bytes, check_context_fits
+from engine.llama import ram
 from engine.llama.models import check_gguf
 from engine.llama.problems import ContextTooLargeError
+from engine.llama.ram import available_ram_bytes, check_context_fits
 
 GiB = 2**30
 FakeMemory = namedtuple("FakeMemory", "total available")
@@ -33,37 +33,37 @@ def free_memory(monkeypatch):
 @pytest.fixture
 def cgroup(tmp_path, monkeypatch):
     """Write this process's cgroup v2 memory files (limit "max" is none), or point at a folder without them."""
-    monkeypatch.setattr(memory, "CGROUP_DIR", tmp_path / "no-cgroup")
+    monkeypatch.setattr(ram, "CGROUP_DIR", tmp_path / "no-cgroup")
 
     def write(limit: str, current: int) -> None:
         (tmp_path / "memory.max").write_text(f"{limit}\n")
         (tmp_path / "memory.current").write_text(f"{current}\n")
-        monkeypatch.setattr(memory, "CGROUP_DIR", tmp_path)
+        monkeypatch.setattr(ram, "CGROUP_DIR", tmp_path)
 
     return write
 
 
 def test_free_memory_is_psutils_figure_where_no_cgroup_limits_it(free_memory, cgroup):
     free_memory(6 * GiB)
-    assert available_memory_bytes() == 6 * GiB  # no cgroup files (Windows, macOS, most desktops)
+    assert available_ram_bytes() == 6 * GiB  # no cgroup files (Windows, macOS, most desktops)
     cgroup("max", 1 * GiB)
-    assert available_memory_bytes() == 6 * GiB
+    assert available_ram_bytes() == 6 * GiB
 
 
 def test_a_cgroup_limit_below_free_memory_caps_it_at_the_limit_less_what_the_group_uses(free_memory, cgroup):
     free_memory(6 * GiB)
     cgroup(str(2 * GiB), GiB // 2)
-    assert available_memory_bytes() == 3 * GiB // 2
+    assert available_ram_bytes() == 3 * GiB // 2
     cgroup(str(2 * GiB), 3 * GiB)
-    assert available_memory_bytes() == 0  # the group is over its limit
+    assert available_ram_bytes() == 0  # the group is over its limit
     cgroup(str(64 * GiB), 0)
-    assert available_memory_bytes() == 6 * GiB  # a limit looser than the machine
+    assert available_ram_bytes() == 6 * GiB  # a limit looser than the machine
 
 
 def test_unreadable_cgroup_files_leave_psutils_figure(free_memory, cgroup):
     free_memory(6 * GiB)
     cgroup("lots", 0)
-    assert available_memory_bytes() == 6 * GiB
+    assert available_ram_bytes() == 6 * GiB
 
 
 def test_free_memory_is_unknown_when_psutil_cannot_read_it(monkeypatch):
@@ -71,11 +71,11 @@ def test_free_memory_is_unknown_when_psutil_cannot_read_it(monkeypatch):
         raise PermissionError(13, "Permission denied", "/proc/meminfo")
 
     monkeypatch.setattr(psutil, "virtual_memory", fails)
-    assert available_memory_bytes() is None
+    assert available_ram_bytes() is None
 
 
 def test_the_real_machine_reports_some_free_memory():
-    avail = available_memory_bytes()
+    avail = available_ram_bytes()
     assert avail is not None and avail > 0
 
 
