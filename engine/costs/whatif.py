@@ -23,11 +23,10 @@ and prompt processing (pp512, compute-bound) speeds of llama.cpp on that
 machine and model, turned into bytes and FLOPs per second. s = 3 reproduces a
 published small-batch measurement of an 8B Q4_K_M model on a 12-thread CPU
 (pp4, pp8, pp16, pp32 against tg128) within 5% (tests/engine/costs/test_whatif.py holds
-it); fed this machine's own llama-bench speeds, the same model predicted
-c(2)/c(4)/c(8) of 1.05/1.35/2.34 where ``engine tune`` measured
-1.98/3.37/7.19. So the derived curves are the tests' examples of a flat
-curve, not a laptop's measured costs: no speed this project states rests on
-them.
+it); fed a machine's own llama-bench speeds, the same model predicted a far
+flatter curve than ``engine tune`` measured there. So the derived curves are
+the tests' examples of a flat curve, not a laptop's measured costs: no speed
+this project states rests on them.
 """
 
 from __future__ import annotations
