@@ -39,7 +39,7 @@ from .wheel_guard import install_wheel_guard
 from .widgets import plain
 from .widgets.chat_pane import ChatPane
 from .widgets.compare_view import CompareView
-from .widgets.comparisons import Comparisons
+from .widgets.comparison_routing import Comparisons
 from .widgets.conversation_list import ConversationList
 from .widgets.decoding_panel import DecodingPanel
 from .widgets.library import LibraryDialog

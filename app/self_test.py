@@ -9,7 +9,7 @@ from PySide6.QtCore import QObject, Qt, QTimer, Slot
 from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QApplication, QWidget
 
-from .compare import CompareResult
+from .comparison_jobs import CompareResult
 from .main_window import MainWindow, ReplyRecord
 
 SETTLE_MS = 400  # let the last repaint land before the screenshot

@@ -1,6 +1,6 @@
 """A reply's statistics as the app shows and stores them.
 
-The counting is ``engine.speed.measure.RunStats``'s; this adds what the app knows
+The counting is ``engine.speed.run_stats.RunStats``'s; this adds what the app knows
 besides the events (the model's name, whether Auto chose the shape), the line
 shown under a reply, and the JSON stored with the message. No Qt here.
 """

@@ -31,8 +31,8 @@ from engine import (
     TemplateRenderError,
     default_model_path,
 )
+from engine.costs.calibration import MachineBusy, MeasurementCancelled
 from engine.costs.curve import CostCurve
-from engine.costs.measuring import MachineBusy, MeasurementCancelled
 from engine.decoding.runtime import default_threads
 from engine.documents import with_documents
 from engine.library.names import friendly_name
@@ -45,7 +45,7 @@ from engine.speed.comparison import CompareProgress
 from engine.speed.rows import PromptResult
 
 from .attachments import ReplySources
-from .compare import (
+from .comparison_jobs import (
     CompareRequest,
     SpeedReportOutcome,
     SpeedReportProgress,

@@ -12,7 +12,7 @@ from engine.llama.bundled import default_model_path
 from engine.llama.models import GgufSummary, check_gguf
 from engine.llama.native import NativeError
 from engine.llama.problems import ModelFileError, SettingsError
-from engine.speed.measure import RunStats
+from engine.speed.run_stats import RunStats
 
 __all__ = [
     "OWN",

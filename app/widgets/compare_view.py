@@ -1,9 +1,9 @@
 """The comparison tab: plain decoding on the left, lookahead on the right, one input.
 
-The worker measures the two decoders in turns, repeated (``app.compare``);
+The worker measures the two decoders in turns, repeated (``app.comparison_jobs``);
 this view then replays each one's median run side by side, each pane on its
 own clock advancing by the step times that were measured, redrawn by one
-~30 Hz timer, and shows the verdict ``app.compare.Verdict`` words: the panes'
+~30 Hz timer, and shows the verdict ``engine.speed.comparison.Verdict`` words: the panes'
 clocks and figures and the verdict's times are the same two runs' numbers.
 """
 
@@ -26,7 +26,7 @@ from engine import LookaheadConfig, RunStats, StepEvent
 from engine.speed.comparison import LOOKAHEAD, PLAIN, CompareProgress
 
 from ..coalescer import DEFAULT_INTERVAL_MS, UpdateCoalescer
-from ..compare import FAIRNESS_NOTE, CompareRequest, CompareResult, ReplayTrack
+from ..comparison_jobs import FAIRNESS_NOTE, CompareRequest, CompareResult, ReplayTrack
 from ..marks import TokenMarks
 from .chat_input import ChatInput
 from .markdown_view import palette_is_dark

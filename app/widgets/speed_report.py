@@ -25,7 +25,6 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine.speed.measure import Workload
 from engine.speed.rows import PromptResult, by_category
 from engine.speed.tables import (
     CATEGORY_HEADINGS,
@@ -36,8 +35,9 @@ from engine.speed.tables import (
     report_markdown,
     report_summary,
 )
+from engine.speed.workloads import Workload
 
-from ..compare import FAIRNESS_NOTE, SpeedReportOutcome, SpeedReportProgress
+from ..comparison_jobs import FAIRNESS_NOTE, SpeedReportOutcome, SpeedReportProgress
 from . import plain
 from .plain import Label
 from .plain import tip as plain_tip

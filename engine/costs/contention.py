@@ -25,7 +25,7 @@ so a trial that happened to run bigger batches is not taken for a slower one.
 
 Changing the thread count does not change any result: each output of a node is
 computed by one thread whatever their number (checked per model by the
-exact-batch probe, see measuring.probe_exact_batch; the governor is off for a
+exact-batch probe, see calibration.probe_exact_batch; the governor is off for a
 model where it would not be).
 """
 
@@ -43,7 +43,7 @@ import psutil
 
 # Decodes waited for cores when their threads had them for less than this share of their wall time. Used alone
 # only where this PC's rest is not known yet: to stop a measurement that another program disturbs
-# (measuring.measure), and as the bar before the first measurement. With one core of two taken, two threads get
+# (calibration.measure), and as the bar before the first measurement. With one core of two taken, two threads get
 # about 0.73 of theirs.
 BUSY_UTILIZATION = 0.8
 # Shorter decodes are never judged: a worker thread waking up late is most of their time (a tiny model's

@@ -3,7 +3,7 @@
 On a CPU the extra tokens of a lookahead step are not free: a 2-token batch
 can cost nearly twice a 1-token step. Every lookahead decision is priced with
 this curve, measured for the loaded model and thread count in a few seconds
-(``engine.costs.measuring``) and cached per (model file, threads, CPU) in the
+(``engine.costs.calibration``) and cached per (model file, threads, CPU) in the
 user cache dir. Nothing here drives llama.cpp.
 """
 

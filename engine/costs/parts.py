@@ -1,6 +1,6 @@
 """What every user of an engine's llama.cpp state reads of it: context, batch, cache, threads, sequences.
 
-``engine.decoding.runtime.Engine`` has these parts. The cost measurement (measuring.py) and a generation
+``engine.decoding.runtime.Engine`` has these parts. The cost measurement (calibration.py) and a generation
 (engine/decoding/generation.py) each name what more they use in a Protocol built on this one, so that neither
 imports the engine that calls it. It lives here, below decoding, because measuring needs it too.
 """

@@ -21,10 +21,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from engine.costs.contention import CpuLoad, DecodeSample, ThreadGovernor
-from engine.costs.cpus import default_threads
-from engine.costs.curve import DEFAULT_CURVE, CostCurve, LiveCosts, load_cached
-from engine.costs.measuring import (
+from engine.costs.calibration import (
     QUICK_PROBE_SIZES,
     MeasurementCancelled,
     curve_for,
@@ -32,6 +29,9 @@ from engine.costs.measuring import (
     probe_exact_batch,
     probe_threads_agree,
 )
+from engine.costs.contention import CpuLoad, DecodeSample, ThreadGovernor
+from engine.costs.cpus import default_threads
+from engine.costs.curve import DEFAULT_CURVE, CostCurve, LiveCosts, load_cached
 from engine.costs.whatif import curve_from_env
 from engine.decoding import kept as kept_ngrams
 from engine.decoding.auto import AcceptanceStats

@@ -9,7 +9,7 @@ from typing import Any
 
 from engine.decoding.generation import StepEvent
 from engine.server.requests import CompletionRequest
-from engine.speed.measure import RunStats
+from engine.speed.run_stats import RunStats
 
 FINISH_REASONS = {"eog": "stop", "stop_string": "stop", "max_tokens": "length", "context_full": "length",
                   "cancelled": "stop"}

@@ -1,1 +1,1 @@
-"""Speed measured: a run's statistics and plain against lookahead on the same prompt."""
+"""Speed measured: a run's statistics, plain against lookahead on the same prompt, and the rows and tables of it."""

@@ -23,11 +23,11 @@ from dataclasses import dataclass
 from engine.decoding.generation import GenerationControls, StepEvent
 from engine.decoding.runtime import Engine
 from engine.decoding.settings import LookaheadConfig, SamplingConfig, StopConfig
-from engine.speed.measure import (
+from engine.speed.rows import PromptResult, VerdictFigures
+from engine.speed.run_stats import (
     Divergence,
     RatioRange,
     RunStats,
-    Workload,
     first_divergence,
     lower_median,
     median_run,
@@ -37,7 +37,7 @@ from engine.speed.measure import (
     same_steps,
     speedup,
 )
-from engine.speed.rows import PromptResult, VerdictFigures
+from engine.speed.workloads import Workload
 
 BUSY_NOTE = "Another program was using the CPU during this run: times may be off."
 
@@ -235,7 +235,7 @@ class Comparison:
     divergence: DivergenceMark | None = None
     cancelled: bool = False
     pairs: tuple[Pair, ...] = ()  # in the order they ran
-    busy: bool = False  # another program held a core during some step (``engine.speed.measure.ran_busy``)
+    busy: bool = False  # another program held a core during some step (``engine.speed.run_stats.ran_busy``)
 
     @property
     def complete(self) -> bool:
@@ -243,7 +243,7 @@ class Comparison:
 
     @property
     def speedup(self) -> float:
-        """Lookahead's median run against plain's, by ``engine.speed.measure.speedup`` (0.0 unless both ran)."""
+        """Lookahead's median run against plain's, by ``engine.speed.run_stats.speedup`` (0.0 unless both ran)."""
         if self.plain is None or self.lookahead is None:
             return 0.0
         return speedup(self.plain.stats, self.lookahead.stats)

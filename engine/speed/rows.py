@@ -14,7 +14,10 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from engine.speed.measure import ALL, Divergence, RunStats, Workload, geomean, speedup
+from engine.speed.run_stats import Divergence, RunStats, geomean, speedup
+from engine.speed.workloads import Workload
+
+ALL = "all"  # the roll-up row over every category
 
 
 @dataclass(frozen=True)

@@ -4,13 +4,23 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from engine.documents import kind_of
 from engine.files import DATA_DIR
-from engine.speed.measure import Workload
 
 WORKLOADS_PATH = DATA_DIR / "workloads.jsonl"
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One benchmark prompt, sent as a chat message; ``cat`` groups prompts in the roll-up."""
+
+    id: str
+    cat: str
+    prompt: str
+    attach: tuple[str, ...] = ()  # files attached to the message (paths), for the "docs" category
 
 
 def load_workloads(path: str | Path | None = None) -> list[Workload]:

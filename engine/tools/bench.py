@@ -26,9 +26,10 @@ from engine.decoding.settings import LookaheadConfig, StopConfig
 from engine.decoding.text import Message
 from engine.documents import DocumentContext, read_document, with_documents
 from engine.speed.comparison import compare_decoders, prompt_result
-from engine.speed.measure import ALL, RunStats, Workload, first_divergence, geomean, simulated_speedup
-from engine.speed.rows import BenchFigures, CategoryRow, PromptResult, by_category
+from engine.speed.rows import ALL, BenchFigures, CategoryRow, PromptResult, by_category
+from engine.speed.run_stats import RunStats, first_divergence, geomean, simulated_speedup
 from engine.speed.tables import console_table
+from engine.speed.workloads import Workload
 
 
 def _split_roll_up(results: Sequence[PromptResult]) -> tuple[list[CategoryRow], CategoryRow]:
@@ -46,7 +47,7 @@ class BenchReport:
     lookahead: dict
     threads: int
     max_tokens: int
-    simulated: bool = False  # speedups priced on a what-if curve (measure.simulated_speedup), not timed
+    simulated: bool = False  # speedups priced on a what-if curve (run_stats.simulated_speedup), not timed
     replay: float | None = None  # drafts replayed from plain's reply, right at this share of positions
 
     def summary(self) -> dict:

@@ -29,7 +29,7 @@ from engine.decoding.runtime import Engine, GenerationControls
 from engine.decoding.settings import LookaheadConfig, StopConfig
 from engine.decoding.text import Message
 from engine.speed.comparison import paired_ratio
-from engine.speed.measure import RatioRange
+from engine.speed.run_stats import RatioRange
 
 MODES = ("plain", "auto")
 POLICIES = ("governor", "fixed", "one")  # adapting threads; every thread kept; one thread kept

@@ -15,7 +15,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from app.compare import (  # noqa: E402
+from app.comparison_jobs import (  # noqa: E402
     FAIRNESS_NOTE,
     CompareRequest,
     CompareResult,

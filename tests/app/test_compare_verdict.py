@@ -14,12 +14,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from app.compare import CompareRequest, CompareResult, run_comparison
+from app.comparison_jobs import CompareRequest, CompareResult, run_comparison
 from app.widgets.compare_view import CompareView
 from engine import GenerationControls, LookaheadConfig, Message, StepEvent, StopConfig
 from engine.llama.probe import ProbeResult
 from engine.speed.comparison import BUSY_NOTE, MIN_PAIRS, CompareProgress, planned_pairs, repeats_done
-from engine.speed.measure import RunStats, median_run, predicted_gain, ran_busy, ratio_range, same_steps, speedup
+from engine.speed.run_stats import RunStats, median_run, predicted_gain, ran_busy, ratio_range, same_steps, speedup
 from tests.helpers.app_fixtures import FakeEngine, quick_settings
 
 pytestmark = pytest.mark.qt_log_ignore(

@@ -12,7 +12,7 @@ from app.widgets import measure_status
 from app.widgets.chat_pane import WAITING_LINE
 from app.widgets.message_bubble import MessageBubble
 from engine import GenerationControls, StepEvent
-from engine.costs.measuring import MachineBusy
+from engine.costs.calibration import MachineBusy
 from engine.decoding.prompt_cache import PREFILL_CHUNK
 from engine.llama import native
 from engine.tools.busybench import BusyLoop

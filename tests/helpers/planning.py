@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from engine import Engine
-from engine.costs import measuring
+from engine.costs import calibration
 from engine.costs.curve import REFERENCE_CURVES, CostCurve
 from engine.costs.whatif import load_curve
 from engine.decoding.auto import AcceptanceStats
@@ -44,9 +44,9 @@ def auto_on_curve(engine: Engine, curve: CostCurve) -> Iterator[Engine]:
 def tune_here(engine: Engine) -> CostCurve:
     """This PC's curve for ``engine``, measured even while another program runs (a busy CI machine): what a
     measurement under load does is test_contention's, not the concern of tests that only need a curve."""
-    saved = measuring.BUSY_SHARE
-    measuring.BUSY_SHARE = float("inf")
+    saved = calibration.BUSY_SHARE
+    calibration.BUSY_SHARE = float("inf")
     try:
         return engine.tune()
     finally:
-        measuring.BUSY_SHARE = saved
+        calibration.BUSY_SHARE = saved

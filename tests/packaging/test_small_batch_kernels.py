@@ -16,7 +16,7 @@ import llama_cpp
 import pytest
 
 from engine import Engine
-from engine.costs.measuring import EXACT_PROBE_SIZES, probe_exact_batch
+from engine.costs.calibration import EXACT_PROBE_SIZES, probe_exact_batch
 from engine.llama import backend
 from engine.llama.kernels import EVERY_SIZE, batch_kernels, explain_exact_limit, matrix_kernels
 from engine.tools.shapes import SHAPES, build_shape

@@ -11,7 +11,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 # The app's modules that hold logic without widgets: testable, and usable, without Qt.
-QT_FREE_APP_MODULES = ("app.stats", "app.compare")
+QT_FREE_APP_MODULES = ("app.stats", "app.comparison_jobs")
 
 # Imports engine and every module of it, then the modules named on the command line, with Qt blocked.
 BLOCK_QT_AND_IMPORT_ENGINE = textwrap.dedent(

@@ -13,10 +13,10 @@ from engine.costs.curve import cpu_name
 from engine.costs.whatif import CurveFileError, load_curve
 from engine.decoding.runtime import Engine
 from engine.decoding.settings import LookaheadConfig
-from engine.speed.measure import Workload, geomean
 from engine.speed.rows import PromptResult
+from engine.speed.run_stats import geomean
 from engine.speed.tables import speedup_cell
-from engine.speed.workloads import attached_workloads, load_workloads
+from engine.speed.workloads import Workload, attached_workloads, load_workloads
 from engine.tools.bench import (
     BenchReport,
     llama_cpp_tps,

@@ -9,7 +9,7 @@ from engine.decoding.runtime import GenerationControls, PromptTooLongError
 from engine.decoding.session import ChatSession
 from engine.decoding.settings import SamplingConfig, StopConfig
 from engine.decoding.text import Message, conversation_messages
-from engine.speed.measure import RunStats
+from engine.speed.run_stats import RunStats
 from engine.tools.commands.common import (
     add_lookahead_args,
     add_model_args,

@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from engine.costs.measuring import MachineBusy
+from engine.costs.calibration import MachineBusy
 from engine.decoding.runtime import Engine, default_threads
 from engine.decoding.session import ChatSession
 from engine.decoding.settings import DEFAULT_LOOKAHEAD, LookaheadConfig

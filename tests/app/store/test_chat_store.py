@@ -383,7 +383,7 @@ def test_reply_stats_add_up_the_steps_of_a_reply():
     assert ReplyStats.from_json("garbage") is None and ReplyStats.from_json(None) is None
 
 
-# A message's stats exactly as the app stored them before the counting moved to engine.speed.measure.RunStats.
+# A message's stats exactly as the app stored them before the counting moved to engine.speed.run_stats.RunStats.
 STORED_BEFORE_RUNSTATS = (
     '{"n_tokens": 48, "steps": 32, "decode_s": 0.5, "first_token_s": 0.08, "n_drafted": 60, "n_accepted": 16, '
     '"modes": ["lookahead"], "window": 4, "ngram": 4, "guesses": 3, "auto": false, "model": "SmolLM2", '

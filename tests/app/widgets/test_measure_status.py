@@ -10,8 +10,8 @@ import pytest
 
 from app.widgets import measure_status
 from app.widgets.measure_status import RUNNING_TEXT, SKIP_COST, SKIPPED_TEXT, format_left, time_left
+from engine.costs.calibration import MeasurementCancelled
 from engine.costs.curve import DEFAULT_CURVE
-from engine.costs.measuring import MeasurementCancelled
 from tests.helpers.app_fixtures import (
     MODEL_LOAD_TIMEOUT_MS,
     OFFSCREEN_NOISE,

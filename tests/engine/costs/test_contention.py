@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from engine import GenerationControls, LookaheadConfig, Message, StopConfig
+from engine.costs.calibration import MachineBusy, MeasurementCancelled, curve_for
 from engine.costs.contention import (
     BUSY_UTILIZATION,
     MAX_RETRY_S,
@@ -22,7 +23,6 @@ from engine.costs.contention import (
     waiting_share,
 )
 from engine.costs.curve import load_cached
-from engine.costs.measuring import MachineBusy, MeasurementCancelled, curve_for
 from engine.decoding.prompt_cache import PREFILL_CHUNK
 from tests.helpers.planning import FLAT, STEEP, auto_on_curve
 
@@ -380,7 +380,7 @@ def test_a_measurement_keeps_the_one_thread_curve_and_how_decodes_use_their_core
 
 @pytest.mark.model
 def test_the_probe_finds_that_one_thread_gives_the_same_logits(engine):
-    from engine.costs.measuring import QUICK_PROBE_SIZES, probe_exact_batch
+    from engine.costs.calibration import QUICK_PROBE_SIZES, probe_exact_batch
 
     engine.threads_agree = None
     saved = engine.n_threads

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from engine.costs import measuring
-from engine.costs.measuring import measure
+from engine.costs import calibration
+from engine.costs.calibration import measure
 
 pytestmark = pytest.mark.model
 
@@ -24,7 +24,7 @@ def own_engine(model_path):
 
 
 def test_progress_never_goes_back_ends_at_one_and_moves_at_every_pair_of_the_first_round(own_engine, monkeypatch):
-    monkeypatch.setattr(measuring, "BUSY_SHARE", float("inf"))  # other programs on this PC must not stop it here
+    monkeypatch.setattr(calibration, "BUSY_SHARE", float("inf"))  # other programs on this PC must not stop it here
     seen: list[float] = []
     measure(own_engine, budget_s=0.5, sizes=SIZES, progress=seen.append)
 
@@ -46,7 +46,7 @@ def test_a_cancel_stops_the_measurement_before_its_next_decode_wherever_it_is(ow
     piece, of the one-thread check or of a timed pair."""
     import threading
 
-    monkeypatch.setattr(measuring, "BUSY_SHARE", float("inf"))
+    monkeypatch.setattr(calibration, "BUSY_SHARE", float("inf"))
     monkeypatch.setattr(own_engine, "n_threads", 2)  # so that the one-thread check runs
     monkeypatch.setattr(own_engine, "threads_agree", None)
     request.addfinalizer(lambda: own_engine.ctx.set_threads(1))  # after monkeypatch has put n_threads back
@@ -74,7 +74,7 @@ def test_a_cancel_stops_the_measurement_before_its_next_decode_wherever_it_is(ow
             cancel.set()
 
     monkeypatch.setattr(own_engine.ctx, "decode", decode)
-    with pytest.raises(measuring.MeasurementCancelled):
+    with pytest.raises(calibration.MeasurementCancelled):
         measure(own_engine, budget_s=0.5, sizes=SIZES, cancel=cancel,
                 progress=lambda f: timing.set() if f >= 0.1 else None)
     assert cancel.is_set() and after_cancel == [], after_cancel

@@ -11,7 +11,7 @@ from engine.costs.curve import CostCurve
 from engine.costs.whatif import CurveFileError, Roofline, load_curve, save_curve
 from engine.decoding.auto import AcceptanceStats
 from engine.decoding.settings import DEFAULT_LOOKAHEAD
-from engine.speed.measure import priced, simulated_speedup
+from engine.speed.run_stats import priced, simulated_speedup
 from tests.helpers.planning import LAPTOP_CURVES, laptop_curve
 
 GIB = 1024**3

@@ -154,7 +154,7 @@ def test_lookahead_text_equals_plain_text_past_1024_cached_tokens(engine, sampli
 
 def test_the_exact_batch_probe_checks_batches_past_256_cached_tokens(engine):
     """A batch must give every committed row plain decoding's logits there, not just its first row."""
-    from engine.costs.measuring import PROBE_DEPTH, QUICK_PROBE_SIZES, probe_exact_batch
+    from engine.costs.calibration import PROBE_DEPTH, QUICK_PROBE_SIZES, probe_exact_batch
 
     assert PROBE_DEPTH > 256
     assert engine.ctx.kv_type == "f16" and engine.ctx.flash_attn  # one attention path for steps and small batches

@@ -13,7 +13,7 @@ import threading
 import pytest
 
 from engine import Engine, GenerationControls, LookaheadConfig, Message, SamplingConfig, StopConfig
-from engine.costs.measuring import probe_exact_batch
+from engine.costs.calibration import probe_exact_batch
 from engine.decoding.runtime import ROLLBACK_TOKENS
 from engine.decoding.session import ChatSession
 from tests.helpers.planning import FLAT, auto_on_curve

@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from engine import ChatSession, Message, StopConfig
-from engine.costs.measuring import MeasurementCancelled
+from engine.costs.calibration import MeasurementCancelled
 from engine.decoding.prompt_cache import PREFILL_CHUNK
 from engine.decoding.runtime import Engine
 from engine.documents import Document

@@ -14,16 +14,9 @@ import pytest
 
 from engine import LookaheadConfig, Message, StepEvent, StopConfig
 from engine.costs.curve import DEFAULT_CURVE
-from engine.speed.measure import (
-    ALL,
-    Divergence,
-    RunStats,
-    Workload,
-    first_divergence,
-    geomean,
-    speedup,
-)
-from engine.speed.rows import BenchFigures, PromptResult, VerdictFigures, by_category
+from engine.speed.rows import ALL, BenchFigures, PromptResult, VerdictFigures, by_category
+from engine.speed.run_stats import Divergence, RunStats, first_divergence, geomean, speedup
+from engine.speed.workloads import Workload
 from engine.tools.bench import BenchReport, run_bench, run_grid
 
 LOOKAHEAD = LookaheadConfig(window=4, ngram=4, guesses=3)
@@ -263,7 +256,7 @@ def shown_in_compare_view(qtbot, request, result):
 
 
 def test_the_compare_tab_the_speed_report_and_the_bench_give_the_same_speedup_for_the_same_runs(qtbot):
-    from app.compare import CompareRequest, SpeedReportRequest, run_comparison, run_speed_report
+    from app.comparison_jobs import CompareRequest, SpeedReportRequest, run_comparison, run_speed_report
     from engine.speed.comparison import prompt_result
 
     workload = Workload("recorded", "code", "Count to ten.")
@@ -319,7 +312,7 @@ class ScheduledEngine(RecordedEngine):
 
 
 def test_bench_compare_and_the_speed_report_print_the_same_ratio_and_range_for_runs_that_spread(qtbot):
-    from app.compare import CompareRequest, SpeedReportRequest, run_comparison, run_speed_report
+    from app.comparison_jobs import CompareRequest, SpeedReportRequest, run_comparison, run_speed_report
     from engine.speed.comparison import MAX_PAIRS
     from engine.speed.tables import prompt_cells, speedup_cell
 

@@ -168,7 +168,7 @@ def test_an_attachment_that_cannot_be_used_ends_with_one_error_line_naming_it(tm
 
 @pytest.mark.model
 def test_tune_on_a_busy_pc_ends_with_one_line_saying_so(monkeypatch, capsys, model_path):
-    from engine.costs.measuring import MachineBusy
+    from engine.costs.calibration import MachineBusy
     from engine.decoding.runtime import Engine
     from engine.tools.cli import main
 

@@ -19,19 +19,6 @@ from engine.decoding.origins import DraftOrigin
 if TYPE_CHECKING:
     from engine.decoding.generation import StepEvent
 
-ALL = "all"  # the roll-up row over every category
-
-
-@dataclass(frozen=True)
-class Workload:
-    """One benchmark prompt, sent as a chat message; ``cat`` groups prompts in the roll-up."""
-
-    id: str
-    cat: str
-    prompt: str
-    attach: tuple[str, ...] = ()  # files attached to the message (paths), for the "docs" category
-
-
 @dataclass
 class RunStats:
     """What one generation did, folded from its step events in order (``observe``).

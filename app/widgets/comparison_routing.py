@@ -1,4 +1,7 @@
-"""Running comparisons and speed reports: from the Compare tab and the report dialog to the worker and back."""
+"""Routing comparisons and speed reports: from the Compare tab and the report dialog to the worker and back.
+
+The jobs the worker runs for them are app/comparison_jobs.py.
+"""
 
 from __future__ import annotations
 
@@ -9,10 +12,9 @@ from PySide6.QtWidgets import QWidget
 
 from engine import LookaheadConfig
 from engine.decoding.text import conversation_messages
-from engine.speed.measure import Workload
-from engine.speed.workloads import load_workloads
+from engine.speed.workloads import Workload, load_workloads
 
-from ..compare import CompareRequest, CompareResult, SpeedReportOutcome, SpeedReportProgress, SpeedReportRequest
+from ..comparison_jobs import CompareRequest, CompareResult, SpeedReportOutcome, SpeedReportProgress, SpeedReportRequest
 from ..engine_thread import EngineThread
 from . import plain
 from .compare_view import CompareView, lookahead_title

@@ -1,6 +1,7 @@
-"""Plain against lookahead on the user's prompt, for the Compare tab and the speed report.
+"""The worker's jobs for the Compare tab and the speed report: plain against lookahead on the user's prompt.
 
-No Qt here. ``run_comparison`` and ``run_speed_report`` run on the worker
+No Qt here: app/widgets/comparison_routing.py brings the requests from the tab
+and the dialog. ``run_comparison`` and ``run_speed_report`` run on the worker
 thread (it owns the engine) and measure with ``engine.speed.comparison``, as
 ``engine bench`` does: the same A-B-B-A pairs, the same median runs and ratio,
 the same ``Verdict``. What is the app's: the chat's context, system prompt and
@@ -18,8 +19,8 @@ from dataclasses import dataclass, field, replace
 from engine import ChatSession, LookaheadConfig, Message, SamplingConfig, StepEvent, StopConfig
 from engine.documents import read_document, with_documents
 from engine.speed.comparison import CompareProgress, Comparison, compare_decoders, prompt_result
-from engine.speed.measure import Workload
 from engine.speed.rows import PromptResult
+from engine.speed.workloads import Workload
 
 FAIRNESS_NOTE = (
     "Runs one after the other in A-B-B-A turns, repeated until their ratio settles, so the two never compete "

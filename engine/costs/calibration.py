@@ -1,4 +1,4 @@
-"""Measuring what a forward pass costs here, and which batch sizes give a 1-token step's logits.
+"""Calibrating this machine: what a forward pass costs here, and which batch sizes give a 1-token step's logits.
 
 Drives an engine (anything with the parts ``Measurable`` names: ``engine.decoding.runtime.Engine`` is one)
 through timed decodes of each batch size, and probes which sizes give bit-identical logits; the result is a
