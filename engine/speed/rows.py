@@ -3,7 +3,7 @@
 ``PromptResult`` is a row of ``engine bench`` and of the app's speed report. What every row holds is its own
 fields; what only some rows hold travels in typed groups: ``VerdictFigures`` (what the repeated comparison
 says: ``engine.speed.comparison.prompt_result`` sets them) and ``BenchFigures`` (what ``engine bench`` adds:
-draft counts, oracle bounds). ``to_json_dict`` is the row as ``engine bench --json`` prints it, those groups
+draft counts, oracle bounds). ``to_json`` is the row as ``engine bench --json`` prints it, those groups
 flattened into its ``extra`` object. ``by_category`` rolls rows up; the tables that show them are
 engine/speed/tables.py. Pure Python: no model, no Qt.
 """
@@ -104,7 +104,7 @@ class PromptResult:
         """What the steps alone predict (0.0: not recorded, or the steps carry no cost)."""
         return self.verdict.steps_predict if self.verdict is not None else 0.0
 
-    def to_json_dict(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         """The row as ``engine bench --json`` prints it: its fields, then ``extra`` with the groups' figures (the
         verdict's first, then the bench's, a figure the bench had nothing for left out)."""
         extra = asdict(self.verdict) if self.verdict is not None else {}

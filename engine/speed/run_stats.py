@@ -132,7 +132,7 @@ class RunStats:
         """Accepted / drafted tokens; None when nothing was drafted."""
         return self.n_accepted / self.n_drafted if self.n_drafted else None
 
-    def to_json_dict(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         """The run's text, counts and speeds (rounded), as ``engine generate --json`` prints them."""
         return {
             "text": self.text,

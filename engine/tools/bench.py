@@ -78,7 +78,7 @@ class BenchReport:
     def to_json(self) -> dict:
         return {
             "simulated": self.simulated,
-            "results": [r.to_json_dict() for r in self.results],
+            "results": [r.to_json() for r in self.results],
             "summary": self.summary(),
             "model": self.model,
             "lookahead": self.lookahead,

@@ -100,7 +100,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
             print(
                 json.dumps(
                     {
-                        **summary.to_json_dict(),
+                        **summary.to_json(),
                         "token_sources": token_sources,
                         "mode": "plain" if lookahead is None else ("auto" if lookahead.auto else "lookahead"),
                         "window": lookahead.window if lookahead else 0,

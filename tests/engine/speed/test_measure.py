@@ -218,7 +218,7 @@ def test_a_prompt_row_is_built_from_two_runs():
 
 def test_a_rows_json_holds_its_figures_under_extra_as_bench_json_printed_them():
     row = _row("a1", "code", 1.3, 2.0, True)
-    assert row.to_json_dict() == {
+    assert row.to_json() == {
         "id": "a1", "cat": "code", "n_tokens": 64, "plain_tps": 10.0, "lookahead_tps": 13.0, "speedup": 1.3,
         "tokens_per_step": 2.0, "identical": True, "first_divergence": None, "plain_s": 0.0, "lookahead_s": 0.0,
         "accepted_by_source": {}, "extra": {},  # a row without figures (a grid's, one from before repeats)
@@ -226,14 +226,14 @@ def test_a_rows_json_holds_its_figures_under_extra_as_bench_json_printed_them():
     row.verdict = FIGURES
     row.bench = BenchFigures(oracle_bound=2.5, runs=8, drafted=30, accepted=12, drafted_steps=10, landed_steps=6,
                              plain_tps_after_first=10.5)
-    assert list(row.to_json_dict()["extra"].items()) == [  # the verdict's, then the bench's: what it had, in order
+    assert list(row.to_json()["extra"].items()) == [  # the verdict's, then the bench's: what it had, in order
         ("plain_first", True), ("speedup_low", 1.2), ("speedup_high", 1.4), ("pairs", 4), ("steps_predict", 1.25),
         ("same_steps", False), ("measurable", True), ("busy", False), ("oracle_bound", 2.5), ("runs", 8),
         ("drafted", 30), ("accepted", 12), ("drafted_steps", 10), ("landed_steps", 6),
         ("plain_tps_after_first", 10.5),
     ]
     row.bench = replace(row.bench, measured_speedup=1.31, oracle_all_sources=2.9, documents_seen={"a.txt": 0.5})
-    extra = row.to_json_dict()["extra"]
+    extra = row.to_json()["extra"]
     assert list(extra)[8:] == ["measured_speedup", "oracle_bound", "oracle_all_sources", "runs", "drafted",
                                "accepted", "drafted_steps", "landed_steps", "plain_tps_after_first", "documents_seen"]
     assert (extra["measured_speedup"], extra["oracle_all_sources"], extra["documents_seen"]) == (1.31, 2.9,
