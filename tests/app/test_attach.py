@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -27,7 +28,7 @@ TYPED = "What does the manual say about the warranty?"
 
 
 @pytest.fixture
-def pane(qtbot) -> ChatPane:
+def pane(qtbot) -> Iterator[ChatPane]:
     """A chat pane in a window of its own, shown, with a message typed."""
     window = QWidget()
     qtbot.addWidget(window)
@@ -102,7 +103,12 @@ def test_the_paperclip_offers_the_readable_kinds_and_each_file_read_becomes_a_ch
 
 def test_the_paperclip_is_reached_by_tab_and_ctrl_shift_a_opens_the_dialog(qtbot, pane, monkeypatch):
     calls: list[int] = []
-    monkeypatch.setattr(QFileDialog, "getOpenFileNames", staticmethod(lambda *a: calls.append(1) or ([], "")))
+
+    def get_open_file_names(*_args: object) -> tuple[list[str], str]:
+        calls.append(1)
+        return [], ""
+
+    monkeypatch.setattr(QFileDialog, "getOpenFileNames", staticmethod(get_open_file_names))
     assert pane.attach_action.shortcut() == QKeySequence(ATTACH_SHORTCUT) == QKeySequence("Ctrl+Shift+A")
     assert pane.attach_button.focusPolicy() & Qt.FocusPolicy.TabFocus
     assert "Ctrl+Shift+A" in pane.attach_button.toolTip() and pane.attach_button.accessibleName()

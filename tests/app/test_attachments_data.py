@@ -26,6 +26,7 @@ from app.store import ChatStore
 from engine import GenerationControls, Message, SamplingConfig, StepEvent, StopConfig
 from engine.documents import DocumentContext, with_documents
 from tests.helpers.app_fixtures import OFFSCREEN_NOISE, FakeEngineEarlierChats, quick_settings, use_fake_engine
+from tests.helpers.optional import present
 
 pytestmark = OFFSCREEN_NOISE
 
@@ -151,6 +152,7 @@ def test_the_worker_places_the_files_before_the_message_and_says_what_it_placed_
         thread.generateRequested.emit(request)
         qtbot.waitUntil(lambda: bool(answers.said) and answers.said[-1][0] == "finished", timeout=TIMEOUT_MS)
         engine = thread.worker._engine
+        assert isinstance(engine, FakeEngineEarlierChats)
     finally:
         assert thread.shutdown()
 
@@ -333,10 +335,10 @@ def test_a_message_saved_with_files_the_worker_never_placed_gets_them_placed_whe
     context = DocumentContext.build([OWLS.document()], "What do owls eat?", 100, lambda t: len(t.split()))
     chat.place_documents(DocumentsPlaced(request.request_id, ReplySources.of_context(context), context.text,
                                          {"owls.md": 11}))
-    saved = store.message(question.id)
+    saved = present(store.message(question.id))
     assert saved.documents == ReplySources.of_context(context) and saved.attachments[0].tokens == 11
 
-    _again, next_request = chat.begin_regenerate(_settings())
+    _again, next_request = present(chat.begin_regenerate(_settings()))
     assert next_request.attachments == () and next_request.user_words == "What do owls eat?"
     assert next_request.messages[-1].content == with_documents("What do owls eat?", context)
 

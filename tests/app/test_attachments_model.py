@@ -12,6 +12,7 @@ from engine import Message, RunStats, SamplingConfig, StopConfig
 from engine.decoding.settings import DEFAULT_LOOKAHEAD
 from tests.app.test_attachments_data import WorkerAnswers
 from tests.helpers.app_fixtures import MODEL_LOAD_TIMEOUT_MS, REPLY_TIMEOUT_MS
+from tests.helpers.optional import present
 from tests.helpers.planning import FLAT, auto_on_curve
 
 pytestmark = pytest.mark.model
@@ -33,7 +34,7 @@ def test_a_reply_to_a_message_with_an_attached_file_drafts_from_the_file(qtbot, 
     try:
         thread.loadRequested.emit("", 2048, 1)
         qtbot.waitUntil(lambda: thread.worker._engine is not None, timeout=MODEL_LOAD_TIMEOUT_MS)
-        engine = thread.worker._engine
+        engine = present(thread.worker._engine)
         engine.corpus = engine.kept = None  # no drafts from earlier chats or kept n-grams: the file's alone
         stop = StopConfig(max_tokens=64)
         plain = _ask(qtbot, thread, answers, GenerationRequest(1, (Message("user", QUESTION),), None,

@@ -22,6 +22,7 @@ from app.widgets.message_bubble import FLASH_MS, MessageBubble
 from engine import GenerationControls, StepEvent
 from engine.documents import Citation
 from tests.helpers.app_fixtures import OFFSCREEN_NOISE, quick_settings, use_fake_engine
+from tests.helpers.optional import present
 
 pytestmark = OFFSCREEN_NOISE
 
@@ -296,9 +297,9 @@ def _chats_with_every_kind_of_message(store: ChatStore) -> None:
 
 def _chat_as_saved(store: ChatStore, conversation_id: int) -> tuple:
     """Everything about a chat but its ids: its fields, and each message with its parent as a position."""
-    conv = store.conversation(conversation_id)
+    conv = present(store.conversation(conversation_id))
     tree = store.tree(conversation_id)
-    position = {m.id: k for k, m in enumerate(tree)}
+    position: dict[int | None, int] = {m.id: k for k, m in enumerate(tree)}  # a root's parent (None) has none
     messages = [(position.get(m.parent_id), m.role, m.content, m.created, m.stats_json, m.marks_json, m.attachments,
                  m.documents) for m in tree]
     shown = [position[m.id] for m in store.messages(conversation_id)]

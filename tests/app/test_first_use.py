@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from PySide6.QtWidgets import QMessageBox
 
 from engine import ModelFileError, check_gguf
-from engine.llama.probe import ensure_loadable
+from engine.llama.probe import ProbeResult, ensure_loadable
 from tests.helpers.app_fixtures import MODEL_LOAD_TIMEOUT_MS, REPLY_TIMEOUT_MS, quick_settings
 from tests.helpers.damage import bad_model_files, make_damage, u64_fields, write_damaged_copy
 
@@ -121,10 +123,10 @@ def test_the_first_open_check_is_announced_in_plain_words(qtbot, make_window, tm
     assert not any("crash" in text or "damaged" in text for text in said)
 
 
-def _crashing_probe(*args, **kwargs):
+def _crashing_probe(path: str | os.PathLike[str], **kwargs: Any) -> ProbeResult:
     """The real first-open check, with a child that dies the way llama.cpp's GGML_ASSERT kills a process."""
     command = [sys.executable, "-c", "import os, sys; sys.stderr.write('GGML_ASSERT(x) failed\\n'); os.abort()"]
-    return ensure_loadable(*args, command=command, **kwargs)
+    return ensure_loadable(path, command=command, **kwargs)
 
 
 def _refused_copies(model_path: Path, tmp_path: Path, wanted: int) -> list[Path]:

@@ -192,11 +192,21 @@ def fake_engine(worker_options: dict) -> None:
     use_fake_engine(worker_options, lambda engine: SimpleNamespace())
 
 
+def _recording_into(opened: list[QUrl]) -> Callable[[QUrl], bool]:
+    """A stand-in for ``QDesktopServices.openUrl`` that keeps the URLs it is asked to open."""
+
+    def open_url(url: QUrl) -> bool:
+        opened.append(url)
+        return True
+
+    return open_url
+
+
 @OFFSCREEN_NOISE
 def test_help_open_log_folder_opens_the_log_folder_in_the_file_manager(make_window, fake_engine, app_home,
                                                                        monkeypatch):
     opened: list[QUrl] = []
-    monkeypatch.setattr(QDesktopServices, "openUrl", staticmethod(lambda url: opened.append(url) or True))
+    monkeypatch.setattr(QDesktopServices, "openUrl", staticmethod(_recording_into(opened)))
     window = make_window(quick_settings())
     help_menu = window.about_action.parent()
     assert window.log_folder_action in help_menu.actions()
@@ -213,7 +223,7 @@ def test_help_open_log_folder_opens_the_log_folder_in_the_file_manager(make_wind
 def test_help_open_log_folder_says_why_when_the_folder_cannot_be_made(make_window, fake_engine, app_home,
                                                                       monkeypatch):
     opened: list[QUrl] = []
-    monkeypatch.setattr(QDesktopServices, "openUrl", staticmethod(lambda url: opened.append(url) or True))
+    monkeypatch.setattr(QDesktopServices, "openUrl", staticmethod(_recording_into(opened)))
     window = make_window(quick_settings())
     (app_home / "data" / "logs").write_text("not a folder")
 

@@ -8,9 +8,11 @@ import pytest
 from PySide6.QtCore import Qt  # noqa: E402 (after the offscreen platform is set)
 
 from app.main_window import MainWindow, ReplyRecord  # noqa: E402
+from app.requests import GenerationRequest, StepUpdate
 from app.settings import AppSettings  # noqa: E402
 from app.stats import ReplyStats  # noqa: E402
 from tests.helpers.app_fixtures import OFFSCREEN_NOISE, REPLY_TIMEOUT_MS, close_mid_reply, quick_settings
+from tests.helpers.optional import present
 
 pytestmark = [pytest.mark.model, OFFSCREEN_NOISE]
 
@@ -27,7 +29,7 @@ def send(qtbot, window: MainWindow, text: str) -> ReplyRecord:
 
 def test_a_message_typed_and_sent_with_enter_gets_a_streamed_reply(qtbot, make_window):
     window = make_window()
-    updates = []
+    updates: list[StepUpdate] = []
     window.replyStepReceived.connect(updates.append)
     qtbot.keyClicks(window.input, "Name three colours.")
     with qtbot.waitSignal(window.replyCompleted, timeout=REPLY_TIMEOUT_MS) as blocker:
@@ -45,13 +47,13 @@ def test_a_message_typed_and_sent_with_enter_gets_a_streamed_reply(qtbot, make_w
     assert "tok/s" in bubbles[1].stats_label.text() and "TTFT" in bubbles[1].stats_label.text()
     stored = window.store.messages(record.conversation_id)
     assert [(m.role, m.content) for m in stored] == [("user", "Name three colours."), ("assistant", record.text)]
-    assert ReplyStats.from_json(stored[1].stats_json).n_tokens == record.stats.n_tokens > 0
+    assert present(ReplyStats.from_json(stored[1].stats_json)).n_tokens == record.stats.n_tokens > 0
     assert window.panel.live.chart.values() == record.stats.per_step
 
 
 def test_stop_ends_the_reply_within_one_step(qtbot, make_window):
     window = make_window(quick_settings(max_tokens=48))
-    pressed = []
+    pressed: list[bool] = []
 
     def press_stop_on_first_step(_update) -> None:
         if not pressed:
@@ -73,7 +75,7 @@ def test_stop_ends_the_reply_within_one_step(qtbot, make_window):
 
 def test_switching_lookahead_off_and_changing_w_mid_reply_take_effect_at_the_next_step(qtbot, make_window):
     window = make_window(quick_settings(max_tokens=48, window=4))
-    updates = []
+    updates: list[StepUpdate] = []
 
     def change_settings_as_steps_arrive(update) -> None:
         updates.append(update)
@@ -157,7 +159,7 @@ def test_closing_the_window_mid_reply_stops_it_quickly_and_keeps_the_partial_rep
     messages = close_mid_reply(window)
     assert [m.role for m in messages] == ["user", "assistant"]
     assert messages[1].content.strip()
-    assert ReplyStats.from_json(messages[1].stats_json).stop_reason == "cancelled"
+    assert present(ReplyStats.from_json(messages[1].stats_json)).stop_reason == "cancelled"
 
 
 def test_editing_a_user_message_and_resending_goes_on_from_the_edit_and_keeps_the_old_branch(qtbot, make_window):
@@ -188,7 +190,7 @@ def test_regenerate_writes_a_new_reply_beside_the_last_one(qtbot, make_window):
     before = window.store.messages(first.conversation_id)
     regenerate = window.chat_view.bubbles()[-1].regenerate_button
     assert regenerate.isVisible()
-    requests = []
+    requests: list[GenerationRequest] = []
     window.engine.generateRequested.connect(requests.append)
     with qtbot.waitSignal(window.replyCompleted, timeout=REPLY_TIMEOUT_MS) as blocker:
         regenerate.click()

@@ -9,6 +9,7 @@ from app.marks import OWN, TokenMarks
 from app.settings import AppSettings
 from engine import StepEvent
 from tests.helpers.app_fixtures import OFFSCREEN_NOISE, REPLY_TIMEOUT_MS, quick_settings
+from tests.helpers.optional import present
 
 pytestmark = [OFFSCREEN_NOISE]
 
@@ -90,10 +91,11 @@ def test_the_marked_view_redraws_runs_as_they_grow_with_a_tooltip_per_run(qtbot)
     block = view.document().firstBlock()
     tinted = [(block.text()[r.start : r.start + r.length], r.format.background().color().name())
               for r in block.layout().formats() if r.format.hasProperty(QTextFormat.Property.BackgroundBrush)]
-    assert tinted == [(" big", source_colour("prompt", False).name())]  # bold, yet tinted: its stars not shown
+    # bold, yet tinted: its stars not shown
+    assert tinted == [(" big", present(source_colour("prompt", False)).name())]
     big = view.toPlainText().index("big")
     assert view.run_at(big) == 1 and view.run_at(0) == 0
-    tip = view.marks.runs[view.run_at(big)].describe()
+    tip = view.marks.runs[present(view.run_at(big))].describe()
     assert "prompt" in tip and "batch of 4" in tip
 
 
@@ -108,17 +110,17 @@ def test_text_drafted_from_attached_files_has_its_own_tint_legend_chip_and_toolt
     block = view.document().firstBlock()
     tinted = [(block.text()[r.start : r.start + r.length], r.format.background().color().name())
               for r in block.layout().formats() if r.format.hasProperty(QTextFormat.Property.BackgroundBrush)]
-    assert tinted == [(" covers parts", source_colour("document", False).name()),
-                      (" and labour.", source_colour("prompt", False).name())]
-    others = {source_colour(s, dark).name() for s in ("prompt", "reply", "history", "other_chats", "kept", "window")
-              for dark in (False, True)}
-    assert not {source_colour("document", dark).name() for dark in (False, True)} & others
+    assert tinted == [(" covers parts", present(source_colour("document", False)).name()),
+                      (" and labour.", present(source_colour("prompt", False)).name())]
+    others = {present(source_colour(s, dark)).name()
+              for s in ("prompt", "reply", "history", "other_chats", "kept", "window") for dark in (False, True)}
+    assert not {present(source_colour("document", dark)).name() for dark in (False, True)} & others
     assert marks.runs[1].describe() == "step 1 · drafted from attached files · batch of 4"
 
     legend = MarksLegend()
     qtbot.addWidget(legend)
     assert "document" in legend.sources and "attached&nbsp;files" in legend.text()
-    assert source_colour("document", False).name() in legend.text()
+    assert present(source_colour("document", False)).name() in legend.text()
     assert "attached files: drafted from attached files" in legend.toolTip()
 
 
@@ -224,7 +226,7 @@ def test_the_compare_panes_lookahead_text_is_tinted_by_source_and_redrawn_when_s
             it += 1
         return out
 
-    assert backgrounds()[" big"] == source_colour("prompt", False).name()
+    assert backgrounds()[" big"] == present(source_colour("prompt", False)).name()
     view.set_show_lookahead(False)  # drawn again, plain
     assert pane.text.toPlainText() == "Hello big world!" and set(backgrounds().values()) == {""}
     assert view.legend.isHidden()

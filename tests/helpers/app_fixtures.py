@@ -9,18 +9,26 @@ from __future__ import annotations
 import functools
 import os
 import tempfile
+import threading
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
-from PySide6.QtWidgets import QMessageBox
+from PySide6.QtWidgets import QMessageBox, QWidget
+from pytestqt.qtbot import QtBot
 
 from app import paths
 from app.engine_thread import LIVE_THREADS
 from app.settings import AppSettings
 from app.store import ChatStore, StoredMessage
+
+if TYPE_CHECKING:
+    from app.main_window import MainWindow
+    from engine.llama.models import GgufSummary
+    from engine.llama.problems import LoadProblem
 
 # The offscreen platform says this whenever a top-level window's size limits change; xcb does not.
 OFFSCREEN_NOISE = pytest.mark.qt_log_ignore(r"This plugin does not support propagateSizeHints\(\)")
@@ -61,7 +69,8 @@ def dialogs(monkeypatch: pytest.MonkeyPatch) -> DialogLog:
     log = DialogLog()
 
     def recorder(kind: str, answer: QMessageBox.StandardButton) -> Callable[..., QMessageBox.StandardButton]:
-        def show(_parent, title, text, *args, **kwargs):
+        def show(_parent: QWidget | None, title: str, text: str, *args: object, **kwargs: object,
+                 ) -> QMessageBox.StandardButton:
             log.shown.append((kind, title, text))
             return answer
 
@@ -78,7 +87,8 @@ def dialogs(monkeypatch: pytest.MonkeyPatch) -> DialogLog:
     kinds = {plain.Icon.Critical: "critical", plain.Icon.Warning: "warning", plain.Icon.Information: "information",
              plain.Icon.Question: "question"}
 
-    def ask(_parent, icon, title, text, buttons=plain.Button.Ok):
+    def ask(_parent: QWidget | None, icon: plain.Icon, title: str, text: str,
+            buttons: QMessageBox.StandardButton = plain.Button.Ok) -> QMessageBox.StandardButton:
         """The app's plain-text message boxes: recorded as the kind their icon shows, questions answered Yes."""
         log.shown.append((kinds.get(icon, "message"), title, text))
         return plain.Button.Yes if icon == plain.Icon.Question else plain.Button.Ok
@@ -89,7 +99,8 @@ def dialogs(monkeypatch: pytest.MonkeyPatch) -> DialogLog:
 
     real_show_problem = model_info.show_problem
 
-    def show_problem(parent, title, problem, icon=QMessageBox.Icon.Critical):
+    def show_problem(parent: QWidget, title: str, problem: LoadProblem,
+                     icon: QMessageBox.Icon = QMessageBox.Icon.Critical) -> QMessageBox:
         """The non-blocking problem box (plain words, details behind a button): recorded, then shown."""
         kind = "critical" if icon == QMessageBox.Icon.Critical else "warning"
         log.shown.append((kind, title, f"{problem.message}\n{problem.detail}"))
@@ -99,12 +110,12 @@ def dialogs(monkeypatch: pytest.MonkeyPatch) -> DialogLog:
     return log
 
 
-def quick_settings(**overrides) -> AppSettings:
+def quick_settings(**overrides: Any) -> AppSettings:
     """Settings that keep model tests short and steady on a busy 2-core machine."""
     # One thread: the engine's thread pool spinning against other jobs slows small models badly.
-    values = dict(threads=1, n_ctx=1024, max_tokens=24, lookahead_on=True, auto=False, window=4, ngram=4, guesses=3)
-    values.update(overrides)
-    return AppSettings(**values)
+    quick = AppSettings(threads=1, n_ctx=1024, max_tokens=24, lookahead_on=True, auto=False, window=4, ngram=4,
+                        guesses=3)
+    return replace(quick, **overrides)
 
 
 # Files the test session has seen load in a child process: each is probed once, not in every test's new home.
@@ -112,7 +123,7 @@ _PROBE_CACHE = Path(os.environ.get("LOOKAHEAD_CHAT_HOME") or tempfile.gettempdir
 
 
 @pytest.fixture
-def worker_options() -> dict:
+def worker_options() -> dict[str, Any]:
     """What the windows' engine workers are built with; fixtures with fake engines fill in their factories."""
     from engine.llama.probe import ensure_loadable
 
@@ -120,7 +131,9 @@ def worker_options() -> dict:
 
 
 @pytest.fixture
-def make_window(qtbot, app_home: Path, dialogs: DialogLog, worker_options: dict):
+def make_window(
+    qtbot: QtBot, app_home: Path, dialogs: DialogLog, worker_options: dict[str, Any],
+) -> Iterator[Callable[..., MainWindow]]:
     """Opens MainWindows on the bundled model (waiting for it to load); closes them after the test."""
     from app.main_window import MainWindow
 
@@ -150,23 +163,23 @@ class FakeEngineEarlierChats:
     def draft_from_earlier_chats(self) -> None:
         self.remembered = []
 
-    def remember_chat(self, tokens) -> None:
+    def remember_chat(self, tokens: Sequence[int]) -> None:
         if self.remembered is not None:
             self.remembered.append(list(tokens))
 
-    def save_kept_ngrams(self) -> None:
+    def save_kept_ngrams(self, force: bool = False) -> None:
         pass
 
     document_texts: tuple[str, ...] = ()  # what the worker last told the engine to draft from (set_documents)
 
-    def set_documents(self, texts) -> None:
+    def set_documents(self, texts: Sequence[str]) -> None:
         self.document_texts = tuple(texts)
 
     def tokenize(self, text: str, add_special: bool = True) -> list[int]:
         return [len(word) for word in text.split()]
 
 
-def close_mid_reply(window) -> list[StoredMessage]:
+def close_mid_reply(window: MainWindow) -> list[StoredMessage]:
     """Close ``window`` while a reply runs: it must exit within 2 s with its engine thread stopped.
 
     Returns the messages stored for the one chat.
@@ -186,7 +199,14 @@ def close_mid_reply(window) -> list[StoredMessage]:
 class FakeEngine(FakeEngineEarlierChats):
     """An engine that loads at once and writes nothing itself: a fake session (``session_factory``) replies."""
 
-    def __init__(self, path, n_ctx=4096, n_threads=None, progress=None, summary=None) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str] | None,
+        n_ctx: int = 4096,
+        n_threads: int | None = None,
+        progress: Callable[[float], bool] | None = None,
+        summary: GgufSummary | None = None,
+    ) -> None:
         from types import SimpleNamespace
 
         from engine.decoding.text import ChatTemplate
@@ -199,7 +219,7 @@ class FakeEngine(FakeEngineEarlierChats):
         self.template = ChatTemplate(None)
         self.info = SimpleNamespace(n_params=1_000_000)
         self.n_ctx, self.n_threads = n_ctx, n_threads or 1
-        self.lookahead_block_reason = None
+        self.lookahead_block_reason: str | None = None
         self.lookahead_kind = "lookahead"
 
     def close(self) -> None:
@@ -208,15 +228,15 @@ class FakeEngine(FakeEngineEarlierChats):
     def load_cached_curve(self) -> bool:
         return True  # nothing to measure: the app never shows the measurement for a fake
 
-    def probe_threads(self, cancel=None) -> bool:
+    def probe_threads(self, cancel: threading.Event | None = None) -> bool:
         return True  # nothing to probe: a fake's thread count never changes what it writes
 
 
-def use_fake_engine(worker_options: dict, session_factory: Callable) -> None:
+def use_fake_engine(worker_options: dict[str, Any], session_factory: Callable[[Any], Any]) -> None:
     """Windows made after this load ``FakeEngine`` at once and reply through ``session_factory``'s sessions."""
     from engine.llama.probe import ProbeResult
 
-    def session_reading_nothing_ahead(engine):
+    def session_reading_nothing_ahead(engine: FakeEngine) -> Any:
         session = session_factory(engine)
         if not hasattr(session, "read_ahead"):  # a fake session has no cache to read the next prompt into
             session.read_ahead = lambda *_a, **_k: 0

@@ -14,12 +14,18 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from PySide6.QtCore import SignalInstance
     from PySide6.QtGui import QPalette
+
+    from app.main_window import MainWindow
+    from engine import GenerationControls, Message, SamplingConfig, StepEvent, StopConfig
+    from engine.documents import Document, DocumentContext
 
 SIZES = ((1024, 700), (1366, 768))
 SCHEMES = ("light", "dark")
@@ -44,12 +50,15 @@ class CodeSession:
     def __init__(self, engine: object) -> None:
         self.engine = engine
 
-    def reply(self, messages, controls, sampling=None, stop=None, drafts_from=()):  # noqa: ANN001 (a fake)
+    def reply(
+        self, messages: Sequence[Message], controls: GenerationControls | None = None,
+        sampling: SamplingConfig | None = None, stop: StopConfig | None = None, drafts_from: Sequence[str] = (),
+    ) -> Iterator[StepEvent]:
         from engine import StepEvent
 
         pieces = [REPLY[i:i + 4] for i in range(0, len(REPLY), 4)]
 
-        def events():
+        def events() -> Iterator[StepEvent]:
             for step, piece in enumerate(pieces):
                 n = 1 + step % 3  # 1, 2 or 3 tokens a step
                 last = step == len(pieces) - 1
@@ -90,13 +99,19 @@ class DocsSession:
     def __init__(self, engine: object) -> None:
         self.engine = engine
 
-    def documents_context(self, messages, docs, max_tokens):  # noqa: ANN001 (a fake)
+    def documents_context(
+        self, messages: Sequence[Message], docs: Sequence[Document], max_tokens: int,
+    ) -> DocumentContext:
         """Less room than the files need (a word a token), so the passages matching the question go in."""
         from engine.documents import DocumentContext
 
         return DocumentContext.build(docs, messages[-1].content, 300, lambda text: len(text.split()))
 
-    def reply(self, messages, controls, sampling=None, stop=None, drafts_from=(), **_more):  # noqa: ANN001 (a fake)
+    def reply(
+        self, messages: Sequence[Message], controls: GenerationControls | None = None,
+        sampling: SamplingConfig | None = None, stop: StopConfig | None = None, drafts_from: Sequence[str] = (),
+        **_more: Any,
+    ) -> Iterator[StepEvent]:
         from engine import StepEvent
 
         spans = sorted((DOCS_REPLY.index(d), DOCS_REPLY.index(d) + len(d)) for d in DOCS_DRAFTED)
@@ -108,7 +123,7 @@ class DocsSession:
             at = end
         pieces += [(DOCS_REPLY[i:i + 5], "own") for i in range(at, len(DOCS_REPLY), 5)]
 
-        def events():
+        def events() -> Iterator[StepEvent]:
             for step, (piece, source) in enumerate(pieces):
                 n = 1 if source == "own" else 4  # a drafted run lands several tokens in one step
                 cut = [piece[k * len(piece) // n:(k + 1) * len(piece) // n] for k in range(n)]
@@ -165,13 +180,13 @@ def shoot(width: int, height: int, scheme: str, out: Path, attachments: bool = F
     if palette_is_dark() != (scheme == "dark"):
         raise SystemExit(f"the {scheme} colour scheme did not take on this platform")
 
-    options: dict = {}
+    options: dict[str, Any] = {}
     use_fake_engine(options, DocsSession if attachments else CodeSession)
     window = MainWindow(quick_settings(max_tokens=400), worker_options=options)
     window.resize(width, height)
     window.show()
 
-    def wait_for(signal) -> None:  # noqa: ANN001
+    def wait_for(signal: SignalInstance) -> None:
         loop = QEventLoop()
         signal.connect(loop.quit)
         QTimer.singleShot(30_000, loop.quit)
@@ -195,7 +210,7 @@ def shoot(width: int, height: int, scheme: str, out: Path, attachments: bool = F
     window.close()
 
 
-def attach_and_ask(window, wait_for) -> None:  # noqa: ANN001
+def attach_and_ask(window: MainWindow, wait_for: Callable[[SignalInstance], None]) -> None:
     """Attach a PDF and a Python file as a user would, ask about them, and open the reply's sources."""
     from PySide6.QtWidgets import QApplication
 

@@ -8,10 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from engine.tools.shapes import add_byte_vocab, byte_vocab
+
+if TYPE_CHECKING:
+    import gguf
 
 TOKENS = byte_vocab(3 + 256 + 27)  # <unk> <s> </s>, the bytes, then ▁ and a-z
 
@@ -25,7 +29,7 @@ def _random_weights(seed: int) -> Callable[..., np.ndarray]:
     return w
 
 
-def _finish(writer, path: Path) -> Path:
+def _finish(writer: gguf.GGUFWriter, path: Path) -> Path:
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

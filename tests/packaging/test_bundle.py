@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import ast
 import configparser
+import ctypes
 import importlib.util
 import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -33,6 +35,7 @@ linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Li
 
 def _load_bundle_inputs():
     spec = importlib.util.spec_from_file_location("bundle_inputs", PACKAGING / "bundle_inputs.py")
+    assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -120,22 +123,27 @@ class _FakeGgml:
         self.ggml_backend_reg_count = reg_count
         self.ggml_backend_load_all_from_path = load_all_from_path
 
+    @property
+    def handle(self) -> ctypes.CDLL:
+        """This fake, where the code under test takes libggml's ctypes handle."""
+        return cast(ctypes.CDLL, self)
+
 
 def test_a_portable_build_has_its_backends_loaded_from_the_llama_cpp_lib_folder(tmp_path):
     ggml = _FakeGgml(registered=0)
-    backend._register_backends(ggml, tmp_path)
+    backend._register_backends(ggml.handle, tmp_path)
     assert ggml.loaded_from == [os.fsencode(tmp_path)] and ggml.registered == 1
 
 
 def test_a_build_with_its_backend_linked_in_loads_no_backends(tmp_path):
     ggml = _FakeGgml(registered=1)
-    backend._register_backends(ggml, tmp_path)
+    backend._register_backends(ggml.handle, tmp_path)
     assert ggml.loaded_from == []
 
 
 def test_a_folder_without_a_loadable_backend_is_a_native_error_naming_it(tmp_path):
     with pytest.raises(NativeError, match="no ggml backend could be loaded from " + str(tmp_path)):
-        backend._register_backends(_FakeGgml(registered=0, loadable=0), tmp_path)
+        backend._register_backends(_FakeGgml(registered=0, loadable=0).handle, tmp_path)
 
 
 def test_backends_come_from_the_folder_llama_cpp_loads_its_libraries_from(monkeypatch, tmp_path):
@@ -147,6 +155,7 @@ def test_backends_come_from_the_folder_llama_cpp_loads_its_libraries_from(monkey
     assert lib_dir.resolve() == Path(llama_cpp.__file__).resolve().parent / "lib"
     assert lib_dir.as_posix().endswith(inputs.LLAMA_LIB_DEST)  # where the bundle puts the CPU variants
     assert backend._libggml(lib_dir) is libggml  # llama_cpp's own handle: the one registry llama.cpp uses
+    assert libggml is not None
     assert libggml.ggml_backend_reg_count() > 0  # this venv's build has its CPU backend linked in
     monkeypatch.setenv("LLAMA_CPP_LIB_PATH", str(tmp_path))
     assert backend._llama_lib_dir() == tmp_path
@@ -295,9 +304,13 @@ def test_outside_a_bundle_a_model_next_to_the_interpreter_is_not_picked_up(monke
 # --- the desktop entry and the install scripts --------------------------------------------------------
 
 
+class _CaseSensitiveParser(configparser.ConfigParser):
+    def optionxform(self, optionstr: str) -> str:
+        return optionstr  # a desktop entry's keys are case-sensitive
+
+
 def _desktop_entry(path: Path) -> dict[str, str]:
-    parser = configparser.ConfigParser(interpolation=None, strict=True)
-    parser.optionxform = str  # keys are case-sensitive
+    parser = _CaseSensitiveParser(interpolation=None, strict=True)
     parser.read(path, encoding="utf-8")
     return dict(parser["Desktop Entry"])
 

@@ -77,6 +77,7 @@ def _llama_source_module():
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("llama_source", PACKAGING / "llama_source.py")
+    assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

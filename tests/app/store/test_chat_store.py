@@ -17,6 +17,7 @@ from app.store import MATCH_END, MATCH_START, SCHEMA_VERSION, ChatStore, SchemaT
 from app.store.schema import _MIGRATIONS
 from engine import StepEvent
 from engine.documents import Citation
+from tests.helpers.optional import present
 
 
 @pytest.fixture
@@ -58,7 +59,7 @@ def test_conversations_and_messages_round_trip_and_deleting_a_chat_deletes_its_m
 
     store = ChatStore()
     assert [c.title for c in store.conversations()] == ["First", "Renamed"]  # most recently updated first
-    assert store.conversation(b.id).system_prompt == "Be kind."
+    assert present(store.conversation(b.id)).system_prompt == "Be kind."
     assert [(m.role, m.content, m.stats_json) for m in store.messages(a.id)] == [
         ("user", "hi", None),
         ("assistant", "hello", '{"n_tokens": 1}'),
@@ -201,7 +202,7 @@ def test_a_database_written_at_schema_3_keeps_every_message_and_its_new_messages
     added = store.add_message(1, "user", "and what do they eat?", attachments=[notes])
     store.close()
     store = ChatStore()  # the app started again
-    assert store.messages(1)[-1].attachments == (notes,) and store.message(added.id).attachments == (notes,)
+    assert store.messages(1)[-1].attachments == (notes,) and present(store.message(added.id)).attachments == (notes,)
     assert store.integrity_check() == "ok"
     store.close()
 
@@ -224,7 +225,7 @@ def test_a_message_keeps_its_files_and_what_the_model_was_given_of_them_through_
     store.close()
 
     store = ChatStore()
-    saved = store.message(question.id)
+    saved = present(store.message(question.id))
     assert saved.attachments == tuple(counted) and saved.attachments[0].tokens == 12
     assert saved.documents == _placed("## notes.txt\nOwls swallow", 0.5)
     fork = store.fork_conversation(reply.id)
@@ -252,7 +253,7 @@ def test_a_chat_with_files_exports_as_markdown_naming_them_under_the_message(hom
     store.add_message(c.id, "user", "What do owls eat?", attachments=[notes, Attachment("prey.csv", "csv", 9, "x")])
     store.add_message(c.id, "assistant", "Mice.")
     store.add_message(c.id, "user", "", attachments=[Attachment("more.txt", "text", 9, "SECRET TOO")])
-    text = export_markdown(store.conversation(c.id), store.messages(c.id))
+    text = export_markdown(present(store.conversation(c.id)), store.messages(c.id))
     store.close()
     assert "## User\n\nWhat do owls eat?\n\nAttached files:\n\n- notes.txt\n- prey.csv\n\n## Assistant" in text
     assert text.endswith("## User\n\nAttached files:\n\n- more.txt\n")  # only files: no empty text before them
@@ -327,7 +328,7 @@ def test_a_chat_exports_as_markdown_with_its_system_prompt_and_stats(home):
     stats = ReplyStats(n_tokens=12, steps=8, decode_s=0.2, first_token_s=0.05, modes=["lookahead"], window=4,
                        ngram=4, guesses=3, model="SmolLM2", stop_reason="eog")
     store.add_message(c.id, "assistant", "Waves fold on the shore", stats.to_json())
-    text = export_markdown(store.conversation(c.id), store.messages(c.id))
+    text = export_markdown(present(store.conversation(c.id)), store.messages(c.id))
     store.close()
     assert text.startswith("# Sea poems\n")
     assert "> **System:** You are a poet." in text
@@ -377,7 +378,7 @@ def test_reply_stats_add_up_the_steps_of_a_reply():
     assert stats.mode == "mixed" and stats.window == 8
     assert stats.stop_reason == "cancelled"
     assert "stopped" in stats.summary_line()
-    loaded = ReplyStats.from_json(stats.to_json())
+    loaded = present(ReplyStats.from_json(stats.to_json()))
     assert loaded.to_json() == stats.to_json() and loaded.summary_line() == stats.summary_line()
     assert loaded.token_ids == [] and loaded.n_tokens == 6  # the message keeps the text; its stats keep the counts
     assert ReplyStats.from_json("garbage") is None and ReplyStats.from_json(None) is None

@@ -149,7 +149,12 @@ def test_a_lock_held_briefly_is_waited_out(tmp_path):
 
     path = tmp_path / "chats.sqlite3"
     other = _hold_lock(path)
-    threading.Timer(0.3, lambda: (other.execute("ROLLBACK"), other.close())).start()
+
+    def release() -> None:
+        other.execute("ROLLBACK")
+        other.close()
+
+    threading.Timer(0.3, release).start()
     store = ChatStore(path, busy_timeout_s=5)
     store.close()
 

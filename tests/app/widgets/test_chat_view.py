@@ -19,6 +19,7 @@ from app.widgets.marked_text import MarksLegend, contrast_ratio, source_colour
 from app.widgets.message_bubble import MessageBubble
 from engine.documents import Citation
 from tests.helpers.app_fixtures import OFFSCREEN_NOISE
+from tests.helpers.optional import present
 
 pytestmark = OFFSCREEN_NOISE
 
@@ -71,11 +72,11 @@ def test_with_lookahead_shown_a_reply_stays_markdown_and_each_run_is_tinted_wher
     assert "**" not in shown and "```" not in shown and "python" not in shown  # rendered, not raw
     assert shown.startswith("Some bold words here.")
 
-    assert tints(view, "bold words") == {source_colour("prompt", False).name()}
-    assert tints(view, "listed item") == {source_colour("reply", False).name()}
-    assert tints(view, "def greet") == {source_colour("kept", False).name()}
+    assert tints(view, "bold words") == {present(source_colour("prompt", False)).name()}
+    assert tints(view, "listed item") == {present(source_colour("reply", False)).name()}
+    assert tints(view, "def greet") == {present(source_colour("kept", False)).name()}
     assert tints(view, "(name):") == {""}  # the model's own text is left untinted
-    assert tints(view, "end.") == {source_colour("window", False).name()}
+    assert tints(view, "end.") == {present(source_colour("window", False)).name()}
     assert tints(view, "Some") == {""}
 
     code = [b for b in _blocks(view) if b.blockFormat().hasProperty(QTextFormat.Property.BlockCodeLanguage)]
@@ -135,7 +136,9 @@ def _window_with_chat(qtbot) -> tuple[QWidget, ChatPane]:
     return window, pane
 
 
-def _tab_until(qtbot, start: QWidget, target: QWidget, backwards: bool = False, limit: int = 40) -> list[QWidget]:
+def _tab_until(
+    qtbot, start: QWidget, target: QWidget, backwards: bool = False, limit: int = 40,
+) -> list[QWidget | None]:
     """Press Tab (or Shift+Tab) from ``start`` until ``target`` has the focus; the widgets passed on the way."""
     start.setFocus(Qt.FocusReason.TabFocusReason)
     passed = [QApplication.focusWidget()]
@@ -156,7 +159,8 @@ def test_tab_goes_from_the_chat_through_each_messages_actions_in_the_order_shown
                                           reply.regenerate_button, reply.fork_button, reply.copy_button)]
     assert actions == [user.next_button, user.edit_button, user.fork_button, user.copy_button,
                        reply.regenerate_button, reply.fork_button, reply.copy_button]
-    assert all(pane.chat_view.isAncestorOf(w) for w in passed[1:])  # nothing else of the window comes between
+    # nothing else of the window comes between
+    assert all(w is not None and pane.chat_view.isAncestorOf(w) for w in passed[1:])
 
     back = _tab_until(qtbot, pane.input, reply.copy_button, backwards=True)  # Shift+Tab from the input box
     assert back[-1] is reply.copy_button and len(back) <= 4
@@ -321,7 +325,7 @@ def test_tab_reaches_a_replys_sources_after_its_text_and_before_the_next_message
     section.toggle.click()
     passed = _tab_until(qtbot, reply.copy_button, section.citation_buttons[0])
     assert passed[-2:] == [section.toggle, section.citation_buttons[0]]
-    assert all(reply.isAncestorOf(w) for w in passed)
+    assert all(w is not None and reply.isAncestorOf(w) for w in passed)
     assert _tab_until(qtbot, section.citation_buttons[0], pane.input)[-1] is pane.input
 
 

@@ -142,14 +142,24 @@ def test_an_image_in_a_reply_shows_its_words_and_address_and_nothing_is_loaded(q
 ])
 def test_a_clicked_link_opens_outside_the_app_only_on_the_web_or_by_mail(monkeypatch, url, opens):
     opened: list[str] = []
-    monkeypatch.setattr(QDesktopServices, "openUrl", staticmethod(lambda u: opened.append(u.toString()) or True))
+
+    def open_url(url: QUrl) -> bool:
+        opened.append(url.toString())
+        return True
+
+    monkeypatch.setattr(QDesktopServices, "openUrl", staticmethod(open_url))
     assert open_link(QUrl(url)) is opens
     assert opened == ([QUrl(url).toString()] if opens else [])
 
 
 def test_a_click_on_a_link_in_a_reply_never_navigates_the_bubble(qtbot, monkeypatch):
     opened: list[str] = []
-    monkeypatch.setattr(QDesktopServices, "openUrl", staticmethod(lambda u: opened.append(u.toString()) or True))
+
+    def open_url(url: QUrl) -> bool:
+        opened.append(url.toString())
+        return True
+
+    monkeypatch.setattr(QDesktopServices, "openUrl", staticmethod(open_url))
     view = MarkdownView()
     qtbot.addWidget(view)
     view.set_markdown("[local](file:///etc/passwd) and [web](https://example.org)")

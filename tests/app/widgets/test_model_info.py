@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from PySide6.QtGui import QFontDatabase
-from PySide6.QtWidgets import QDialogButtonBox
+from PySide6.QtWidgets import QDialogButtonBox, QMenu
 
 from app.requests import LoadedModel
 from app.widgets.model_info import FALLBACK_NOTE, OWN_TEMPLATE_NOTE, ModelInfoDialog
@@ -15,22 +17,22 @@ from engine.decoding.text import CHATML_TEMPLATE, ChatTemplate
 from engine.llama.probe import ProbeResult
 from engine.units import format_params, plain_size
 from tests.helpers.app_fixtures import OFFSCREEN_NOISE, FakeEngineEarlierChats
+from tests.helpers.optional import present
 
 pytestmark = OFFSCREEN_NOISE
 
 OWN_TEMPLATE = "{% for m in messages %}<|user|>{{ m['content'] }}{% endfor %}<|assistant|>"
 
 
-def _model(**overrides) -> LoadedModel:
-    values = dict(
+def _model(**overrides: Any) -> LoadedModel:
+    model = LoadedModel(
         path="/models/smol.gguf", display_name="smol", gguf_name="Smol 135M", architecture="llama",
         file_type="Q4_1", n_ctx=2048, n_params=134_515_008, n_threads=2, lookahead_block_reason=None, load_s=0.5,
         template_source=OWN_TEMPLATE, template_is_fallback=False, n_ctx_train=8192, size_bytes=102_958_944,
         batch_kernels=("Q4_1 (210): one-pass tile kernel (patched); every batch size gives 1-token results",
                        "Q8_0 (1): llama.cpp's kernels; batches are checked on the model"),
     )
-    values.update(overrides)
-    return LoadedModel(**values)
+    return replace(model, **overrides)
 
 
 def _facts(dialog: ModelInfoDialog) -> dict[str, str]:
@@ -135,7 +137,7 @@ def test_a_model_without_a_chat_template_says_so_in_the_status_bar_and_the_templ
     assert dialog.template_note.text() == FALLBACK_NOTE
     assert dialog.template_view.toPlainText() == CHATML_TEMPLATE
     assert _facts(dialog)["File size"] == "250 MB"
-    dialog.findChild(QDialogButtonBox).button(QDialogButtonBox.StandardButton.Close).click()
+    present(dialog.findChild(QDialogButtonBox)).button(QDialogButtonBox.StandardButton.Close).click()
     assert not dialog.isVisible()
 
 
@@ -147,6 +149,7 @@ def test_the_template_action_waits_for_a_model(qtbot, app_home, dialogs):
     qtbot.addWidget(window)
     try:
         (model_menu,) = [a.menu() for a in window.menuBar().actions() if a.text() == "&Model"]
+        assert isinstance(model_menu, QMenu)
         assert window.template_action in model_menu.actions()
         assert not window.template_action.isEnabled()
         window.template_action.trigger()  # a disabled action does nothing

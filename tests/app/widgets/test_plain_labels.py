@@ -103,13 +103,14 @@ def _places() -> list[tuple[str, str, str]]:
         if w.toolTip():
             places.append((f"tooltip of {where}", w.toolTip(), shown_by_tooltip(w.toolTip())))
         model = w.model() if isinstance(w, QAbstractItemView) else None
-        for row in range(model.rowCount(QModelIndex()) if model is not None else 0):
-            for col in range(_columns(model)):
-                index = model.index(row, col)
-                text = str(model.data(index, Qt.ItemDataRole.DisplayRole) or "")  # an item view draws it as it is
-                tip = str(model.data(index, Qt.ItemDataRole.ToolTipRole) or "")
-                places.append((f"cell of {where}", text, text))
-                places.append((f"cell tooltip of {where}", tip, shown_by_tooltip(tip)))
+        if model is not None:
+            for row in range(model.rowCount(QModelIndex())):
+                for col in range(_columns(model)):
+                    index = model.index(row, col)
+                    text = str(model.data(index, Qt.ItemDataRole.DisplayRole) or "")  # an item view draws it as is
+                    tip = str(model.data(index, Qt.ItemDataRole.ToolTipRole) or "")
+                    places.append((f"cell of {where}", text, text))
+                    places.append((f"cell tooltip of {where}", tip, shown_by_tooltip(tip)))
         for action in w.actions():
             assert isinstance(action, QAction)
             places.append((f"menu entry of {where}", action.text(), shown_by_menu(action.text())))

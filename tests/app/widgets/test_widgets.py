@@ -9,6 +9,7 @@ from PySide6.QtCore import QElapsedTimer, Qt  # noqa: E402
 from PySide6.QtGui import QGuiApplication, QTextFormat  # noqa: E402
 
 from app.coalescer import UpdateCoalescer  # noqa: E402
+from app.marks import TokenMarks
 from app.qt_compat import binding_problem  # noqa: E402
 from app.stats import ReplyStats  # noqa: E402
 from app.store import ChatStore  # noqa: E402
@@ -20,6 +21,7 @@ from app.widgets.message_bubble import MessageBubble  # noqa: E402
 from engine import GenerationControls, LookaheadConfig, StepEvent  # noqa: E402
 from tests.helpers.app_fixtures import OFFSCREEN_NOISE, FakeEngineEarlierChats, quick_settings, use_fake_engine
 from tests.helpers.event_loop import EventLoopWatch
+from tests.helpers.optional import present
 
 pytestmark = OFFSCREEN_NOISE
 
@@ -51,7 +53,7 @@ def test_the_decoding_panel_keeps_w_n_g_in_the_engine_ranges_and_disables_them_u
     assert ranges == [(0, 16), (2, 8), (0, 16)]
     panel.lookahead_check.setChecked(True)
     panel.auto_check.setChecked(False)
-    changes = []
+    changes: list[LookaheadConfig | None] = []
     panel.lookaheadChanged.connect(changes.append)
 
     panel.window_spin.setValue(7)
@@ -178,7 +180,7 @@ def test_a_stream_of_thousands_of_tokens_a_second_is_drawn_in_batches_without_fr
     renders = []
     original = MessageBubble.set_text
 
-    def counting(self: MessageBubble, text: str, marks: object = None) -> None:
+    def counting(self: MessageBubble, text: str, marks: TokenMarks | None = None) -> None:
         renders.append(len(text))
         original(self, text, marks)
 
@@ -247,7 +249,7 @@ def test_chats_can_be_renamed_in_place_deleted_after_confirming_and_exported(qtb
         assert window.current_conversation_id() == newer.id  # the most recent chat opens
 
         window.conversations.list.item(1).setText("Renamed")  # what the in-place editor does
-        assert store.conversation(older.id).title == "Renamed"
+        assert present(store.conversation(older.id)).title == "Renamed"
 
         window.conversations.list.setCurrentRow(1)
         assert window.current_conversation_id() == older.id

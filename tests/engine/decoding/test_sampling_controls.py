@@ -7,6 +7,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from app.requests import GenerationRequest
 from app.settings import AppSettings
 from app.store import ChatStore
 from app.widgets.decoding_panel import DecodingPanel, format_stop_strings, parse_stop_strings
@@ -193,9 +194,10 @@ def test_stop_strings_are_typed_one_per_line_with_escapes():
 def test_the_sampling_group_keeps_each_control_within_the_engine_limits(qtbot):
     panel = DecodingPanel()
     qtbot.addWidget(panel)
-    for spin, value in ((panel.top_k_spin, -5), (panel.min_p_spin, 3.0), (panel.repeat_penalty_spin, 0.2),
-                        (panel.repeat_last_n_spin, 10**6)):
-        spin.setValue(value)
+    for spin, whole in ((panel.top_k_spin, -5), (panel.repeat_last_n_spin, 10**6)):
+        spin.setValue(whole)
+    for double_spin, value in ((panel.min_p_spin, 3.0), (panel.repeat_penalty_spin, 0.2)):
+        double_spin.setValue(value)
     panel.repeat_penalty_spin.setValue(9.0)
     panel.sampling_config().validate()
     assert panel.top_k_spin.value() == 0 and panel.repeat_last_n_spin.value() == 4096
@@ -259,7 +261,7 @@ def recording_engine(worker_options):
 def test_values_set_in_the_panel_reach_the_request_and_are_saved_with_the_chat(qtbot, make_window, recording_engine):
     window = make_window(quick_settings())
     set_panel(window.panel)
-    requests = []
+    requests: list[GenerationRequest] = []
     window.engine.generateRequested.connect(requests.append)
     window.input.setPlainText("hello")
     with qtbot.waitSignal(window.replyCompleted, timeout=10_000) as done:

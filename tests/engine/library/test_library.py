@@ -29,6 +29,7 @@ from engine.library.folders import KIND_FILE, SOURCE_BUNDLED, SOURCE_USER, Libra
 from engine.library.walk import HeaderCache, scan
 from engine.llama.models import GgufSummary, check_gguf
 from tests.helpers.app_fixtures import MODEL_LOAD_TIMEOUT_MS, OFFSCREEN_NOISE, quick_settings
+from tests.helpers.optional import present
 from tests.helpers.tiny_models import write_tiny_llama, write_tiny_mamba
 
 REPO = Path(__file__).resolve().parents[3]
@@ -237,8 +238,8 @@ def test_the_environment_moves_the_folders_as_it_moves_the_apps():
 
 def test_what_lookahead_an_architecture_gets_by_its_name_alone():
     assert names.lookahead_block_reason("llama") is None and names.lookahead_kind("llama") == "lookahead"
-    assert "recurrent" in names.lookahead_block_reason("mamba") and names.lookahead_kind("mamba") == "plain"
-    assert "hybrid" in names.lookahead_block_reason("jamba") and names.lookahead_kind("jamba") == "plain"
+    assert "recurrent" in present(names.lookahead_block_reason("mamba")) and names.lookahead_kind("mamba") == "plain"
+    assert "hybrid" in present(names.lookahead_block_reason("jamba")) and names.lookahead_kind("jamba") == "plain"
     # llama.cpp keeps earlier states of these (llm_arch_supports_rs_rollback): one draft per step, no window
     for arch in ("lfm2", "qwen35", "nemotron_h"):
         assert names.lookahead_block_reason(arch) is None and names.lookahead_kind(arch) == "drafts only"
@@ -258,7 +259,7 @@ def test_a_scan_of_the_fake_home_gives_exactly_the_expected_rows_and_skipped_not
     assert rows(result) == expected_rows(fake_home)
     assert {(s.path, s.reason, s.source) for s in result.skipped} == expected_skipped(fake_home)
     (truncated,) = [m for m in result.models if not m.ok]
-    assert "truncated" in truncated.error
+    assert "truncated" in present(truncated.error)
 
 
 def test_a_scan_lists_every_folder_it_searched_whether_it_exists_and_how_many_models_it_held(
@@ -549,7 +550,7 @@ def test_the_dialog_marks_the_loaded_model_selects_its_row_and_follows_a_new_one
     assert dialog.loaded_row() == row >= 0
     assert dialog.proxy.index(row, 0).data() == f"tiny-llama-test  {LOADED_MARK}"
     assert dialog.proxy.index(row, 0).data(Qt.ItemDataRole.FontRole).bold()
-    assert dialog.selected_model().path == str(fake_home.lm_studio)
+    assert present(dialog.selected_model()).path == str(fake_home.lm_studio)
     other = dialog.row_of(str(fake_home.ollama_blob))
     assert dialog.proxy.index(other, 0).data() == "tinyllama:latest"
     assert not dialog.proxy.index(other, 0).data(Qt.ItemDataRole.FontRole).bold()
@@ -557,7 +558,7 @@ def test_the_dialog_marks_the_loaded_model_selects_its_row_and_follows_a_new_one
     dialog.set_loaded_path(str(fake_home.ollama_blob))  # another model was loaded meanwhile
     assert dialog.loaded_row() == dialog.row_of(str(fake_home.ollama_blob))
     assert dialog.proxy.index(dialog.row_of(str(fake_home.lm_studio)), 0).data() == "tiny-llama-test"
-    assert dialog.selected_model().path == str(fake_home.ollama_blob)
+    assert present(dialog.selected_model()).path == str(fake_home.ollama_blob)
 
 
 @OFFSCREEN_NOISE
@@ -623,13 +624,19 @@ def test_closing_the_dialog_cancels_its_scan_and_ends_its_thread(qtbot, fake_hom
         path.write_bytes(b"GGUF" + bytes(40))
     real = walk.check_gguf
     read: list[str] = []
-    monkeypatch.setattr(walk, "check_gguf", lambda path: (read.append(str(path)), time.sleep(0.05), real(path))[2])
+
+    def slow_check(path: str | os.PathLike[str]) -> GgufSummary:
+        read.append(str(path))
+        time.sleep(0.05)
+        return real(path)
+
+    monkeypatch.setattr(walk, "check_gguf", slow_check)
     from app.widgets.library import LibraryDialog
 
     dialog = LibraryDialog([str(slow)])
     qtbot.addWidget(dialog)
     dialog.show()
-    thread = dialog._thread
+    thread = present(dialog._thread)
     with qtbot.waitSignal(thread.progressed, timeout=30_000):
         pass
     assert dialog.is_scanning()
@@ -659,7 +666,7 @@ def test_closing_the_dialog_just_after_its_scan_reported_leaves_no_thread_runnin
     dialog = LibraryDialog([])
     qtbot.addWidget(dialog)
     dialog.show()
-    thread = dialog._thread
+    thread = present(dialog._thread)
     try:
         with qtbot.waitSignal(dialog.scanned, timeout=30_000):
             pass

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,7 +25,7 @@ SLEEPER = [sys.executable, "-c", "import time; time.sleep(60)"]
 
 
 @pytest.fixture(params=["posix", "windows"])
-def started(request, monkeypatch) -> list[subprocess.Popen]:
+def started(request, monkeypatch) -> Iterator[list[subprocess.Popen]]:
     """The processes the probe starts in this test, on the OS named by the parameter; any left running is killed."""
     if request.param == "windows":
         monkeypatch.delattr(os, "killpg")

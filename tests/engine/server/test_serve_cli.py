@@ -28,6 +28,7 @@ def test_serve_answers_and_stops_on_sigterm(model_path):
          "--ctx", "1024", "--api-key", "test-key-1234"],
         stderr=subprocess.PIPE, text=True, env=env,
     )
+    assert proc.stderr is not None  # stderr=PIPE
     try:
         url = None
         lines = []
