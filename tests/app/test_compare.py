@@ -10,8 +10,10 @@ import csv
 import io
 import threading
 import time
+from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
-from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -24,19 +26,21 @@ from app.comparison_jobs import (  # noqa: E402
 )
 from app.main_window import MainWindow  # noqa: E402
 from engine import (  # noqa: E402
-    GenerationControls,
     LookaheadConfig,
     Message,
     PromptTooLongError,
     StepEvent,
     StopConfig,
 )
+from engine.decoding.session import FittedPrompt
 from engine.llama.probe import ProbeResult  # noqa: E402
 from engine.speed import comparison  # noqa: E402
 from engine.speed.rows import PromptResult, by_category  # noqa: E402
 from engine.speed.tables import report_csv, report_markdown  # noqa: E402
 from engine.speed.workloads import load_workloads  # noqa: E402
-from tests.helpers.app_fixtures import MODEL_LOAD_TIMEOUT_MS, REPLY_TIMEOUT_MS, FakeEngine, quick_settings
+from tests.helpers.app_fixtures import MODEL_LOAD_TIMEOUT_MS, REPLY_TIMEOUT_MS, quick_settings
+from tests.helpers.fake_engine import FakeChatSession, Pace, Script, ScriptedEngine, fake_chat_session, piece
+from tests.helpers.optional import present
 
 # The offscreen platform also cannot raise a window (the speed report dialog asks to be raised when opened).
 pytestmark = pytest.mark.qt_log_ignore(
@@ -53,89 +57,42 @@ LOOKAHEAD_STEP_S = 0.005
 PREFILL_S = 0.002
 
 
-def _piece(token: int) -> str:
-    return f"w{token} "
+def _script() -> Script:
+    """Replies with tokens 0, 1, 2, …; lookahead can be told to differ at one token (``diverge_at``)."""
+    return Script(plain=Pace(1, PLAIN_STEP_S, top2_gap=0.5), lookahead=Pace(2, LOOKAHEAD_STEP_S), prefill_s=PREFILL_S)
 
 
-def _event(step: int, mode: str, tokens: list[int], elapsed: float, reason: str | None = None, prefill: float = 0.0):
+def _event(
+    step: int, mode: str, tokens: list[int], elapsed: float, reason: str | None = None, prefill: float = 0.0,
+) -> StepEvent:
     return StepEvent(
-        step=step, mode=mode, token_ids=tuple(tokens), text="".join(_piece(t) for t in tokens),
+        step=step, mode=mode, token_ids=tuple(tokens), text="".join(piece(t) for t in tokens),
         n_committed=len(tokens), batch_size=1 if mode == "plain" else 13, n_logits=1, n_drafted=0, n_accepted=0,
         n_reevaluated=0, window=4, ngram=4, guesses=3, elapsed_s=elapsed, decode_s=elapsed, prefill_s=prefill,
         top2_gaps=tuple(0.5 for _ in tokens) if mode == "plain" else (), stop_reason=reason,
     )
 
 
-class ScriptedEngine(FakeEngine):
-    """Replies with tokens 0, 1, 2, …; lookahead can be told to differ at one token."""
-
-    step_sleep_s = 0.0  # real time per step, for tests that stop a run in flight
-    diverge_at: int | None = None  # lookahead emits 100 + i at this index
-
-    def __init__(self, path=None, n_ctx=4096, n_threads=None, progress=None, summary=None) -> None:
-        super().__init__(path, n_ctx, n_threads, progress, summary)
-        self.summary.name = "Scripted"
-        self.runs: list[str] = []  # "plain" / "lookahead", in the order they ran
-        self.resets = 0
-        self.corpus = self.kept = None  # drafts from earlier chats (the bench sets its own)
-        self.keep_replies = True
-
-    def reset(self) -> None:
-        self.resets += 1
-
-    def detokenize(self, tokens) -> str:
-        return "".join(_piece(t) for t in tokens)
-
-    def render_chat(self, messages) -> list[int]:
-        return [1, 2, 3]
-
-    def generate(self, prompt, controls: GenerationControls, sampling=None, stop: StopConfig = StopConfig(),
-                 history=()):
-        mode = "plain" if controls.lookahead is None else "lookahead"
-        self.runs.append(mode)
-        per_step, elapsed = (1, PLAIN_STEP_S) if mode == "plain" else (2, LOOKAHEAD_STEP_S)
-        tokens = list(range(stop.max_tokens))
-        if mode == "lookahead" and self.diverge_at is not None:
-            tokens[self.diverge_at] = 100 + self.diverge_at
-
-        def events():
-            step = 0
-            for i in range(0, len(tokens), per_step):
-                if controls.cancel.is_set():
-                    yield _event(step, "none", [], 0.0, "cancelled")
-                    return
-                time.sleep(self.step_sleep_s)
-                yield _event(step, mode, tokens[i : i + per_step], elapsed, prefill=PREFILL_S if step == 0 else 0.0)
-                step += 1
-            yield _event(step, "none", [], 0.0, "max_tokens")
-
-        return events()
-
-
-class ScriptedSession:
-    def __init__(self, engine: ScriptedEngine) -> None:
-        self.engine = engine
-
-    def fit(self, messages, max_tokens):
-        return SimpleNamespace(tokens=self.engine.render_chat(messages), dropped=0, history=[])
-
-
-def no_probe(*_args, **_kwargs) -> ProbeResult:
+def no_probe(*_args: object, **_kwargs: object) -> ProbeResult:
     return ProbeResult(probed=False, seconds=0.0)  # a fake engine's file is never loaded by llama.cpp
 
 
 @pytest.fixture
-def scripted_engine(monkeypatch, worker_options):
+def script() -> Script:
+    """How the engines of ``scripted_engine`` reply: a test may change it before (or while) they run."""
+    return _script()
+
+
+@pytest.fixture
+def scripted_engine(worker_options: dict[str, Any], script: Script) -> list[ScriptedEngine]:
     engines: list[ScriptedEngine] = []
 
-    def make(*args, **kwargs):
-        engines.append(ScriptedEngine(*args, **kwargs))
+    def make(*args: Any, **kwargs: Any) -> ScriptedEngine:
+        engines.append(ScriptedEngine(*args, script=script, **kwargs))
         return engines[-1]
 
-    worker_options.update(engine_factory=make, session_factory=ScriptedSession, check_loadable=no_probe,
+    worker_options.update(engine_factory=make, session_factory=FakeChatSession, check_loadable=no_probe,
                           default_model=lambda: Path("/models/scripted.gguf"))
-    monkeypatch.setattr(ScriptedEngine, "step_sleep_s", 0.0)
-    monkeypatch.setattr(ScriptedEngine, "diverge_at", None)
     return engines
 
 
@@ -154,8 +111,8 @@ def _request(max_tokens: int = 8, plain_first: bool = True) -> CompareRequest:
 
 
 def test_a_comparison_runs_each_decoder_alone_from_an_empty_cache_in_a_b_b_a_turns_starting_as_asked():
-    engine = ScriptedEngine()
-    session = ScriptedSession(engine)
+    engine = ScriptedEngine(script=_script())
+    session = fake_chat_session(engine)
     first = run_comparison(session, _request(plain_first=True), threading.Event())
     second = run_comparison(session, _request(plain_first=False), threading.Event())
 
@@ -164,28 +121,29 @@ def test_a_comparison_runs_each_decoder_alone_from_an_empty_cache_in_a_b_b_a_tur
     assert len(first.pairs) == len(second.pairs) == 2
     assert engine.resets == 10  # before each run, and after each comparison (the chat must not reuse that cache)
     assert first.identical and first.divergence is None
+    assert first.plain is not None and first.lookahead is not None and second.lookahead is not None
     assert first.plain.stats.steps == 8 and first.lookahead.stats.steps == 4
     assert first.speedup == pytest.approx((8 * PLAIN_STEP_S) / (4 * LOOKAHEAD_STEP_S))
-    assert first.plain.stats.text == second.lookahead.stats.text == "".join(_piece(t) for t in range(8))
+    assert first.plain.stats.text == second.lookahead.stats.text == "".join(piece(t) for t in range(8))
 
 
-def test_a_divergent_token_is_located_in_both_texts(monkeypatch):
-    monkeypatch.setattr(ScriptedEngine, "diverge_at", 5)
-    engine = ScriptedEngine()
-    result = run_comparison(ScriptedSession(engine), _request(), threading.Event())
+def test_a_divergent_token_is_located_in_both_texts():
+    engine = ScriptedEngine(script=replace(_script(), diverge_at=5))
+    result = run_comparison(fake_chat_session(engine), _request(), threading.Event())
 
     assert not result.identical
-    d = result.divergence
+    assert result.plain is not None and result.lookahead is not None
+    d = present(result.divergence)
     assert (d.index, d.plain_piece, d.lookahead_piece, d.plain_top2_gap) == (5, "w5 ", "w105 ", 0.5)
     assert result.plain.stats.text[d.plain_offset :].startswith("w5 ")
     assert result.lookahead.stats.text[d.lookahead_offset :].startswith("w105 ")
 
 
 def test_a_cancelled_comparison_says_so_and_skips_the_second_run():
-    engine = ScriptedEngine()
+    engine = ScriptedEngine(script=_script())
     cancel = threading.Event()
     cancel.set()
-    result = run_comparison(ScriptedSession(engine), _request(), cancel)
+    result = run_comparison(fake_chat_session(engine), _request(), cancel)
     assert result.cancelled and not result.complete
     assert engine.runs == []
 
@@ -249,9 +207,10 @@ def test_the_panes_replay_both_runs_on_their_own_clocks_and_show_the_verdict(qtb
     view._replay_timer.timeout.connect(lambda: ticks.append((view.plain_pane.clock.text(),
                                                             view.lookahead_pane.clock.text())))
     result = _compare(qtbot, window, "go")
+    assert result.plain is not None and result.lookahead is not None
 
     assert "plain runs first" in view.note.text()
-    assert view.plain_pane.text.toPlainText() == result.plain.stats.text == "".join(_piece(t) for t in range(40))
+    assert view.plain_pane.text.toPlainText() == result.plain.stats.text == "".join(piece(t) for t in range(40))
     assert view.lookahead_pane.text.toPlainText() == result.lookahead.stats.text == result.plain.stats.text
     assert view.plain_pane.chart.values() == [1] * 40
     assert view.lookahead_pane.chart.values() == [2] * 20
@@ -278,9 +237,9 @@ def test_the_panes_replay_both_runs_on_their_own_clocks_and_show_the_verdict(qtb
 
 
 def test_different_texts_highlight_the_first_divergent_token_in_both_panes(
-    qtbot, make_window, scripted_engine, monkeypatch
+    qtbot, make_window, scripted_engine, script
 ):
-    monkeypatch.setattr(ScriptedEngine, "diverge_at", 3)
+    script.diverge_at = 3
     window = make_window(quick_settings(max_tokens=8))
     result = _compare(qtbot, window, "go")
 
@@ -292,8 +251,8 @@ def test_different_texts_highlight_the_first_divergent_token_in_both_panes(
     assert "identical: <b>no</b>" in verdict and "#3" in verdict and "gap 0.500" in verdict
 
 
-def test_stop_ends_a_comparison_being_measured(qtbot, make_window, scripted_engine, monkeypatch):
-    monkeypatch.setattr(ScriptedEngine, "step_sleep_s", 0.01)
+def test_stop_ends_a_comparison_being_measured(qtbot, make_window, scripted_engine, script):
+    script.step_sleep_s = 0.01
     window = make_window(quick_settings(max_tokens=2000))
     view = window.compare_view
     window.show_compare_tab()
@@ -317,10 +276,10 @@ def test_stop_ends_a_comparison_being_measured(qtbot, make_window, scripted_engi
 def test_a_comparison_that_cannot_run_says_why_and_leaves_the_tab_usable(
     qtbot, make_window, scripted_engine, dialogs, monkeypatch
 ):
-    def too_long(self, messages, max_tokens):
+    def too_long(self: FakeChatSession, messages: Sequence[Message], max_tokens: int) -> FittedPrompt:
         raise PromptTooLongError("the message is 5000 tokens")
 
-    monkeypatch.setattr(ScriptedSession, "fit", too_long)
+    monkeypatch.setattr(FakeChatSession, "fit", too_long)
     window = make_window(quick_settings())
     view = window.compare_view
     window.show_compare_tab()
@@ -334,8 +293,7 @@ def test_a_comparison_that_cannot_run_says_why_and_leaves_the_tab_usable(
 
 
 @pytest.mark.timing
-def test_a_speed_report_fills_its_tables_and_cancel_stops_it(qtbot, make_window, scripted_engine, monkeypatch,
-                                                              tmp_path):
+def test_a_speed_report_fills_its_tables_and_cancel_stops_it(qtbot, make_window, scripted_engine, script, tmp_path):
     window = make_window(quick_settings())
     dialog = window.open_speed_report()
     qtbot.addWidget(dialog)
@@ -358,7 +316,7 @@ def test_a_speed_report_fills_its_tables_and_cancel_stops_it(qtbot, make_window,
     assert (tmp_path / "r.csv").read_text(encoding="utf-8").startswith("id,category,")
 
     # Slow steps (one prompt would take ~30 s): Cancel must reach the prompt in flight, not wait for it.
-    monkeypatch.setattr(ScriptedEngine, "step_sleep_s", 0.01)
+    script.step_sleep_s = 0.01
     dialog.max_tokens_spin.setValue(2000)
     dialog.set_all_checked(True)
     dialog.run_button.click()
@@ -392,7 +350,8 @@ def test_a_comparison_with_the_bundled_model_fills_both_panes_identically_and_ti
     result = _compare(qtbot, window, DETERMINISTIC_PROMPT, timeout=REPLY_TIMEOUT_MS)
     view = window.compare_view
 
-    assert result.complete and result.plain.stats.n_tokens > 10
+    assert result.complete and result.plain is not None and result.lookahead is not None
+    assert result.plain.stats.n_tokens > 10
     assert result.identical, f"greedy lookahead changed the text: {result.divergence}"
     assert view.plain_pane.text.toPlainText() == result.plain.stats.text
     assert view.lookahead_pane.text.toPlainText() == result.lookahead.stats.text == result.plain.stats.text
@@ -403,7 +362,7 @@ def test_a_comparison_with_the_bundled_model_fills_both_panes_identically_and_ti
     assert plain_s > 0 and lookahead_s > 0
     assert result.speedup == pytest.approx(plain_s / lookahead_s, rel=1e-12)
     # The verdict claims that speedup only where the repeats measured one; it quotes the panes' clocks either way.
-    verdict = result.verdict
+    verdict = present(result.verdict)
     assert len(result.pairs) >= 2 and verdict.measured.low <= result.speedup <= verdict.measured.high
     expected = f"Speedup {plain_s / lookahead_s:.2f}×" if verdict.measurable else "No measurable difference"
     assert f"<b>{expected}" in view.verdict.text()
@@ -445,14 +404,15 @@ def test_the_panes_keep_working_after_a_model_switch(qtbot, make_window, model_p
     window = make_window(quick_settings(max_tokens=16))
     window.compare_view.replay_speed = 8.0
     before = _compare(qtbot, window, "Say hello.", timeout=REPLY_TIMEOUT_MS)
-    assert before.complete
+    assert before.complete and before.plain is not None
 
     with qtbot.waitSignal(window.modelChanged, timeout=MODEL_LOAD_TIMEOUT_MS):
         window.load_model(str(model_path))
     assert window.model.path == str(model_path)
 
     after = _compare(qtbot, window, "Say hello.", timeout=REPLY_TIMEOUT_MS)
-    assert after.complete and after.plain.stats.text.strip()
+    assert after.complete and after.plain is not None and after.lookahead is not None
+    assert after.plain.stats.text.strip()
     assert window.compare_view.plain_pane.text.toPlainText() == after.plain.stats.text
     assert window.compare_view.lookahead_pane.text.toPlainText() == after.lookahead.stats.text
     assert after.plain.stats.text == before.plain.stats.text  # greedy: the same model gives the same reply

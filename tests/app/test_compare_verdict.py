@@ -7,36 +7,29 @@ costs): no model is loaded, and no result depends on the CPU the tests run on.
 from __future__ import annotations
 
 import threading
-import time
-from dataclasses import dataclass, replace
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
-from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
 from app.comparison_jobs import CompareRequest, CompareResult, run_comparison
+from app.main_window import MainWindow
 from app.widgets.compare_view import CompareView
-from engine import GenerationControls, LookaheadConfig, Message, StepEvent, StopConfig
+from engine import LookaheadConfig, Message, StopConfig
 from engine.llama.probe import ProbeResult
 from engine.speed.comparison import BUSY_NOTE, MIN_PAIRS, CompareProgress, planned_pairs, repeats_done
 from engine.speed.run_stats import RunStats, median_run, predicted_gain, ran_busy, ratio_range, same_steps, speedup
-from tests.helpers.app_fixtures import FakeEngine, quick_settings
+from tests.helpers.app_fixtures import quick_settings
+from tests.helpers.fake_engine import FakeChatSession, Pace, Script, ScriptedEngine, fake_chat_session
+from tests.helpers.optional import present
 
 pytestmark = pytest.mark.qt_log_ignore(
     r"This plugin does not support propagateSizeHints\(\)", r"This plugin does not support raise\(\)"
 )
 
 N_TOKENS = 24
-
-
-@dataclass(frozen=True)
-class Pace:
-    """How a decoder's scripted steps go: tokens per step, seconds per step, price per step, busy machine."""
-
-    per_step: int
-    step_s: float
-    cost: float
-    busy: bool = False
 
 
 PLAIN_PACE = Pace(1, 0.004, 1.0)
@@ -46,100 +39,48 @@ SAVING_PACE = Pace(2, 0.004 * 2 / 1.4, 2 / 1.4)
 SAME_STEPS_PACE = Pace(1, 0.003, 1.0)
 
 
-class PacedEngine(FakeEngine):
-    """Replies with tokens 0..N_TOKENS-1 at each decoder's ``Pace``; run ``k``'s step times × ``drift[k]``."""
-
-    paces = {"plain": PLAIN_PACE, "lookahead": SAVING_PACE}
-    drift: tuple[float, ...] = (1.0,)  # cycled: the machine's own speed, run by run
-    step_sleep_s = 0.0  # real time per step, for tests that watch the measurement
-
-    def __init__(self, path=None, n_ctx=4096, n_threads=None, progress=None, summary=None) -> None:
-        super().__init__(path, n_ctx, n_threads, progress, summary)
-        self.runs: list[str] = []
-        self.steps_run = 0  # forward passes, over all runs
-        self.steps_at_stop = -1  # steps_run when a test pressed Stop
-        self.corpus = self.kept = None
-        self.keep_replies = True
-
-    def reset(self) -> None:
-        pass
-
-    def detokenize(self, tokens) -> str:
-        return "".join(f"w{t} " for t in tokens)
-
-    def render_chat(self, messages) -> list[int]:
-        return [1, 2, 3]
-
-    def generate(self, prompt, controls: GenerationControls, sampling=None, stop: StopConfig = StopConfig(),
-                 history=()):
-        mode = "plain" if controls.lookahead is None else "lookahead"
-        run = len(self.runs)
-        self.runs.append(mode)
-        pace = self.paces[mode]
-        factor = self.drift[run % len(self.drift)]
-        n = min(N_TOKENS, stop.max_tokens)
-
-        def events():
-            for step, i in enumerate(range(0, n, pace.per_step)):
-                if controls.cancel.is_set():
-                    yield self.event(step, "none", [], 0.0, pace, reason="cancelled")
-                    return
-                time.sleep(self.step_sleep_s)
-                self.steps_run += 1
-                yield self.event(step, mode, list(range(i, min(i + pace.per_step, n))), pace.step_s * factor, pace)
-            yield self.event(n, "none", [], 0.0, pace, reason="max_tokens")
-
-        return events()
-
-    def event(self, step: int, mode: str, tokens: list[int], elapsed: float, pace: Pace,
-              reason: str | None = None) -> StepEvent:
-        forward = mode != "none"
-        return StepEvent(
-            step=step, mode=mode, token_ids=tuple(tokens), text=self.detokenize(tokens), n_committed=len(tokens),
-            batch_size=1 if mode == "plain" else 13, n_logits=1, n_drafted=0, n_accepted=0, n_reevaluated=0,
-            window=4, ngram=4, guesses=3, elapsed_s=elapsed, decode_s=elapsed, prefill_s=0.001 if step == 0 else 0.0,
-            stop_reason=reason, threads=1 if pace.busy else 2, max_threads=2, kept_threads=1 if pace.busy else 2,
-            contended=pace.busy and forward,
-            cost=pace.cost if forward else 0.0,
-        )
-
-
-class PacedSession:
-    def __init__(self, engine: PacedEngine) -> None:
-        self.engine = engine
-
-    def fit(self, messages, max_tokens):
-        return SimpleNamespace(tokens=self.engine.render_chat(messages), dropped=0, history=[])
+def _script(lookahead: Pace = SAVING_PACE, drift: tuple[float, ...] = (1.0,), plain: Pace = PLAIN_PACE,
+            step_sleep_s: float = 0.0) -> Script:
+    """Replies with tokens 0..N_TOKENS-1 at each decoder's ``Pace``; run ``k``'s step times × ``drift[k]`` (cycled:
+    the machine's own speed, run by run); ``step_sleep_s``: real time per step, for tests that watch the measurement."""
+    return Script(plain=plain, lookahead=lookahead, reply_tokens=N_TOKENS, prefill_s=0.001, drift=drift,
+                  step_sleep_s=step_sleep_s, threads=2)
 
 
 @pytest.fixture
-def paced(monkeypatch):
-    """Set how the scripted decoders go, for engines made from now on (``PacedEngine``'s class attributes)."""
+def script() -> Script:
+    """How the scripted decoders go, for the engines of ``paced_window`` (``paced`` sets it)."""
+    return _script()
+
+
+@pytest.fixture
+def paced(script: Script) -> Callable[..., Script]:
+    """Set how the scripted decoders go, for runs started from now on (returns the ``Script``)."""
 
     def set_pace(lookahead: Pace = SAVING_PACE, drift: tuple[float, ...] = (1.0,), plain: Pace = PLAIN_PACE,
-                 step_sleep_s: float = 0.0) -> None:
-        monkeypatch.setattr(PacedEngine, "paces", {"plain": plain, "lookahead": lookahead})
-        monkeypatch.setattr(PacedEngine, "drift", drift)
-        monkeypatch.setattr(PacedEngine, "step_sleep_s", step_sleep_s)
+                 step_sleep_s: float = 0.0) -> Script:
+        script.plain, script.lookahead, script.drift, script.step_sleep_s = plain, lookahead, drift, step_sleep_s
+        return script
 
-    set_pace()
     return set_pace
 
 
 @pytest.fixture
-def paced_window(make_window, worker_options, paced):
-    """A window whose engine is a ``PacedEngine`` (returned with it)."""
-    engines: list[PacedEngine] = []
+def paced_window(
+    make_window: Callable[..., MainWindow], worker_options: dict[str, Any], script: Script,
+) -> Callable[[], tuple[MainWindow, ScriptedEngine]]:
+    """A window whose engine is a ``ScriptedEngine`` on ``script`` (returned with it)."""
+    engines: list[ScriptedEngine] = []
 
-    def make_engine(*args, **kwargs) -> PacedEngine:
-        engines.append(PacedEngine(*args, **kwargs))
+    def make_engine(*args: Any, **kwargs: Any) -> ScriptedEngine:
+        engines.append(ScriptedEngine(*args, script=script, **kwargs))
         return engines[-1]
 
-    worker_options.update(engine_factory=make_engine, session_factory=PacedSession,
+    worker_options.update(engine_factory=make_engine, session_factory=FakeChatSession,
                           check_loadable=lambda *_a, **_k: ProbeResult(probed=False, seconds=0.0),
                           default_model=lambda: Path("/models/paced.gguf"))
 
-    def make():
+    def make() -> tuple[MainWindow, ScriptedEngine]:
         window = make_window(quick_settings(max_tokens=N_TOKENS, auto=False))
         return window, engines[-1]
 
@@ -153,10 +94,10 @@ def _request(plain_first: bool = True) -> CompareRequest:
 
 
 def _compare(
-    progress: list[CompareProgress] | None = None, stop_at: tuple[int, int] | None = None
-) -> tuple[CompareResult, PacedEngine]:
-    """Run a comparison on a new ``PacedEngine``; ``stop_at`` (run, tokens) presses Stop there."""
-    engine = PacedEngine()
+    script: Script, progress: list[CompareProgress] | None = None, stop_at: tuple[int, int] | None = None
+) -> tuple[CompareResult, ScriptedEngine]:
+    """Run a comparison on a new ``ScriptedEngine``; ``stop_at`` (run, tokens) presses Stop there."""
+    engine = ScriptedEngine(script=script)
     cancel = threading.Event()
 
     def on_progress(p: CompareProgress) -> None:
@@ -166,7 +107,7 @@ def _compare(
             cancel.set()
             engine.steps_at_stop = engine.steps_run
 
-    result = run_comparison(PacedSession(engine), _request(), cancel, on_progress=on_progress)
+    result = run_comparison(fake_chat_session(engine), _request(), cancel, on_progress=on_progress)
     return result, engine
 
 
@@ -184,9 +125,9 @@ def _shown(qtbot, result: CompareResult) -> CompareView:
 
 
 def test_two_runs_with_the_same_steps_and_different_times_show_no_measurable_difference(qtbot, paced):
-    paced(lookahead=SAME_STEPS_PACE)  # lookahead's steps ran 25% quicker, one token each, like plain's
-    result, _engine = _compare()
-    verdict = result.verdict
+    script = paced(lookahead=SAME_STEPS_PACE)  # lookahead's steps ran 25% quicker, one token each, like plain's
+    result, _engine = _compare(script)
+    verdict = present(result.verdict)
 
     assert result.speedup == pytest.approx(0.004 / 0.003)  # what the clock said …
     assert verdict.same_steps and not verdict.measurable  # … is not lookahead's doing
@@ -199,9 +140,9 @@ def test_two_runs_with_the_same_steps_and_different_times_show_no_measurable_dif
 
 def test_repeats_on_both_sides_of_one_show_no_measurable_difference_and_run_until_the_plan_is_spent(paced):
     # Lookahead saves steps but costs as much per token; the machine's drift makes pairs say 1.18× and 0.91×.
-    paced(lookahead=Pace(2, 0.008, 2.0), drift=(1.0, 0.85, 1.1, 1.0))
-    result, engine = _compare()
-    verdict = result.verdict
+    script = paced(lookahead=Pace(2, 0.008, 2.0), drift=(1.0, 0.85, 1.1, 1.0))
+    result, engine = _compare(script)
+    verdict = present(result.verdict)
 
     assert not verdict.same_steps and not verdict.measurable
     assert verdict.measured.low == pytest.approx(1 / 1.1) and verdict.measured.high == pytest.approx(1 / 0.85)
@@ -214,9 +155,9 @@ def test_repeats_on_both_sides_of_one_show_no_measurable_difference_and_run_unti
 
 
 def test_steps_that_predict_1_4x_with_repeats_that_agree_show_1_4x_with_its_range(qtbot, paced):
-    paced(drift=(1.0, 1.01, 0.99, 1.0))  # pairs: 1.4 / 1.01 and 1.4 / 0.99, within 3% of each other
-    result, engine = _compare()
-    verdict = result.verdict
+    script = paced(drift=(1.0, 1.01, 0.99, 1.0))  # pairs: 1.4 / 1.01 and 1.4 / 0.99, within 3% of each other
+    result, engine = _compare(script)
+    verdict = present(result.verdict)
 
     assert len(result.pairs) == MIN_PAIRS and len(engine.runs) == 4  # they agreed: no more repeats
     assert verdict.measurable and not verdict.same_steps
@@ -231,22 +172,22 @@ def test_steps_that_predict_1_4x_with_repeats_that_agree_show_1_4x_with_its_rang
 
 
 def test_a_run_during_which_another_program_held_a_core_says_its_times_may_be_off(qtbot, paced):
-    paced(lookahead=Pace(2, 0.004 * 2 / 1.4, 2 / 1.4, busy=True))
-    result, _engine = _compare()
-    assert result.busy and result.verdict.notice == BUSY_NOTE
+    script = paced(lookahead=Pace(2, 0.004 * 2 / 1.4, 2 / 1.4, busy=True))
+    result, _engine = _compare(script)
+    assert result.busy and present(result.verdict).notice == BUSY_NOTE
     view = _shown(qtbot, result)
     assert BUSY_NOTE in view.verdict.text()
 
 
 def test_stop_after_the_first_block_keeps_its_pairs_and_runs_no_step_more(paced):
-    paced(drift=(1.0, 0.85, 1.1, 1.0))  # the pairs disagree, so a third one runs: Stop lands in it
-    result, engine = _compare(stop_at=(5, 6))
+    script = paced(drift=(1.0, 0.85, 1.1, 1.0))  # the pairs disagree, so a third one runs: Stop lands in it
+    result, engine = _compare(script, stop_at=(5, 6))
     assert result.complete and len(result.pairs) == 2 and result.verdict is not None
     assert len(engine.runs) == 6 and engine.steps_run == engine.steps_at_stop
 
 
 def test_a_comparison_stopped_before_its_first_block_is_no_result(paced):
-    result, engine = _compare(stop_at=(2, 4))
+    result, engine = _compare(paced(), stop_at=(2, 4))
     assert result.cancelled and not result.complete and result.verdict is None
     assert len(result.pairs) == 1 and len(engine.runs) == 3 and engine.steps_run == engine.steps_at_stop
 
@@ -291,7 +232,7 @@ def test_ratio_range_median_run_and_same_steps_are_defined_on_measured_runs():
 
 
 def test_a_run_is_busy_when_its_threads_were_fewer_or_waited_for_a_share_of_its_time():
-    engine = PacedEngine()
+    engine = ScriptedEngine(script=_script())
     quiet, busy = Pace(1, 0.01, 1.0), Pace(1, 0.01, 1.0, busy=True)
     assert not ran_busy([engine.event(0, "plain", [1], 0.01, quiet)])
     assert ran_busy([engine.event(0, "plain", [1], 0.01, quiet), engine.event(1, "plain", [2], 0.01, busy)])
@@ -318,6 +259,7 @@ def test_the_times_in_a_result_agree_with_each_other_in_pane_order(qtbot, paced_
     with qtbot.waitSignal(view.compareCompleted, timeout=30_000) as blocker:
         view.compare_button.click()
     result: CompareResult = blocker.args[0]
+    assert result.plain is not None and result.lookahead is not None
     text = view.verdict.text()
 
     plain_pane, lookahead_pane = view.plain_pane, view.lookahead_pane
@@ -339,16 +281,16 @@ def test_the_times_in_a_result_agree_with_each_other_in_pane_order(qtbot, paced_
 
 def test_progress_moves_evenly_over_the_planned_runs_and_never_back():
     progress: list[CompareProgress] = []
-    result, engine = _compare(progress)
+    result, engine = _compare(_script(), progress)
     first_run = [p for p in progress if p.run == 0]
     later = [p for p in progress if p.run > 0]
 
     assert all(p.fraction is None for p in first_run)  # the first run decides the plan
     planned = later[0].planned_runs
     assert planned == 2 * planned_pairs(result.pairs[0].plain.stats.elapsed_s)
-    fractions = [p.fraction for p in later]
+    fractions = [present(p.fraction) for p in later]
     assert fractions == sorted(fractions)
-    ends = [p.fraction for p in later if p.n_tokens == N_TOKENS and p.phase in ("plain", "lookahead")]
+    ends = [present(p.fraction) for p in later if p.n_tokens == N_TOKENS and p.phase in ("plain", "lookahead")]
     # Each run ends at its share of the plan, not at a share of max tokens.
     assert {round(f * planned, 6) for f in ends} == {float(k) for k in range(2, len(engine.runs) + 1)}
 

@@ -17,7 +17,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,10 +25,12 @@ from typing import Any
 import aiohttp
 import pytest
 
+from engine import GenerationControls, SamplingConfig, StepEvent, StopConfig
 from engine.decoding.text import Message
 from engine.llama.problems import SettingsError
 from engine.server import EngineRunner, ServerConfig, ServerStats
 from engine.server.api import ModelServer
+from tests.helpers.fake_engine import Generating, as_engine
 
 pytestmark = pytest.mark.model
 
@@ -58,7 +60,7 @@ class Generation:
     done: threading.Event = field(default_factory=threading.Event)
 
 
-class WatchedEngine:
+class WatchedEngine(Generating):
     """The shared engine, recording each generation the runner runs on it.
 
     With ``hold``, every generation pauses after its first step until ``hold`` is set: the test then knows a
@@ -73,13 +75,23 @@ class WatchedEngine:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._engine, name)
 
-    def generate(self, *args: Any, **kwargs: Any) -> Iterator[Any]:
-        events = self._engine.generate(*args, **kwargs)
+    def generate(
+        self,
+        prompt: Sequence[int],
+        controls: GenerationControls | None = None,
+        sampling: SamplingConfig = SamplingConfig(),
+        stop: StopConfig = StopConfig(),
+        history: Sequence[int] = (),
+        notice: str = "",
+        record_gaps: bool = False,
+        exact_only: bool = True,
+    ) -> Iterator[StepEvent]:
+        events = self._engine.generate(prompt, controls, sampling, stop, history, notice, record_gaps, exact_only)
         generation = Generation()
         self.generations.append(generation)
         return self._follow(events, generation)
 
-    def _follow(self, events: Iterator[Any], generation: Generation) -> Iterator[Any]:
+    def _follow(self, events: Iterator[StepEvent], generation: Generation) -> Iterator[StepEvent]:
         try:
             for i, event in enumerate(events):
                 generation.tokens += len(event.token_ids)
@@ -95,7 +107,7 @@ class WatchedEngine:
 def serving(engine: Any, hold: threading.Event | None = None,
             on_change: Callable[[ServerStats], None] | None = None, **config: Any) -> Iterator[ModelServer]:
     """A server of its own on the shared engine (port 0: a free one), stopped whatever happens."""
-    runner = EngineRunner(WatchedEngine(engine, hold))  # type: ignore[arg-type]
+    runner = EngineRunner(as_engine(WatchedEngine(engine, hold)))
     try:
         server = ModelServer(runner, MODEL_ID, ServerConfig(host="127.0.0.1", port=0, **config), on_change=on_change)
         server.start()
@@ -110,7 +122,9 @@ def serving(engine: Any, hold: threading.Event | None = None,
 
 
 def watched(server: ModelServer) -> WatchedEngine:
-    return server.runner.engine  # type: ignore[attr-defined, no-any-return]
+    runner = server.runner
+    assert isinstance(runner, EngineRunner) and isinstance(runner.engine, WatchedEngine)
+    return runner.engine
 
 
 @pytest.fixture(scope="module")
@@ -566,7 +580,7 @@ def test_stopping_the_server_mid_generation_ends_it_without_an_error(engine, cap
     """The model goes away (the app changes it, or closes) while a stream runs: the client hears why in its
     stream, the generation stops at its next step, and nothing fails on the engine's side afterwards."""
     hold = threading.Event()
-    runner = EngineRunner(WatchedEngine(engine, hold))  # type: ignore[arg-type]
+    runner = EngineRunner(as_engine(WatchedEngine(engine, hold)))
     server = ModelServer(runner, MODEL_ID, ServerConfig(host="127.0.0.1", port=0))
     server.start()
     result: dict[str, Any] = {}

@@ -7,17 +7,20 @@ no model is loaded.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
 
-from engine import LookaheadConfig, Message, StepEvent, StopConfig
+from engine import GenerationControls, LookaheadConfig, Message, SamplingConfig, StepEvent, StopConfig
 from engine.costs.curve import DEFAULT_CURVE
 from engine.speed.rows import ALL, BenchFigures, PromptResult, VerdictFigures, by_category
 from engine.speed.run_stats import Divergence, RunStats, first_divergence, geomean, speedup
 from engine.speed.workloads import Workload
 from engine.tools.bench import BenchReport, run_bench, run_grid
+from tests.helpers.fake_engine import ChatEngine, as_engine, fake_chat_session
+from tests.helpers.optional import present
 
 LOOKAHEAD = LookaheadConfig(window=4, ngram=4, guesses=3)
 EOG = 2
@@ -43,39 +46,55 @@ LOOKAHEAD_RUN = [_step(i, "lookahead", [10 + 2 * i, 11 + 2 * i] if i < 3 else [1
 RUN_SPEEDUP = (8 / 0.060) / (10 / 0.100)  # tokens/s ratio; the time ratio would say 0.100 / 0.060
 
 
-class RecordedEngine:
-    """Replays the recorded runs: ``PLAIN_RUN`` for plain decoding, ``LOOKAHEAD_RUN`` for lookahead."""
+class RecordedEngine(ChatEngine):
+    """Replays the recorded runs: ``PLAIN_RUN`` for plain decoding, ``LOOKAHEAD_RUN`` for lookahead.
+
+    Not ``tests.helpers.fake_engine.ScriptedEngine``: these runs are written out step by step (drafts, an
+    end-of-text token) for the bench, the grid and the speed report, which use more of the engine (its cost curve,
+    threads, documents) than the app's window needs of a fake."""
 
     def __init__(self) -> None:
         self.summary = SimpleNamespace(path="/models/recorded.gguf")
         self.n_threads = 1
         self.cost_curve = DEFAULT_CURVE
         self.steps_run = 0  # forward passes replayed, over all runs
-        self.after_step = lambda steps_run: None  # a test's hook, e.g. to press Stop mid-run
+        self.after_step: Callable[[int], object] = lambda steps_run: None  # a test's hook, e.g. to press Stop
         self.corpus = self.kept = None  # drafts from earlier chats (the bench sets its own)
         self.keep_replies = True
 
     def reset(self) -> None:
         pass
 
-    def set_documents(self, texts) -> None:  # the recorded runs have no attached files
+    def set_documents(self, texts: Sequence[str]) -> None:  # the recorded runs have no attached files
         assert not texts
 
     def tokenize(self, text: str, add_special: bool = True) -> list[int]:
         return [len(word) for word in text.split()]
 
-    def render_chat(self, messages) -> list[int]:
+    def render_chat(self, messages: Sequence[Message]) -> list[int]:
         return [1, 5, 6]
 
-    def detokenize(self, tokens) -> str:
+    def detokenize(self, tokens: Sequence[int]) -> str:
         return "".join(f"w{t} " for t in tokens if t != EOG)
 
-    def generate(self, prompt, controls, sampling=None, stop=None, history=(), record_gaps=False, exact_only=True):
+    def generate(
+        self,
+        prompt: Sequence[int],
+        controls: GenerationControls | None = None,
+        sampling: SamplingConfig = SamplingConfig(),
+        stop: StopConfig = StopConfig(),
+        history: Sequence[int] = (),
+        notice: str = "",
+        record_gaps: bool = False,
+        exact_only: bool = True,
+    ) -> Iterator[StepEvent]:
+        controls = controls or GenerationControls()
         recorded = PLAIN_RUN if controls.lookahead is None else LOOKAHEAD_RUN
+        cancel = controls.cancel
 
-        def events():
+        def events() -> Iterator[StepEvent]:
             for i, ev in enumerate(recorded):
-                if controls.cancel.is_set():
+                if cancel.is_set():
                     yield _step(i, "none", [], 0.0, reason="cancelled")
                     return
                 self.steps_run += 1
@@ -83,14 +102,6 @@ class RecordedEngine:
                 self.after_step(self.steps_run)
 
         return events()
-
-
-class RecordedSession:
-    def __init__(self, engine: RecordedEngine) -> None:
-        self.engine = engine
-
-    def fit(self, messages, max_tokens):
-        return SimpleNamespace(tokens=self.engine.render_chat(messages), dropped=0, history=[])
 
 
 # --- one run's statistics ---
@@ -163,7 +174,7 @@ def test_the_first_divergence_names_both_tokens_and_the_plain_runs_top2_gap():
                              lookahead_piece="")
     assert first_divergence(plain, plain, str) is None
     shorter = RunStats.of(PLAIN_RUN[:4])
-    assert first_divergence(shorter, plain, RecordedEngine().detokenize).plain_token == -1  # it had ended
+    assert present(first_divergence(shorter, plain, RecordedEngine().detokenize)).plain_token == -1  # it had ended
 
 
 # --- rows and their roll-up ---
@@ -261,7 +272,7 @@ def test_the_compare_tab_the_speed_report_and_the_bench_give_the_same_speedup_fo
 
     workload = Workload("recorded", "code", "Count to ten.")
     engine = RecordedEngine()
-    session = RecordedSession(engine)
+    session = fake_chat_session(engine)
     expected = round(RUN_SPEEDUP, 4)
 
     request = CompareRequest(request_id=7, messages=(Message("user", workload.prompt),), lookahead=LOOKAHEAD,
@@ -269,7 +280,7 @@ def test_the_compare_tab_the_speed_report_and_the_bench_give_the_same_speedup_fo
     compared = run_comparison(session, request, threading.Event())
     report = run_speed_report(session, SpeedReportRequest(request_id=8, workloads=(workload,), lookahead=LOOKAHEAD,
                                                           max_tokens=10), threading.Event())
-    bench = run_bench(engine, [workload], LOOKAHEAD, max_tokens=10)
+    bench = run_bench(as_engine(engine), [workload], LOOKAHEAD, max_tokens=10)
 
     assert compared.speedup == pytest.approx(RUN_SPEEDUP)
     assert round(compared.speedup, 4) == prompt_result(workload, compared).speedup == expected
@@ -278,11 +289,12 @@ def test_the_compare_tab_the_speed_report_and_the_bench_give_the_same_speedup_fo
     assert bench.summary()["geomean"] == by_category(report)[-1].speedup == pytest.approx(expected)
     for row in (*report, *bench.results):
         assert (row.plain_tps, row.lookahead_tps, row.n_tokens, row.identical) == (100.0, 133.33, 8, False)
-        assert row.first_divergence["index"] == 7
+        assert present(row.first_divergence)["index"] == 7
 
     view = shown_in_compare_view(qtbot, request, compared)
     assert f"Speedup {RUN_SPEEDUP:.2f}×" in view.verdict.text()
     # The panes showed the run's own statistics, not a count of their own.
+    assert compared.plain is not None and compared.lookahead is not None
     assert view.plain_pane.stats == compared.plain.stats and view.lookahead_pane.stats == compared.lookahead.stats
     assert "133.3 tok/s · 4 steps · 8 tokens" in view.lookahead_pane.numbers.text()
 
@@ -301,13 +313,23 @@ class ScheduledEngine(RecordedEngine):
         super().__init__()
         self.timed = {"plain": 0, "lookahead": 0}
 
-    def generate(self, prompt, controls, sampling=None, stop=None, history=(), record_gaps=False, exact_only=True):
-        mode = "plain" if controls.lookahead is None else "lookahead"
+    def generate(
+        self,
+        prompt: Sequence[int],
+        controls: GenerationControls | None = None,
+        sampling: SamplingConfig = SamplingConfig(),
+        stop: StopConfig = StopConfig(),
+        history: Sequence[int] = (),
+        notice: str = "",
+        record_gaps: bool = False,
+        exact_only: bool = True,
+    ) -> Iterator[StepEvent]:
+        mode = "plain" if controls is None or controls.lookahead is None else "lookahead"
         factor = 1.0
-        if stop is not None and stop.max_tokens == 10 and not record_gaps:
+        if stop.max_tokens == 10 and not record_gaps:
             factor = (self.PLAIN if mode == "plain" else self.LOOKAHEAD)[self.timed[mode]]
             self.timed[mode] += 1
-        events = super().generate(prompt, controls, sampling, stop, history, record_gaps, exact_only)
+        events = super().generate(prompt, controls, sampling, stop, history, notice, record_gaps, exact_only)
         return (replace(ev, elapsed_s=ev.elapsed_s * factor, decode_s=ev.decode_s * factor) for ev in events)
 
 
@@ -319,14 +341,14 @@ def test_bench_compare_and_the_speed_report_print_the_same_ratio_and_range_for_r
     workload = Workload("scheduled", "code", "Count to ten.")
     request = CompareRequest(request_id=1, messages=(Message("user", workload.prompt),), lookahead=LOOKAHEAD,
                              stop=StopConfig(max_tokens=10))
-    compared = run_comparison(RecordedSession(ScheduledEngine()), request, threading.Event())
-    (reported,) = run_speed_report(RecordedSession(ScheduledEngine()), SpeedReportRequest(
+    compared = run_comparison(fake_chat_session(ScheduledEngine()), request, threading.Event())
+    (reported,) = run_speed_report(fake_chat_session(ScheduledEngine()), SpeedReportRequest(
         request_id=2, workloads=(workload,), lookahead=LOOKAHEAD, max_tokens=10), threading.Event())
-    bench = run_bench(ScheduledEngine(), [workload], LOOKAHEAD, max_tokens=10)
+    bench = run_bench(as_engine(ScheduledEngine()), [workload], LOOKAHEAD, max_tokens=10)
     (benched,) = bench.results
 
     # The pairs spread beyond 5%, so every one planned ran: 6 (six times a 0.1 s pair fits the budget).
-    measured = compared.verdict.measured
+    measured = present(compared.verdict).measured
     assert measured.n == len(compared.pairs) == 6 < MAX_PAIRS
     plain_rates = sorted(100 / f for f in ScheduledEngine.PLAIN[:6])  # 10 tokens in 0.1 s, slowed by f
     la_rates = sorted(8 / 0.06 / f for f in ScheduledEngine.LOOKAHEAD[:6])  # 8 tokens in 0.06 s
@@ -342,7 +364,7 @@ def test_bench_compare_and_the_speed_report_print_the_same_ratio_and_range_for_r
         assert figures is not None
         assert (row.speedup, figures.speedup_low, figures.speedup_high, figures.pairs) == (
             round(measured.value, 4), round(measured.low, 4), round(measured.high, 4), 6)
-        assert figures.steps_predict == round(compared.verdict.predicted, 4)
+        assert figures.steps_predict == round(present(compared.verdict).predicted, 4)
     cell = speedup_cell(benched)
     assert cell == speedup_cell(reported) == f"{measured.value:.2f}× ({measured.low:.2f}–{measured.high:.2f})"
     assert cell in bench.table() and cell in prompt_cells(reported)
@@ -355,7 +377,7 @@ def test_bench_compare_and_the_speed_report_print_the_same_ratio_and_range_for_r
 def test_the_grid_compares_each_shape_with_the_same_speedup():
     engine = RecordedEngine()
     workloads = [Workload("a", "code", "x"), Workload("b", "chat", "y")]
-    (row,) = run_grid(engine, workloads, [LOOKAHEAD], max_tokens=10)
+    (row,) = run_grid(as_engine(engine), workloads, [LOOKAHEAD], max_tokens=10)
     assert row.geomean == round(RUN_SPEEDUP, 4) and row.by_cat == {"code": row.geomean, "chat": row.geomean}
     assert (row.identical, row.n, row.tokens_per_step) == (0, 2, 2.0)
 
@@ -367,7 +389,7 @@ def test_the_bench_stops_within_one_step_of_cancel_and_leaves_a_part_measured_pr
     engine = RecordedEngine()
     cancel = threading.Event()
     engine.after_step = lambda n: cancel.set() if n == 13 else None  # 10 steps of warm-up, then 3 of a timed run
-    report = run_bench(engine, [Workload("a", "code", "x")], LOOKAHEAD, max_tokens=10, cancel=cancel)
+    report = run_bench(as_engine(engine), [Workload("a", "code", "x")], LOOKAHEAD, max_tokens=10, cancel=cancel)
     assert report.results == []
     assert engine.steps_run == 13  # not one step more
 
@@ -376,7 +398,8 @@ def test_the_bench_keeps_the_prompts_finished_before_cancel():
     engine = RecordedEngine()
     cancel = threading.Event()
     workloads = [Workload("a", "code", "x"), Workload("b", "code", "y")]
-    report = run_bench(engine, workloads, LOOKAHEAD, max_tokens=10, cancel=cancel, on_result=lambda r: cancel.set())
+    report = run_bench(as_engine(engine), workloads, LOOKAHEAD, max_tokens=10, cancel=cancel,
+                       on_result=lambda r: cancel.set())
     assert [r.id for r in report.results] == ["a"]
     # Two pairs (the recorded runs agree at once), then the untimed run that measures the divergence's gap.
     steps_per_prompt = 2 * len(PLAIN_RUN) + 2 * len(LOOKAHEAD_RUN) + len(PLAIN_RUN)
