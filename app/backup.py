@@ -230,7 +230,7 @@ def export_markdown(conversation: Conversation, messages: Iterable[StoredMessage
             out += [m.content.rstrip(), ""]
         if attachments:  # by name: the files' text is what the model read, not what was said
             out += ["Attached files:", "", *(f"- {a.name}" for a in attachments), ""]
-        stats = ReplyStats.from_json(m.stats_json)
+        stats = ReplyStats.from_stats_json(m.stats_json)
         if stats is not None:
             out += [f"*{stats.summary_line()}*", ""]
     return "\n".join(out).rstrip() + "\n"

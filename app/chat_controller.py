@@ -328,7 +328,7 @@ class ChatController:
         message_id = None
         if turn.conversation_id is not None and (turn.text or outcome.stop_reason != "cancelled"):
             message_id = self.store.add_message(
-                turn.conversation_id, "assistant", turn.text, turn.stats.to_json(), turn.marks.to_json(),
+                turn.conversation_id, "assistant", turn.text, turn.stats.to_stats_json(), turn.marks.to_json(),
                 parent_id=turn.reply_parent,
             ).id
         elif turn.user_text is None and turn.replaces is not None and turn.conversation_id is not None:

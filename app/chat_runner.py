@@ -238,7 +238,7 @@ class ChatRunner(QObject):
         if messages is None:
             messages = self.chat.messages()
         replies = [m for m in messages if m.role == "assistant"]
-        stats = ReplyStats.from_json(replies[-1].stats_json) if replies else None
+        stats = ReplyStats.from_stats_json(replies[-1].stats_json) if replies else None
         if stats is None:
             live.reset("No reply in this chat yet" if not replies else "No statistics kept for this chat's last reply")
         else:

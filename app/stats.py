@@ -89,12 +89,13 @@ class ReplyStats(RunStats):
             parts.append(STOP_WORDS.get(self.stop_reason, self.stop_reason))
         return " · ".join(parts)
 
-    def to_json(self) -> str:
+    def to_stats_json(self) -> str:
+        """The stats as stored with the message (its ``stats_json``)."""
         values = {name: getattr(self, name) for name in STORED_FIELDS}
         return json.dumps({k: v for k, v in values.items() if v or k not in OPTIONAL_FIELDS})
 
     @classmethod
-    def from_json(cls, text: str | None) -> ReplyStats | None:
+    def from_stats_json(cls, text: str | None) -> ReplyStats | None:
         """Parse stored stats; None for messages without any (or unreadable ones)."""
         if not text:
             return None

@@ -377,7 +377,7 @@ class ChatStore:
         budget = max_chars
         for _conv, group in itertools.groupby(rows, key=lambda row: row["conversation_id"]):
             messages = list(group)
-            replies = (ReplyStats.from_json(m["stats_json"]) for m in messages if m["role"] == "assistant")
+            replies = (ReplyStats.from_stats_json(m["stats_json"]) for m in messages if m["role"] == "assistant")
             models = {s.model for s in replies if s is not None}
             if not models or not models <= names:
                 continue

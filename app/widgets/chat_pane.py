@@ -154,7 +154,7 @@ class ChatPane(QWidget):
         sources: ReplySources | None = None  # the files' passages the user message before a reply gave it
         seen: dict[str, float] = {}  # how much of each file on the branch the model sees
         for k, m in enumerate(messages):
-            stats = ReplyStats.from_json(m.stats_json)
+            stats = ReplyStats.from_stats_json(m.stats_json)
             marks = TokenMarks.from_json(m.content, m.marks_json)
             bubble = self.chat_view.add_message(
                 m.role, m.content, m.id, stats.summary_line() if stats else "", marks,

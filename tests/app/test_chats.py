@@ -279,7 +279,7 @@ def test_ctrl_f_searches_the_open_chat_in_its_order_and_enter_goes_to_the_next_m
 
 def _chats_with_every_kind_of_message(store: ChatStore) -> None:
     stats = ReplyStats(n_tokens=5, steps=3, decode_s=0.25, first_token_s=0.125, model="SmolLM2",
-                       stop_reason="eog", prompt_tokens=40, per_step=[1, 2, 2]).to_json()
+                       stop_reason="eog", prompt_tokens=40, per_step=[1, 2, 2]).to_stats_json()
     conv = store.create_conversation("Branches", "You are terse.")
     store.set_conversation_settings(conv.id, {"temperature": 0.7, "seed": 3})
     q = store.add_message(conv.id, "user", "Ünïcödé and \"quotes\"\n\n```py\nx = 1\n```")

@@ -35,7 +35,7 @@ def test_prompt_numbers_count_what_the_cache_kept_between_turns(qtbot, make_wind
     assert first.stats.prompt_cached_tokens == 0
     assert second.stats.prompt_cached_tokens > first.stats.prompt_tokens // 2  # the first turn was reused
     assert "cached" in window.panel.live.prompt.text()
-    stored = ReplyStats.from_json(window.store.messages(second.conversation_id)[-1].stats_json)
+    stored = ReplyStats.from_stats_json(window.store.messages(second.conversation_id)[-1].stats_json)
     assert stored is not None and stored.prompt_cached_tokens == second.stats.prompt_cached_tokens
     meter = window.chat_pane.context_meter
     assert meter.used == second.stats.prompt_tokens + second.stats.n_tokens

@@ -47,7 +47,7 @@ def test_a_message_typed_and_sent_with_enter_gets_a_streamed_reply(qtbot, make_w
     assert "tok/s" in bubbles[1].stats_label.text() and "TTFT" in bubbles[1].stats_label.text()
     stored = window.store.messages(record.conversation_id)
     assert [(m.role, m.content) for m in stored] == [("user", "Name three colours."), ("assistant", record.text)]
-    assert present(ReplyStats.from_json(stored[1].stats_json)).n_tokens == record.stats.n_tokens > 0
+    assert present(ReplyStats.from_stats_json(stored[1].stats_json)).n_tokens == record.stats.n_tokens > 0
     assert window.panel.live.chart.values() == record.stats.per_step
 
 
@@ -159,7 +159,7 @@ def test_closing_the_window_mid_reply_stops_it_quickly_and_keeps_the_partial_rep
     messages = close_mid_reply(window)
     assert [m.role for m in messages] == ["user", "assistant"]
     assert messages[1].content.strip()
-    assert present(ReplyStats.from_json(messages[1].stats_json)).stop_reason == "cancelled"
+    assert present(ReplyStats.from_stats_json(messages[1].stats_json)).stop_reason == "cancelled"
 
 
 def test_editing_a_user_message_and_resending_goes_on_from_the_edit_and_keeps_the_old_branch(qtbot, make_window):

@@ -59,7 +59,7 @@ def test_closing_mid_reply_at_the_default_settings_exits_quickly_and_saves_the_p
     messages = close_mid_reply(window)
     assert [m.role for m in messages] == ["user", "assistant"]
     assert messages[1].content == "".join(texts)  # everything that was streamed, nothing more or less
-    assert present(ReplyStats.from_json(messages[1].stats_json)).stop_reason == "cancelled"
+    assert present(ReplyStats.from_stats_json(messages[1].stats_json)).stop_reason == "cancelled"
 
 
 @pytest.mark.timing

@@ -129,7 +129,7 @@ def _schema_2_database(path) -> list[tuple]:
     db = sqlite3.connect(path, isolation_level=None)
     db.executescript(_MIGRATIONS[0] + _MIGRATIONS[1] + "PRAGMA user_version=2;")
     db.execute("PRAGMA journal_mode=WAL")
-    stats = ReplyStats(n_tokens=3, model="SmolLM2").to_json()
+    stats = ReplyStats(n_tokens=3, model="SmolLM2").to_stats_json()
     rows = []
     for conv_id, title in ((1, "Whales"), (2, "Empty"), (3, "Tea")):
         db.execute("INSERT INTO conversations(id, title, system_prompt, created, updated) VALUES (?, ?, '', ?, ?)",
@@ -327,7 +327,7 @@ def test_a_chat_exports_as_markdown_with_its_system_prompt_and_stats(home):
     store.add_message(c.id, "user", "A haiku, please.")
     stats = ReplyStats(n_tokens=12, steps=8, decode_s=0.2, first_token_s=0.05, modes=["lookahead"], window=4,
                        ngram=4, guesses=3, model="SmolLM2", stop_reason="eog")
-    store.add_message(c.id, "assistant", "Waves fold on the shore", stats.to_json())
+    store.add_message(c.id, "assistant", "Waves fold on the shore", stats.to_stats_json())
     text = export_markdown(present(store.conversation(c.id)), store.messages(c.id))
     store.close()
     assert text.startswith("# Sea poems\n")
@@ -378,10 +378,10 @@ def test_reply_stats_add_up_the_steps_of_a_reply():
     assert stats.mode == "mixed" and stats.window == 8
     assert stats.stop_reason == "cancelled"
     assert "stopped" in stats.summary_line()
-    loaded = present(ReplyStats.from_json(stats.to_json()))
-    assert loaded.to_json() == stats.to_json() and loaded.summary_line() == stats.summary_line()
+    loaded = present(ReplyStats.from_stats_json(stats.to_stats_json()))
+    assert loaded.to_stats_json() == stats.to_stats_json() and loaded.summary_line() == stats.summary_line()
     assert loaded.token_ids == [] and loaded.n_tokens == 6  # the message keeps the text; its stats keep the counts
-    assert ReplyStats.from_json("garbage") is None and ReplyStats.from_json(None) is None
+    assert ReplyStats.from_stats_json("garbage") is None and ReplyStats.from_stats_json(None) is None
 
 
 # A message's stats exactly as the app stored them before the counting moved to engine.speed.run_stats.RunStats.
@@ -393,11 +393,11 @@ STORED_BEFORE_RUNSTATS = (
 
 
 def test_stats_stored_by_an_earlier_version_load_and_read_the_same():
-    stats = ReplyStats.from_json(STORED_BEFORE_RUNSTATS)
+    stats = ReplyStats.from_stats_json(STORED_BEFORE_RUNSTATS)
     assert stats is not None
     assert stats.summary_line() == (
         "48 tokens · 96.0 tok/s · TTFT 0.08 s · 1.50 tok/step · lookahead W4 N4 G3 · accepted 27% · SmolLM2 · "
         "length limit"
     )
     assert stats.prefill_s == pytest.approx(0.06)
-    assert stats.to_json() == STORED_BEFORE_RUNSTATS  # and are written back byte for byte
+    assert stats.to_stats_json() == STORED_BEFORE_RUNSTATS  # and are written back byte for byte

@@ -141,7 +141,7 @@ def test_the_estimate_is_stored_with_the_reply_and_shown_again_from_the_store(qt
         (saved,) = [m for m in store.messages(record.conversation_id) if m.role == "assistant"]
     finally:
         store.close()
-    loaded = ReplyStats.from_json(saved.stats_json)
+    loaded = ReplyStats.from_stats_json(saved.stats_json)
     assert loaded is not None and loaded.cost == pytest.approx(record.stats.cost)
     window.close()
 
@@ -157,7 +157,7 @@ def test_unpriced_steps_show_no_estimate_anywhere(qtbot, make_window, priced_eng
     assert window.panel.live.speedup.text() == "vs plain: –"
     assert not window.panel.live.speedup_note.isVisibleTo(window.panel)
     assert "vs plain" not in record.stats.summary_line()
-    assert '"cost"' not in record.stats.to_json()  # rows stay as they were written before steps had a cost
+    assert '"cost"' not in record.stats.to_stats_json()  # rows stay as they were written before steps had a cost
 
 
 # --- what the numbers mean ---

@@ -297,10 +297,10 @@ def test_lookahead_drafts_from_the_earlier_chats_of_the_loaded_model_only(qtbot,
                                 ("mixed", "fake", "half by the fake model")):
         conv = store.create_conversation(title)
         store.add_message(conv.id, "user", f"question for {title}")
-        store.add_message(conv.id, "assistant", reply, ReplyStats(n_tokens=5, model=model).to_json())
+        store.add_message(conv.id, "assistant", reply, ReplyStats(n_tokens=5, model=model).to_stats_json())
         if title == "mixed":
             store.add_message(conv.id, "user", "and again")
-            store.add_message(conv.id, "assistant", "then another model", ReplyStats(model="llama-8b").to_json())
+            store.add_message(conv.id, "assistant", "then another model", ReplyStats(model="llama-8b").to_stats_json())
     store.close()
     window = make_window(quick_settings())
     engine = window.engine.worker._engine
