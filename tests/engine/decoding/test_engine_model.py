@@ -276,13 +276,14 @@ def test_the_context_policy_drops_the_oldest_turns_and_says_so(model_path):
         assert "left out" in events[0].notice
 
 
-@pytest.mark.auto
 def test_the_measured_cost_curve_rises_with_batch_size_and_caps_exact_batches(engine):
+    # Not marked auto: under a pinned curve (CI's steep and flat passes) the costs would be the pin's constants.
     curve = tune_here(engine)
+    assert engine.cost_curve_source != "pinned", "this test measures the curve: run it without LOOKAHEAD_COST_CURVE"
     assert curve.cost(1) == 1.0
     assert curve.cost(8) > curve.cost(2) > 1.0
     assert 2 <= curve.max_exact_batch
-    assert curve.max_exact_batch >= 32  # the Q8_0 cache's attention is the same for every batch size
+    assert curve.max_exact_batch >= 32  # attention on the F16 cache has one arithmetic for every batch size
 
 
 def test_auto_drafts_where_the_reply_copies_the_prompt_and_says_why(engine):
