@@ -55,7 +55,7 @@ _TILED_FROM_8 = {"Q2_K", "Q3_K", "Q5_K", "Q6_K", "IQ4_XS", "IQ2_XXS", "IQ2_XS", 
 
 def batch_kernels(features: Mapping[str, str]) -> dict[str, str]:
     """The weight types whose batches keep the 1-token arithmetic at every size on this build, as the build itself
-    names them ({"Q4_1": "tile", ...}); empty for a llama.cpp without our patches."""
+    names them ({"Q4_1": "tile-batches", ...}); empty for a llama.cpp without our patches."""
     kernels = {}
     for item in features.get("BATCH_KERNELS", "").split(","):
         words = item.split()

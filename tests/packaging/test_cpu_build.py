@@ -95,12 +95,12 @@ def test_every_build_path_compiles_the_patched_llama_source():
 
 @pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"), reason="the kernel is x86 code")
 def test_the_installed_llama_cpp_carries_the_small_batch_kernel():
-    """The README's set-up builds the patched source: its CPU backend has the one-pass Q4_1 kernel."""
+    """The README's set-up builds the patched source: its CPU backend has the one-pass Q4_1 kernel for batches."""
     libs = list((Path(llama_cpp.__file__).parent / "lib").glob("libggml-cpu*"))
     assert libs, "no ggml CPU backend library next to llama_cpp"
     assert any(b"ggml_gemm_q4_1_q8_1_tile" in lib.read_bytes() for lib in libs), "unpatched llama.cpp installed"
     # and says so in its system info, which engine tune and the model info read
-    assert batch_kernels(backend.system_features()).get("Q4_1") == "tile"
+    assert batch_kernels(backend.system_features()).get("Q4_1") == "tile-batches"
 
 
 def _vendored_file(tmp_path, source, text: str):
