@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from functools import partial
 
 import pytest
 from PySide6.QtCore import QObject, Slot
@@ -19,18 +20,20 @@ from app.backup import export_json, import_json
 from app.chat_controller import ChatController, RequestIds, TurnSettings
 from app.chat_runner import READING_NOTICE
 from app.engine_thread import EngineThread
-from app.main_window import MainWindow, ReplyRecord
 from app.requests import DocumentsPlaced, GenerationRequest
 from app.settings import AppSettings
 from app.store import ChatStore
 from engine import GenerationControls, Message, SamplingConfig, StepEvent, StopConfig
 from engine.documents import DocumentContext, with_documents
+from tests.helpers import app_fixtures
 from tests.helpers.app_fixtures import OFFSCREEN_NOISE, FakeEngineEarlierChats, quick_settings, use_fake_engine
 from tests.helpers.optional import present
 
 pytestmark = OFFSCREEN_NOISE
 
 TIMEOUT_MS = 10_000
+send = partial(app_fixtures.send, timeout_ms=TIMEOUT_MS)
+click_and_wait = partial(app_fixtures.click_and_wait, timeout_ms=TIMEOUT_MS)
 OWLS = Attachment("owls.md", "markdown", 120, "# Owls\n\nOwls swallow small prey whole and cough up pellets.\n",
                   path="/notes/owls.md")
 PREY = Attachment("prey.csv", "csv", 30, "animal,share\nvole,60\nmouse,30\n")
@@ -115,19 +118,6 @@ def counted(attachment: Attachment) -> Attachment:
     return replace(attachment, tokens=len(attachment.text.split()))
 
 
-def send(qtbot, window: MainWindow, text: str, attachments: tuple[Attachment, ...] = ()) -> ReplyRecord:
-    if attachments:
-        window.chat_pane.set_attachments(attachments)
-    window.input.setPlainText(text)
-    with qtbot.waitSignal(window.replyCompleted, timeout=TIMEOUT_MS) as blocker:
-        window.send_button.click()
-    return blocker.args[0]
-
-
-def click_and_wait(qtbot, window: MainWindow, button) -> ReplyRecord:
-    with qtbot.waitSignal(window.replyCompleted, timeout=TIMEOUT_MS) as blocker:
-        button.click()
-    return blocker.args[0]
 
 
 def _user_messages(store: ChatStore, conversation_id: int):

@@ -8,25 +8,29 @@ from __future__ import annotations
 
 import json
 import time
+from functools import partial
 
 import pytest
 from PySide6.QtCore import Qt
 
 from app.attachments import Attachment, ReplySources
 from app.backup import FORMAT, VERSION, BackupError, export_json, import_json
-from app.main_window import MainWindow, ReplyRecord
+from app.main_window import MainWindow
 from app.settings import AppSettings
 from app.stats import ReplyStats
 from app.store import ChatStore
 from app.widgets.message_bubble import FLASH_MS, MessageBubble
 from engine import GenerationControls, StepEvent
 from engine.documents import Citation
+from tests.helpers import app_fixtures
 from tests.helpers.app_fixtures import OFFSCREEN_NOISE, quick_settings, use_fake_engine
 from tests.helpers.optional import present
 
 pytestmark = OFFSCREEN_NOISE
 
 TIMEOUT_MS = 10_000
+send = partial(app_fixtures.send, timeout_ms=TIMEOUT_MS)
+click_and_wait = partial(app_fixtures.click_and_wait, timeout_ms=TIMEOUT_MS)
 
 
 class _NumberedSession:
@@ -73,17 +77,6 @@ def numbered_engine(worker_options):
     use_fake_engine(worker_options, _NumberedSession)
 
 
-def send(qtbot, window: MainWindow, text: str) -> ReplyRecord:
-    window.input.setPlainText(text)
-    with qtbot.waitSignal(window.replyCompleted, timeout=TIMEOUT_MS) as blocker:
-        window.send_button.click()
-    return blocker.args[0]
-
-
-def click_and_wait(qtbot, window: MainWindow, button) -> ReplyRecord:
-    with qtbot.waitSignal(window.replyCompleted, timeout=TIMEOUT_MS) as blocker:
-        button.click()
-    return blocker.args[0]
 
 
 def shown(window: MainWindow) -> list[tuple[str, str, str]]:

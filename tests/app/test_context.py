@@ -6,19 +6,13 @@ import pytest
 
 from app.settings import AppSettings
 from app.stats import ReplyStats
-from tests.helpers.app_fixtures import OFFSCREEN_NOISE, REPLY_TIMEOUT_MS, quick_settings
+from tests.helpers.app_fixtures import OFFSCREEN_NOISE, REPLY_TIMEOUT_MS, quick_settings, send
 
 pytestmark = [pytest.mark.model, OFFSCREEN_NOISE]
 
 # About 170 tokens: four of them with their replies outgrow a 512-token context.
 FILLER = " ".join(f"Item {k} is a small round stone of a grey colour." for k in range(14))
 
-
-def send(qtbot, window, text: str):
-    window.input.setPlainText(text)
-    with qtbot.waitSignal(window.replyCompleted, timeout=REPLY_TIMEOUT_MS) as blocker:
-        window.send_button.click()
-    return blocker.args[0]
 
 
 def test_prompt_numbers_count_what_the_cache_kept_between_turns(qtbot, make_window):

@@ -7,24 +7,17 @@ import os
 import pytest
 from PySide6.QtCore import Qt  # noqa: E402 (after the offscreen platform is set)
 
-from app.main_window import MainWindow, ReplyRecord  # noqa: E402
+from app.main_window import ReplyRecord  # noqa: E402
 from app.requests import GenerationRequest, StepUpdate
 from app.settings import AppSettings  # noqa: E402
 from app.stats import ReplyStats  # noqa: E402
-from tests.helpers.app_fixtures import OFFSCREEN_NOISE, REPLY_TIMEOUT_MS, close_mid_reply, quick_settings
+from tests.helpers.app_fixtures import OFFSCREEN_NOISE, REPLY_TIMEOUT_MS, close_mid_reply, quick_settings, send
 from tests.helpers.optional import present
 
 pytestmark = [pytest.mark.model, OFFSCREEN_NOISE]
 
 LONG_PROMPT = "Write a long story about a dragon who learns to fly."
 
-
-def send(qtbot, window: MainWindow, text: str) -> ReplyRecord:
-    """Type ``text``, press Send, and wait for the reply to be saved."""
-    window.input.setPlainText(text)
-    with qtbot.waitSignal(window.replyCompleted, timeout=REPLY_TIMEOUT_MS) as blocker:
-        window.send_button.click()
-    return blocker.args[0]
 
 
 def test_a_message_typed_and_sent_with_enter_gets_a_streamed_reply(qtbot, make_window):

@@ -26,7 +26,10 @@ from app.settings import AppSettings
 from app.store import ChatStore, StoredMessage
 
 if TYPE_CHECKING:
-    from app.main_window import MainWindow
+    from PySide6.QtWidgets import QAbstractButton
+
+    from app.attachments import Attachment
+    from app.main_window import MainWindow, ReplyRecord
     from engine.llama.models import GgufSummary
     from engine.llama.problems import LoadProblem
 
@@ -35,6 +38,23 @@ OFFSCREEN_NOISE = pytest.mark.qt_log_ignore(r"This plugin does not support propa
 
 MODEL_LOAD_TIMEOUT_MS = 60_000
 REPLY_TIMEOUT_MS = 90_000
+
+
+def send(qtbot: QtBot, window: MainWindow, text: str, attachments: tuple[Attachment, ...] = (),
+         timeout_ms: int = REPLY_TIMEOUT_MS) -> ReplyRecord:
+    """Attach ``attachments`` (if any), type ``text``, press Send, and wait for the reply to be saved."""
+    if attachments:
+        window.chat_pane.set_attachments(attachments)
+    window.input.setPlainText(text)
+    return click_and_wait(qtbot, window, window.send_button, timeout_ms)
+
+
+def click_and_wait(qtbot: QtBot, window: MainWindow, button: QAbstractButton,
+                   timeout_ms: int = REPLY_TIMEOUT_MS) -> ReplyRecord:
+    """Click ``button`` (Send, Regenerate, …) and wait for the reply it starts to be saved."""
+    with qtbot.waitSignal(window.replyCompleted, timeout=timeout_ms) as blocker:
+        button.click()
+    return blocker.args[0]
 
 
 @pytest.fixture

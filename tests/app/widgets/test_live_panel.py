@@ -8,23 +8,25 @@ from __future__ import annotations
 
 import threading
 from dataclasses import replace
+from functools import partial
 
 import pytest
 from PySide6.QtCharts import QValueAxis
 from PySide6.QtWidgets import QLabel
 
-from app.main_window import MainWindow, ReplyRecord
 from app.settings import AppSettings
 from app.stats import ReplyStats
 from app.store import ChatStore
 from app.widgets.decoding_panel import DecodingPanel
 from app.widgets.stats_view import LiveStatsView, StepChart, nice_interval
 from engine import GenerationControls, StepEvent
+from tests.helpers import app_fixtures
 from tests.helpers.app_fixtures import OFFSCREEN_NOISE, quick_settings, use_fake_engine
 
 pytestmark = OFFSCREEN_NOISE
 
 TIMEOUT_MS = 10_000
+send = partial(app_fixtures.send, timeout_ms=TIMEOUT_MS)
 STEP_COST = 1.25  # what the fake prices a drafting step at, in plain one-token steps
 
 
@@ -97,12 +99,6 @@ def priced_engine(worker_options):
     yield
     PricedSession.release.set()  # a test that failed while holding a reply must not leave it waiting
 
-
-def send(qtbot, window: MainWindow, text: str) -> ReplyRecord:
-    window.input.setPlainText(text)
-    with qtbot.waitSignal(window.replyCompleted, timeout=TIMEOUT_MS) as blocker:
-        window.send_button.click()
-    return blocker.args[0]
 
 
 def expected_speedup(steps: int) -> float:
