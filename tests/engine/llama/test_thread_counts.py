@@ -1,0 +1,47 @@
+"""A step's logits do not depend on how many threads compute it.
+
+llama.cpp splits a matmul's rows and the attention's work among its threads. The patches keep every output's
+arithmetic whatever the split; part 7 splits a step of a few rows per head differently from one thread: the
+bundled model has 3 query heads per KV head, so with 2 threads a 1-token step (9 rows) cuts a group, and the
+threads share the keys' tiles and then the value columns. Plain decoding and verification both rest on it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from engine import Engine
+
+DEPTH = 300  # past several 64-cell attention tiles
+STEPS = 4
+TEXT = "The lighthouse keeper counted the ships that passed the rocks each night, and wrote their names down. " * 20
+
+
+def logits_of_steps(model_path: str, n_threads: int, k: int) -> list[np.ndarray]:
+    """The logits of STEPS steps of k tokens each after DEPTH cached tokens, each step keeping its first token."""
+    eng = Engine(model_path, n_ctx=1024, n_threads=n_threads)
+    try:
+        tokens = eng.tokenize(TEXT)
+        assert len(tokens) >= DEPTH + STEPS + k
+        eng.prefill(tokens[:DEPTH])
+        rows = []
+        for pos in range(DEPTH, DEPTH + STEPS):
+            eng.batch.set_single_seq(tokens[pos : pos + k], pos, eng.commit_seqs, last_logits=True)
+            eng.batch.logits[:k] = 1
+            eng.ctx.decode(eng.batch)
+            rows.append(eng.ctx.logits_rows(k).copy())
+            eng.ctx.seq_rm(-1, pos + 1, -1)
+        return rows
+    finally:
+        eng.close()
+
+
+@pytest.mark.parametrize("k", [1, 3])
+def test_a_step_gives_the_same_logits_bit_for_bit_on_one_two_and_three_threads(model_path, k):
+    one, two, three = (logits_of_steps(model_path, n, k) for n in (1, 2, 3))
+    for step, (a, b, c) in enumerate(zip(one, two, three, strict=True)):
+        assert a.shape == (k, b.shape[1])
+        assert np.isfinite(a).all()
+        assert np.array_equal(a, b), f"step {step}: 2 threads differ from 1"
+        assert np.array_equal(a, c), f"step {step}: 3 threads differ from 1"
