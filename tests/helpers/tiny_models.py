@@ -81,13 +81,18 @@ def write_tiny_mamba(path: Path, context_length: int = 1024) -> Path:
 
 
 def write_tiny_llama(
-    path: Path, context_length: int = 2048, weights: str = "f16", n_embd: int = 128, name: str = "tiny-llama-test",
+    path: Path,
+    context_length: int = 2048,
+    weights: str = "f16",
+    n_embd: int = 128,
+    name: str = "tiny-llama-test",
+    n_head_kv: int = 2,
 ) -> Path:
     """A 2-layer llama-architecture model (grouped-query attention, SwiGLU), F16 matrices by default.
 
     ``weights``: "f16", "f32" or "q4_1" (the bundled model's type: with the patched llama.cpp its batches give
     1-token logits on every x86 CPU, where F16's are exact on some CPUs and on others at no size at all).
-    ``name`` is its ``general.name``.
+    ``name`` is its ``general.name``; ``n_head_kv`` its KV heads (of 4 query heads).
 
     Its greedy text is repetitive, so lookahead has drafts to verify; in F16 or F32 its matrices take other
     kernels than the bundled Q4_1 model's.
@@ -96,7 +101,7 @@ def write_tiny_llama(
 
     # Four heads: of 32 dimensions by default, which the engine's Q8_0 KV cache needs (it stores keys in blocks of
     # 32, see engine/llama/native.py); n_embd=64 makes a model that gets an f16 cache instead.
-    n_head, n_head_kv, n_ff, n_layer = 4, 2, 128, 2
+    n_head, n_ff, n_layer = 4, 128, 2
     head_dim = n_embd // n_head
     n_vocab = len(TOKENS)
     w = _random_weights(1)
