@@ -118,8 +118,6 @@ def counted(attachment: Attachment) -> Attachment:
     return replace(attachment, tokens=len(attachment.text.split()))
 
 
-
-
 def _user_messages(store: ChatStore, conversation_id: int):
     return [m for m in store.messages(conversation_id) if m.role == "user"]
 

@@ -77,8 +77,6 @@ def numbered_engine(worker_options):
     use_fake_engine(worker_options, _NumberedSession)
 
 
-
-
 def shown(window: MainWindow) -> list[tuple[str, str, str]]:
     """The bubbles as (role, text, "k/n" or "")."""
     return [(b.role, b.text(), b.alternative_text()) for b in window.chat_view.bubbles()]

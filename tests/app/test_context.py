@@ -14,7 +14,6 @@ pytestmark = [pytest.mark.model, OFFSCREEN_NOISE]
 FILLER = " ".join(f"Item {k} is a small round stone of a grey colour." for k in range(14))
 
 
-
 def test_prompt_numbers_count_what_the_cache_kept_between_turns(qtbot, make_window):
     window = make_window(quick_settings(max_tokens=8, lookahead_on=False))
     first = send(qtbot, window, "Name a colour.")

@@ -19,7 +19,6 @@ pytestmark = [pytest.mark.model, OFFSCREEN_NOISE]
 LONG_PROMPT = "Write a long story about a dragon who learns to fly."
 
 
-
 def test_a_message_typed_and_sent_with_enter_gets_a_streamed_reply(qtbot, make_window):
     window = make_window()
     updates: list[StepUpdate] = []

@@ -99,8 +99,7 @@ def write_tiny_llama(
     """
     import gguf
 
-    # Four heads: of 32 dimensions by default, which the engine's Q8_0 KV cache needs (it stores keys in blocks of
-    # 32, see engine/llama/native.py); n_embd=64 makes a model that gets an f16 cache instead.
+    # Four query heads, of 32 dimensions by default (n_embd=64 makes them 16).
     n_head, n_ff, n_layer = 4, 128, 2
     head_dim = n_embd // n_head
     n_vocab = len(TOKENS)

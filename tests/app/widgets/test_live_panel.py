@@ -100,7 +100,6 @@ def priced_engine(worker_options):
     PricedSession.release.set()  # a test that failed while holding a reply must not leave it waiting
 
 
-
 def expected_speedup(steps: int) -> float:
     """Tokens over summed cost for PricedSession's reply of ``steps`` steps."""
     drafting = [i % 3 != 2 for i in range(steps)]
@@ -210,7 +209,6 @@ def test_the_chart_ticks_steps_at_round_numbers_and_tokens_at_whole_ones(qtbot):
     assert (y.max(), y.tickInterval()) == (13, 5)
     x.setRange(0, 1000)  # as the Compare tab does to line two charts up
     assert x.tickInterval() == 200
-
 
 
 def test_the_chart_takes_each_repaints_steps_in_one_update_of_each_series_however_long_the_reply(qtbot):

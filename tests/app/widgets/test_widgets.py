@@ -233,7 +233,6 @@ def _blocks(doc):
         block = block.next()
 
 
-
 def test_chats_can_be_renamed_in_place_deleted_after_confirming_and_exported(qtbot, app_home, dialogs, tmp_path):
     from app.main_window import MainWindow
     from app.store import ChatStore
