@@ -1,14 +1,17 @@
 // The engine's contract, checked on a llama.cpp build: a matmul over k token columns gives each column
 // the result of a 1-column matmul, bit for bit (see packaging/llama-cpp-patches/).
 //
-//   small-batch-check [--types q4_K,q6_K,...] [--shapes N] [--threads 1,2] [--seed S] [--vec-dot] [--quiet]
+//   small-batch-check [--types q4_K,q6_K,...] [--shapes N] [--threads 1,2] [--seed S] [--vec-dot] [--gemv]
+//                     [--quiet]
 //
 // For each weight type, N random (rows, row length) shapes; for each shape and thread count, the k-column
 // products for k = 1..32 and a few larger k are compared with the columns computed one at a time. The
 // weights are placed as llama.cpp places a model's: in the CPU's repack buffer where this build repacks
 // the type (Q4_0, IQ4_NL; Q4_K on CPUs without the AVX-512 tile), in plain memory otherwise.
 // With --vec-dot, each 1-column result is also compared with the type's own ggml vec_dot (what a 1-token
-// matmul computes without the patch). Prints one line per type and exits 1 if any column differs.
+// matmul computes without the patch). With --gemv, for weights repacked 8 rows at a time (Q4_0, IQ4_NL on x86),
+// each 1-column result is compared with llama.cpp's own gemv for that layout (what a 1-token matmul of them
+// computes without the patch). Prints one line per type and exits 1 if any column differs.
 //
 // Built and run by tests/packaging/test_small_batch_kernels.py against the installed llama-cpp-python's libraries.
 
@@ -17,6 +20,7 @@
 #include "ggml-backend.h"
 #include "ggml-cpu.h"
 
+#include <dlfcn.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -152,7 +156,28 @@ struct type_result {
     long long compared, differ;
     int shapes, first_bad_k, repacked;
     long long vs_vec_dot_compared, vs_vec_dot_differ;  // 1-column results against ggml's vec_dot
+    long long vs_gemv_compared, vs_gemv_differ;        // 1-column results of repacked weights against the gemv
 };
+
+typedef void (*gemv_t)(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc);
+
+// llama.cpp's 1-row gemv for weights of this type repacked 8 rows at a time (x86), or NULL
+static gemv_t repacked_gemv(enum ggml_type type) {
+    const char * name = type == GGML_TYPE_Q4_0   ? "ggml_gemv_q4_0_8x8_q8_0"
+                      : type == GGML_TYPE_IQ4_NL ? "ggml_gemv_iq4_nl_8x8_q8_0" : NULL;
+    return name ? (gemv_t) dlsym(RTLD_DEFAULT, name) : NULL;
+}
+
+// y[c * n_rows + r] = the gemv of the repacked weights and activation column c, quantized to Q8_0
+static void gemv_reference(const struct weights * W, gemv_t gemv, const float * act, int n_cols, float * y) {
+    const int64_t row_len = W->w->ne[0], n_rows = W->w->ne[1];
+    char * qa = malloc(ggml_row_size(GGML_TYPE_Q8_0, row_len));
+    for (int c = 0; c < n_cols; ++c) {
+        ggml_get_type_traits_cpu(GGML_TYPE_Q8_0)->from_float(act + (size_t) c * row_len, qa, row_len);
+        gemv((int) row_len, &y[(size_t) c * n_rows], (size_t) n_rows, W->w->data, qa, 1, (int) n_rows);
+    }
+    free(qa);
+}
 
 // y[c * n_rows + r] = the type's vec_dot of weight row r and activation column c, as llama.cpp computes a
 // 1-token matmul without the patch: the activation quantized to the vec_dot type, then one call per pair
@@ -173,9 +198,11 @@ static void vec_dot_reference(const struct weights * W, const float * act, int n
 }
 
 static void check_shape(enum ggml_type type, int64_t n_rows, int64_t row_len, const int * threads, int n_threads_opts,
-                        bool vs_vec_dot, struct type_result * res) {
+                        bool vs_vec_dot, bool vs_gemv, struct type_result * res) {
     struct weights W = make_weights(type, n_rows, row_len);
-    res->repacked += strcmp(W.placed, ggml_backend_buft_name(ggml_backend_cpu_buffer_type())) != 0;
+    const bool repacked = strcmp(W.placed, ggml_backend_buft_name(ggml_backend_cpu_buffer_type())) != 0;
+    res->repacked += repacked;
+    const gemv_t gemv = vs_gemv && repacked ? repacked_gemv(type) : NULL;
     float * act = malloc(sizeof(float) * row_len * MAX_COLS);
     fill_values(act, row_len * MAX_COLS, 1.0f);
     float * single = malloc(sizeof(float) * n_rows * MAX_COLS);
@@ -191,6 +218,14 @@ static void check_shape(enum ggml_type type, int64_t n_rows, int64_t row_len, co
             for (int64_t i = 0; i < n_rows * n_ref; ++i) {
                 res->vs_vec_dot_compared++;
                 res->vs_vec_dot_differ += memcmp(&batch[i], &single[i], sizeof(float)) != 0;
+            }
+        }
+        if (gemv && t == 0) {
+            const int n_ref = 8;
+            gemv_reference(&W, gemv, act, n_ref, batch);
+            for (int64_t i = 0; i < n_rows * n_ref; ++i) {
+                res->vs_gemv_compared++;
+                res->vs_gemv_differ += memcmp(&batch[i], &single[i], sizeof(float)) != 0;
             }
         }
         for (int b = 0; b < N_BATCH_SIZES; ++b) {
@@ -241,6 +276,7 @@ int main(int argc, char ** argv) {
     int n_threads_opts = 2;
     bool quiet = false;
     bool vs_vec_dot = false;
+    bool vs_gemv = false;
     for (int i = 1; i < argc; ++i) {
         if (strcmp(argv[i], "--types") == 0 && i + 1 < argc) {
             types_arg = argv[++i];
@@ -254,8 +290,10 @@ int main(int argc, char ** argv) {
             quiet = true;
         } else if (strcmp(argv[i], "--vec-dot") == 0) {
             vs_vec_dot = true;
+        } else if (strcmp(argv[i], "--gemv") == 0) {
+            vs_gemv = true;
         } else {
-            fprintf(stderr, "usage: %s [--types q4_K,q6_K,...] [--shapes N] [--threads 1,2] [--seed S] [--vec-dot] [--quiet]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--types q4_K,q6_K,...] [--shapes N] [--threads 1,2] [--seed S] [--vec-dot] [--gemv] [--quiet]\n", argv[0]);
             return 2;
         }
     }
@@ -278,7 +316,7 @@ int main(int argc, char ** argv) {
             // row lengths of up to 4096 values (as a model's hidden size), row counts 1..160 (odd ones included)
             const int64_t row_len = block * (1 + (int64_t) (rng_next() % (uint64_t) (4096 / block)));
             const int64_t n_rows  = s % 3 == 0 ? 8 * (1 + (int64_t) (rng_next() % 20)) : 1 + (int64_t) (rng_next() % 160);
-            check_shape(type, n_rows, row_len, threads, n_threads_opts, vs_vec_dot, &res);
+            check_shape(type, n_rows, row_len, threads, n_threads_opts, vs_vec_dot, vs_gemv, &res);
         }
         printf("%-6s %3d shapes (%3d repacked), k up to %d, %d thread setting(s): %lld outputs, %lld differ",
                ggml_type_name(type), res.shapes, res.repacked, MAX_COLS, n_threads_opts, res.compared, res.differ);
@@ -289,6 +327,10 @@ int main(int argc, char ** argv) {
         if (vs_vec_dot) {
             printf("; 1 token against vec_dot: %lld outputs, %lld differ", res.vs_vec_dot_compared, res.vs_vec_dot_differ);
             failed |= res.vs_vec_dot_differ != 0;
+        }
+        if (vs_gemv) {
+            printf("; 1 token against llama.cpp's gemv: %lld outputs, %lld differ", res.vs_gemv_compared, res.vs_gemv_differ);
+            failed |= res.vs_gemv_differ != 0 || res.vs_gemv_compared == 0;
         }
         printf("\n");
         if (!quiet) {

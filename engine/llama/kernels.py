@@ -3,10 +3,10 @@
 A step keeps a guessed token only if its row of logits is bit for bit the one a 1-token step gives, so the
 batches a step may use are those whose matmuls keep the 1-token arithmetic. Which those are depends on the
 weights' types, the CPU and the build: our llama.cpp patches (packaging/llama-cpp-patches/) give Q4_1, Q4_K,
-Q6_K, Q8_0 and Q5_0 kernels whose rows never depend on the batch size, and the build names them in its system
-info (``batch_kernels``); other types keep llama.cpp's, and some of those switch to another float order at some
-batch size. The exact-batch probe (``calibration.probe_exact_batch``) measures what holds for a model; this module
-names why, for ``engine tune`` and the app's model info.
+Q6_K, Q8_0, Q5_0, Q5_K, Q4_0 and IQ4_NL kernels whose rows never depend on the batch size, and the build names
+them in its system info (``batch_kernels``); other types keep llama.cpp's, and some of those switch to another
+float order at some batch size. The exact-batch probe (``calibration.probe_exact_batch``) measures what holds for
+a model; this module names why, for ``engine tune`` and the app's model info.
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ _PATCHED = {
     "tile-batches": "one-pass tile kernel for batches, vec_dot's arithmetic (patched)",
     "repacked": "repacked 4-row kernel in the 1-token order (patched)",
     "vec_dot-256": "one row at a time up to 256 tokens (patched)",
+    "repacked-batches": "llama.cpp's repacked rows, up to 16 tokens in one pass, in its 1-token order (patched)",
 }
 
 # llama.cpp's own x86 kernels for the types the patches leave alone, as in the vendored version:
@@ -71,8 +72,11 @@ def _x86_upstream_kernel(ggml_type: str, avx2: bool) -> tuple[str, int | None]:
         return "llama.cpp's repacked kernel, another order from 4 tokens", 3
     if ggml_type in _TILED_FROM_8:
         return "llama.cpp's tiled kernel from 8 tokens", 7
+    if ggml_type == "IQ4_NL" and avx2:
+        # repacked where the row count is a multiple of 8 (one order), tinyBLAS for a batch elsewhere (another)
+        return "llama.cpp's repacked kernel where the rows allow, tinyBLAS elsewhere", 0
     if ggml_type in ("IQ4_NL", "Q8_0", "Q5_0", "F16", "BF16", "F32"):
-        # one token takes vec_dot, two or more llama.cpp's tinyBLAS (or its repacked IQ4_NL kernels): another order
+        # one token takes vec_dot, two or more llama.cpp's tinyBLAS: another order
         return "llama.cpp's kernels (one for a token, another for a batch)", 1
     return "llama.cpp's kernels", 0
 

@@ -44,7 +44,7 @@ def small_batch_check(tmp_path_factory) -> Path:
         pytest.fail("no C compiler: packaging/system-deps.sh installs one (llama-cpp-python needs it too)")
     exe = tmp_path_factory.mktemp("kernels") / "small-batch-check"
     subprocess.run([cc, "-O2", "-std=gnu11", str(CHECK_SOURCE), f"-I{_ggml_headers()}", f"-L{LIB_DIR}",
-                    "-lggml", "-lggml-base", "-lggml-cpu", "-lm", f"-Wl,-rpath,{LIB_DIR}", "-o", str(exe)],
+                    "-lggml", "-lggml-base", "-lggml-cpu", "-lm", "-ldl", f"-Wl,-rpath,{LIB_DIR}", "-o", str(exe)],
                    check=True, capture_output=True, text=True)
     return exe
 
@@ -60,9 +60,11 @@ def _run_check(exe: Path, *args: str) -> tuple[int, dict[str, str]]:
 def test_every_kernel_the_build_names_gives_batch_tokens_their_1_token_results(small_batch_check):
     # What the build says of itself (BATCH_KERNELS, which engine tune and the model info show), checked:
     # Q4_1: the bundled model; Q4_K and Q6_K: a Q4_K_M file; Q8_0 and Q5_0: a small model's Q4_K_M file (its
-    # fallbacks and output matrix). k = 1..32, 48, 63, 64, 96, 128, 232; 1 and 2 threads.
+    # fallbacks and output matrix); Q4_0 and IQ4_NL: repacked by llama.cpp. k = 1..32, 48, 63, 64, 96, 128, 232;
+    # 1 and 2 threads.
     named = batch_kernels(backend.system_features())
-    assert {"Q4_1", "Q4_K", "Q6_K", "Q8_0", "Q5_0"} <= set(named), named  # an x86 build with AVX2 and FMA
+    # an x86 build with AVX2 and FMA
+    assert {"Q4_1", "Q4_K", "Q6_K", "Q8_0", "Q5_0", "Q4_0", "IQ4_NL"} <= set(named), named
     types = sorted(t[:-2].lower() + t[-2:] if t.endswith("_K") else t.lower() for t in named)
     code, lines = _run_check(small_batch_check, "--types", ",".join(types), "--shapes", "8")
     assert set(lines) == set(types), lines
@@ -79,6 +81,18 @@ def test_a_token_alone_gets_the_unpatched_vec_dot_result_where_the_patch_keeps_i
     assert set(lines) == {"q4_1", "q6_K", "q8_0", "q5_0"}, lines
     for line in lines.values():
         assert "1 token against vec_dot: " in line and line.endswith(" 0 differ"), line
+    assert code == 0
+
+
+@x86_only
+def test_a_token_alone_gets_llama_cpps_own_gemv_result_where_it_repacks_the_weights(small_batch_check):
+    # llama.cpp repacks Q4_0 and IQ4_NL 8 rows at a time and runs its gemv for a token; the patch's one-pass
+    # kernel does the gemv's float operations in its order, so a 1-token step gives what the unpatched build gives.
+    code, lines = _run_check(small_batch_check, "--types", "q4_0,iq4_nl", "--shapes", "6", "--gemv")
+    assert set(lines) == {"q4_0", "iq4_nl"}, lines
+    for line in lines.values():
+        assert "1 token against llama.cpp's gemv: " in line and line.endswith(" 0 differ"), line
+        assert "gemv: 0 outputs" not in line, line  # some shapes were repacked and compared
     assert code == 0
 
 
@@ -101,6 +115,16 @@ def test_a_q4_k_m_model_gives_1_token_logits_at_every_probed_batch_size(tmp_path
 
 
 @x86_only
+def test_an_iq4_nl_model_gives_1_token_logits_at_every_probed_batch_size(tmp_path):
+    # IQ4_NL matrices, repacked by llama.cpp (as Q4_0's are): the patch's one-pass kernel for batches of up to
+    # 16 tokens, llama.cpp's gemm past that, both in its gemv's order.
+    model = build_shape(SHAPES["test-256"], tmp_path / "test-256-iq4_nl.gguf", "iq4_nl")
+    assert "IQ4_NL" in set(model.tensor_types)
+    with Engine(model.path, n_ctx=1024, n_threads=2) as eng:
+        assert probe_exact_batch(eng) == max(EXACT_PROBE_SIZES)
+
+
+@x86_only
 def test_a_q5_k_m_model_is_exact_as_far_as_the_build_says(tmp_path):
     # Q5_K matrices: a tile for batches where the build names one (AVX-512), else llama.cpp's kernels, whose
     # tiled path takes over at 8 tokens. Either way the probe finds what the build's own list says.
@@ -116,9 +140,11 @@ def test_a_q5_k_m_model_is_exact_as_far_as_the_build_says(tmp_path):
 
 # what a patched build reports, on AVX-512 and AVX2-only x86 CPUs
 AVX512 = {"AVX2": "1", "FMA": "1", "AVX512": "1",
-          "BATCH_KERNELS": "Q4_1 tile,Q4_K tile,Q6_K tile,Q8_0 tile-batches,Q5_0 tile-batches,Q5_K tile-batches"}
+          "BATCH_KERNELS": "Q4_1 tile,Q4_K tile,Q6_K tile,Q8_0 tile-batches,Q5_0 tile-batches,Q5_K tile-batches,"
+                           "Q4_0 repacked-batches,IQ4_NL repacked-batches"}
 AVX2_ONLY = {"AVX2": "1", "FMA": "1", "AVX512": "0",
-             "BATCH_KERNELS": "Q4_1 tile,Q4_K repacked,Q6_K vec_dot-256,Q8_0 tile-batches,Q5_0 tile-batches"}
+             "BATCH_KERNELS": "Q4_1 tile,Q4_K repacked,Q6_K vec_dot-256,Q8_0 tile-batches,Q5_0 tile-batches,"
+                              "Q4_0 repacked-batches,IQ4_NL repacked-batches"}
 
 
 def test_a_q4_k_m_model_is_exact_at_every_size_on_avx512_and_avx2_builds_alike():
@@ -148,6 +174,18 @@ def test_a_small_models_q4_k_m_file_with_q5_0_and_q8_0_fallbacks_is_exact_at_eve
         assert "tile" in kernels["Q8_0"].kernel and "vec_dot" in kernels["Q8_0"].kernel
     no_avx2 = matrix_kernels(types, {"AVX2": "0", "FMA": "0", "AVX512": "0", "BATCH_KERNELS": ""}, machine="x86_64")
     assert all(k.exact_up_to != EVERY_SIZE for k in no_avx2), no_avx2
+
+
+def test_an_iq4_nl_file_is_exact_at_every_size_on_a_patched_build_and_probed_on_an_unpatched_one():
+    types = {"IQ4_NL": 141, "Q5_1": 24, "Q8_0": 1}
+    for features in (AVX512, AVX2_ONLY):
+        kernels = {k.ggml_type: k for k in matrix_kernels(types, features, machine="x86_64")}
+        assert kernels["IQ4_NL"].exact_up_to is EVERY_SIZE and "one pass" in kernels["IQ4_NL"].kernel
+    unpatched = {k: v for k, v in AVX512.items() if k != "BATCH_KERNELS"}
+    kernels = {k.ggml_type: k for k in matrix_kernels(types, unpatched, machine="x86_64")}
+    # llama.cpp repacks rows that come 8 at a time (exact) and gives the others tinyBLAS: the probe decides
+    assert kernels["IQ4_NL"].exact_up_to == 0 and "repacked" in kernels["IQ4_NL"].kernel
+    assert kernels["IQ4_NL"].describe.endswith("batches are checked on the model")
 
 
 def test_a_llama_cpp_without_our_patches_is_not_claimed_exact():
