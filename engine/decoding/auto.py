@@ -16,10 +16,11 @@ per (source, match length, support) while generating, starting from priors.
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from engine.costs.curve import CostCurve, LiveCosts
+from engine.decoding.decoders import NO_CONFIDENCE
 from engine.decoding.drafts import AGREE, ALONE, SPLIT, Draft, DraftSources
 from engine.decoding.origins import DraftOrigin, DraftSource
 from engine.decoding.plan import StepChoice
@@ -185,7 +186,8 @@ class FixedPolicy:
     def __init__(self, sources: DraftSources) -> None:
         self.sources = sources
 
-    def choose(self, token: int, cfg: LookaheadConfig, room: int, confidence: float = 0.0) -> StepChoice:
+    def choose(self, token: int, cfg: LookaheadConfig, room: int, confidence: Callable[[], float] = NO_CONFIDENCE,
+               ) -> StepChoice:
         n_draft = cfg.ngram - 1
         drafts = self.sources.rank(token, min(cfg.guesses, MAX_GUESSES), n_draft)
         W = cfg.window
@@ -236,12 +238,14 @@ class AutoPolicy:
             drafts += self.sources.ngrams(token, count, max_len, drafts)
         return drafts
 
-    def choose(self, token: int, cfg: LookaheadConfig, room: int, confidence: float = 0.0) -> StepChoice:
-        """The step after ``token``, which the model drew with probability ``confidence``."""
+    def choose(self, token: int, cfg: LookaheadConfig, room: int, confidence: Callable[[], float] = NO_CONFIDENCE,
+               ) -> StepChoice:
+        """The step after ``token``, which the model drew with probability ``confidence()`` (asked for only when
+        there are drafts to price)."""
         curve = self.curve
         plain_rate = 1.0 / curve.cost(1)
-        sure = confidence >= SURE
         drafts = self._drafts(token, cfg, min(MAX_AUTO_DRAFT, room))
+        sure = bool(drafts) and confidence() >= SURE
         trust = self.trust
         options = [(d, self._expected(d, sure, trust)) for d in drafts]
         chosen: list[Draft] = []

@@ -30,6 +30,35 @@ class KvState:
         return len(self.tokens)
 
 
+def probability(row: np.ndarray, token: int) -> float:
+    """Softmax probability of ``token`` in a logits row."""
+    return float(1.0 / np.exp(row - row[token]).sum())
+
+
+class Confidence:
+    """The probability of a committed token (``probability``), worked out the first time it is called.
+
+    Auto asks for it only before a step that has drafts to price, which most steps of free writing do not, and
+    the softmax over the vocabulary costs about 1% of a small model's step. It reads the decode's own logits
+    buffer, so it must be called before the next decode or not at all.
+    """
+
+    __slots__ = ("_row", "_token", "_value")
+
+    def __init__(self, row: np.ndarray | None = None, token: int = 0) -> None:
+        self._row, self._token = row, token
+        self._value: float | None = None if row is not None else 0.0
+
+    def __call__(self) -> float:
+        if self._value is None:
+            assert self._row is not None
+            self._value, self._row = probability(self._row, self._token), None
+        return self._value
+
+
+NO_CONFIDENCE = Confidence()  # not asked for: 0.0
+
+
 @dataclass
 class StepOutcome:
     committed: list[int]
@@ -44,7 +73,7 @@ class StepOutcome:
     n_cached: int = 0  # leading committed tokens already in the KV cache
     accepted_origin: str = ""  # where the accepted draft tokens came from (Draft.origin); "" if none
     # The probability the model gave the last committed token (what the next step follows); 0.0 unless asked for.
-    confidence: float = 0.0
+    confidence: Confidence = NO_CONFIDENCE
     top2_gaps: list[float] = field(default_factory=list)
     decode_s: float = 0.0
 
@@ -66,11 +95,6 @@ class TokenDrawer:
         if self.sampler is None:
             return int(np.argmax(logits_row))
         return self.sampler.sample(self.ctx, batch_index)
-
-
-def probability(row: np.ndarray, token: int) -> float:
-    """Softmax probability of ``token`` in a logits row."""
-    return float(1.0 / np.exp(row - row[token]).sum())
 
 
 def top2_gap(row: np.ndarray) -> float:
@@ -119,7 +143,7 @@ class PlainDecoder:
             guesses=0,
             top2_gaps=gaps,
             decode_s=decode_s,
-            confidence=probability(row, tok) if confidence else 0.0,
+            confidence=Confidence(row, tok) if confidence else NO_CONFIDENCE,
         )
 
 
@@ -233,7 +257,7 @@ class LookaheadDecoder:
             n_cached=n_kept,
             decode_s=decode_s,
             accepted_origin=_origin_of(choice, committed[: len(path)]),
-            confidence=probability(last_row, committed[-1]) if confidence else 0.0,
+            confidence=Confidence(last_row, committed[-1]) if confidence else NO_CONFIDENCE,
         )
 
     def _verify(
@@ -327,7 +351,7 @@ class ChainDecoder:
             n_cached=n_accepted,
             decode_s=decode_s,
             accepted_origin=choice.drafts[0].origin if n_accepted else "",
-            confidence=probability(logits[n_accepted], committed[-1]) if confidence else 0.0,
+            confidence=Confidence(logits[n_accepted], committed[-1]) if confidence else NO_CONFIDENCE,
         )
 
 

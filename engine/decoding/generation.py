@@ -25,7 +25,15 @@ from typing import Protocol
 from engine.costs.curve import CostCurve, LiveCosts
 from engine.costs.parts import EngineParts
 from engine.decoding.auto import AcceptanceStats, AutoPolicy, FixedPolicy
-from engine.decoding.decoders import ChainDecoder, JacobiWindow, KvState, LookaheadDecoder, PlainDecoder, TokenDrawer
+from engine.decoding.decoders import (
+    NO_CONFIDENCE,
+    ChainDecoder,
+    JacobiWindow,
+    KvState,
+    LookaheadDecoder,
+    PlainDecoder,
+    TokenDrawer,
+)
 from engine.decoding.drafts import CorpusIndex, DraftCorpus, DraftSources, HistoryIndex
 from engine.decoding.origins import OWN, DraftOrigin
 from engine.decoding.plan import StepChoice
@@ -209,7 +217,7 @@ class Generation:
         self._pending = [prompt[-1]]  # committed tokens not yet in the KV cache
         self._n_steps = 0
         self._pool_grew = False  # lookahead steps added the reply's n-grams to the pool: worth keeping
-        self._confidence = 0.0  # the probability of the last committed token (Auto's steps depend on it)
+        self._confidence = NO_CONFIDENCE  # the probability of the last committed token (Auto's steps depend on it)
         self._finished = False
 
     @property
@@ -238,7 +246,9 @@ class Generation:
         else:
             out = self._lookahead.step(engine.kv, self._pending, choice, confidence=auto)
         if auto:
-            self._auto.observe(choice, out.committed, out.accepted_origin, out.n_accepted, self._confidence)
+            # a step with drafts had its confidence worked out when they were priced, before this decode
+            confidence = self._confidence() if choice.drafts else 0.0
+            self._auto.observe(choice, out.committed, out.accepted_origin, out.n_accepted, confidence)
         self._pending = out.committed[out.n_cached :]
         self._confidence = out.confidence
         committed, reason = self._apply_limits(out.committed)

@@ -52,6 +52,26 @@ def test_auto_takes_a_plain_step_when_no_draft_pays_for_its_cost():
     assert choice.plain
 
 
+def test_auto_asks_for_the_token_s_probability_only_when_it_has_drafts_to_price():
+    # The softmax over the vocabulary costs about 1% of a small model's step: a step with nothing to draft from
+    # (most steps of free writing) must not pay it.
+    asked = []
+
+    def confidence() -> float:
+        asked.append(1)
+        return 0.95
+
+    fresh = HistoryIndex()
+    fresh.extend([1, 2, 3, 4])  # the last token was never seen before: no draft
+    assert AutoPolicy(DraftSources(fresh, NgramPool(max_len=7)), STEEP, AcceptanceStats()).choose(
+        4, CFG, room=60, confidence=confidence).plain
+    assert asked == []
+    h = copying_history()
+    choice = AutoPolicy(DraftSources(h, NgramPool(max_len=7)), STEEP, AcceptanceStats()).choose(
+        h.tokens[-1], CFG, room=60, confidence=confidence)
+    assert choice.drafts and asked == [1]
+
+
 def test_auto_drafts_a_long_match_on_a_steep_curve():
     h = copying_history()
     auto = AutoPolicy(DraftSources(h, NgramPool(max_len=7)), STEEP, AcceptanceStats())
