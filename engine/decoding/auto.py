@@ -74,7 +74,7 @@ MAX_P = 0.995
 # rate back towards 1 by LEDGER_RETURN, so they are tried again later in the reply.
 SHORT_MATCH = 4
 LEDGER_DECAY = 0.8
-LEDGER_RETURN = 0.02
+LEDGER_RETURN = 0.005
 TRUST_POWER = 3.0
 
 Bucket = tuple[str, int, int, bool]  # (source, match edge, support, sure)
