@@ -60,11 +60,11 @@ def _run_check(exe: Path, *args: str) -> tuple[int, dict[str, str]]:
 def test_every_kernel_the_build_names_gives_batch_tokens_their_1_token_results(small_batch_check):
     # What the build says of itself (BATCH_KERNELS, which engine tune and the model info show), checked:
     # Q4_1: the bundled model; Q4_K and Q6_K: a Q4_K_M file; Q8_0 and Q5_0: a small model's Q4_K_M file (its
-    # fallbacks and output matrix); Q4_0 and IQ4_NL: repacked by llama.cpp. k = 1..32, 48, 63, 64, 96, 128, 232;
-    # 1 and 2 threads.
+    # fallbacks and output matrix); Q4_0 and IQ4_NL: repacked by llama.cpp; Q5_1: a small model's Q5_K_M file.
+    # k = 1..32, 48, 63, 64, 96, 128, 232; 1 and 2 threads.
     named = batch_kernels(backend.system_features())
     # an x86 build with AVX2 and FMA
-    assert {"Q4_1", "Q4_K", "Q6_K", "Q8_0", "Q5_0", "Q4_0", "IQ4_NL"} <= set(named), named
+    assert {"Q4_1", "Q4_K", "Q6_K", "Q8_0", "Q5_0", "Q4_0", "IQ4_NL", "Q5_1"} <= set(named), named
     types = sorted(t[:-2].lower() + t[-2:] if t.endswith("_K") else t.lower() for t in named)
     code, lines = _run_check(small_batch_check, "--types", ",".join(types), "--shapes", "8")
     assert set(lines) == set(types), lines
@@ -77,8 +77,8 @@ def test_every_kernel_the_build_names_gives_batch_tokens_their_1_token_results(s
 def test_a_token_alone_gets_the_unpatched_vec_dot_result_where_the_patch_keeps_its_arithmetic(small_batch_check):
     # The tiles for these types do ggml's vec_dot float operations in vec_dot's order (Q4_K's follow the repacked
     # gemv instead), so a 1-token step gives what the unpatched build gives, bit for bit.
-    code, lines = _run_check(small_batch_check, "--types", "q4_1,q6_K,q8_0,q5_0", "--shapes", "4", "--vec-dot")
-    assert set(lines) == {"q4_1", "q6_K", "q8_0", "q5_0"}, lines
+    code, lines = _run_check(small_batch_check, "--types", "q4_1,q6_K,q8_0,q5_0,q5_1", "--shapes", "4", "--vec-dot")
+    assert set(lines) == {"q4_1", "q6_K", "q8_0", "q5_0", "q5_1"}, lines
     for line in lines.values():
         assert "1 token against vec_dot: " in line and line.endswith(" 0 differ"), line
     assert code == 0
@@ -141,10 +141,10 @@ def test_a_q5_k_m_model_is_exact_as_far_as_the_build_says(tmp_path):
 # what a patched build reports, on AVX-512 and AVX2-only x86 CPUs
 AVX512 = {"AVX2": "1", "FMA": "1", "AVX512": "1",
           "BATCH_KERNELS": "Q4_1 tile,Q4_K tile,Q6_K tile,Q8_0 tile-batches,Q5_0 tile-batches,Q5_K tile-batches,"
-                           "Q4_0 repacked-batches,IQ4_NL repacked-batches"}
+                           "Q4_0 repacked-batches,IQ4_NL repacked-batches,Q5_1 tile-batches"}
 AVX2_ONLY = {"AVX2": "1", "FMA": "1", "AVX512": "0",
              "BATCH_KERNELS": "Q4_1 tile,Q4_K repacked,Q6_K vec_dot-256,Q8_0 tile-batches,Q5_0 tile-batches,"
-                              "Q4_0 repacked-batches,IQ4_NL repacked-batches"}
+                              "Q4_0 repacked-batches,IQ4_NL repacked-batches,Q5_1 tile-batches"}
 
 
 def test_a_q4_k_m_model_is_exact_at_every_size_on_avx512_and_avx2_builds_alike():
@@ -186,6 +186,17 @@ def test_an_iq4_nl_file_is_exact_at_every_size_on_a_patched_build_and_probed_on_
     # llama.cpp repacks rows that come 8 at a time (exact) and gives the others tinyBLAS: the probe decides
     assert kernels["IQ4_NL"].exact_up_to == 0 and "repacked" in kernels["IQ4_NL"].kernel
     assert kernels["IQ4_NL"].describe.endswith("batches are checked on the model")
+
+
+def test_a_small_models_q5_k_m_file_with_q5_1_fallbacks_is_exact_at_every_size_with_a_tile():
+    # Qwen2.5 0.5B's Q5_K_M file: rows of 896 values fall back to Q5_1
+    types = {"Q5_1": 132, "Q8_0": 13, "Q6_K": 12, "Q5_K": 12}
+    for features in (AVX512, AVX2_ONLY):
+        kernels = {k.ggml_type: k for k in matrix_kernels(types, features, machine="x86_64")}
+        assert kernels["Q5_1"].exact_up_to is EVERY_SIZE and "tile" in kernels["Q5_1"].kernel
+    unpatched = {k: v for k, v in AVX512.items() if k != "BATCH_KERNELS"}
+    kernels = {k.ggml_type: k for k in matrix_kernels(types, unpatched, machine="x86_64")}
+    assert kernels["Q5_1"].exact_up_to != EVERY_SIZE and "patched" not in kernels["Q5_1"].kernel
 
 
 def test_a_llama_cpp_without_our_patches_is_not_claimed_exact():
