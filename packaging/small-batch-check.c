@@ -197,6 +197,14 @@ static void vec_dot_reference(const struct weights * W, const float * act, int n
     free(qa);
 }
 
+// Adds n to *compared and the count of a[i] that differ from b[i], bit for bit, to *differ.
+static void count_differ(const float * a, const float * b, int64_t n, long long * compared, long long * differ) {
+    for (int64_t i = 0; i < n; ++i) {
+        *differ += memcmp(&a[i], &b[i], sizeof(float)) != 0;
+    }
+    *compared += n;
+}
+
 static void check_shape(enum ggml_type type, int64_t n_rows, int64_t row_len, const int * threads, int n_threads_opts,
                         bool vs_vec_dot, bool vs_gemv, struct type_result * res) {
     struct weights W = make_weights(type, n_rows, row_len);
@@ -212,21 +220,14 @@ static void check_shape(enum ggml_type type, int64_t n_rows, int64_t row_len, co
         for (int c = 0; c < MAX_COLS; ++c) {
             matmul(&W, act + (size_t) c * row_len, 1, threads[t], single + (size_t) c * n_rows);
         }
+        const int n_ref = 8;  // 1-column results compared with a reference
         if (vs_vec_dot && t == 0) {
-            const int n_ref = 8;
             vec_dot_reference(&W, act, n_ref, batch);
-            for (int64_t i = 0; i < n_rows * n_ref; ++i) {
-                res->vs_vec_dot_compared++;
-                res->vs_vec_dot_differ += memcmp(&batch[i], &single[i], sizeof(float)) != 0;
-            }
+            count_differ(batch, single, n_rows * n_ref, &res->vs_vec_dot_compared, &res->vs_vec_dot_differ);
         }
         if (gemv && t == 0) {
-            const int n_ref = 8;
             gemv_reference(&W, gemv, act, n_ref, batch);
-            for (int64_t i = 0; i < n_rows * n_ref; ++i) {
-                res->vs_gemv_compared++;
-                res->vs_gemv_differ += memcmp(&batch[i], &single[i], sizeof(float)) != 0;
-            }
+            count_differ(batch, single, n_rows * n_ref, &res->vs_gemv_compared, &res->vs_gemv_differ);
         }
         for (int b = 0; b < N_BATCH_SIZES; ++b) {
             const int k = BATCH_SIZES[b];
