@@ -29,7 +29,7 @@ class VerdictFigures:
     speedup_high: float
     pairs: int  # pairs of runs measured
     steps_predict: float  # what the steps alone predict (0.0: the steps carry no cost)
-    same_steps: bool  # lookahead took as many steps as plain: no speedup to claim
+    same_steps: bool  # lookahead ran the forward passes plain did (as many, of as many rows): the machine's difference
     measurable: bool  # lookahead saved steps and every repeat says the same side of 1.0
     busy: bool  # another program held a core during some run
 

@@ -247,12 +247,17 @@ def first_divergence(
 
 
 def same_steps(plain: RunStats, other: RunStats) -> bool:
-    """True when ``other`` committed as many tokens per forward pass as ``plain``: it saved no steps.
+    """True when ``other`` ran the forward passes ``plain`` did for its tokens: as many, of as many rows.
 
-    Two such runs do the same number of forward passes for their tokens, so
-    any difference in their times is the machine's, not the decoder's.
+    Two such runs did the same work, so any difference in their times is the
+    machine's, not the decoder's. A run that committed a token a step but
+    verified drafts that failed did more: its batches were larger.
     """
-    return plain.steps * other.n_tokens == other.steps * plain.n_tokens
+    def rows(r: RunStats) -> int:
+        return sum(batch for batch, _ in r.shapes)
+
+    return (plain.steps * other.n_tokens == other.steps * plain.n_tokens
+            and rows(plain) * other.n_tokens == rows(other) * plain.n_tokens)
 
 
 def predicted_gain(plain: RunStats, other: RunStats) -> float:

@@ -138,6 +138,18 @@ def test_two_runs_with_the_same_steps_and_different_times_show_no_measurable_dif
     assert "No measurable difference" in text and "Speedup" not in text
 
 
+def test_drafts_that_failed_are_lookaheads_doing_not_the_machines_though_it_took_a_token_a_step(paced):
+    # A token a step, as plain, but each step verified a draft of 2 that failed: 3 rows, 10% dearer.
+    script = paced(lookahead=Pace(1, 0.0044, 1.1, rows=3), drift=(1.0, 1.01, 0.99, 1.0))
+    result, _engine = _compare(script)
+    verdict = present(result.verdict)
+
+    assert not verdict.same_steps and verdict.measurable
+    assert verdict.measured.value == pytest.approx(1 / 1.1, rel=0.02)
+    assert verdict.headline == f"Speedup {verdict.measured.value:.2f}× (lookahead slower)"
+    assert "differ only by the machine" not in verdict.explanation
+
+
 def test_repeats_on_both_sides_of_one_show_no_measurable_difference_and_run_until_the_plan_is_spent(paced):
     # Lookahead saves steps but costs as much per token; the machine's drift makes pairs say 1.18× and 0.91×.
     script = paced(lookahead=Pace(2, 0.008, 2.0), drift=(1.0, 0.85, 1.1, 1.0))
@@ -223,6 +235,11 @@ def test_ratio_range_median_run_and_same_steps_are_defined_on_measured_runs():
     assert median_run(plains) is plains[2]
     assert same_steps(plains[0], run(24, 24, 0.05, 30.0)) and not same_steps(plains[0], run(24, 12, 0.1, 17.0))
     assert same_steps(plains[0], run(20, 20, 0.05, 20.0))  # ended earlier, one token a step all the same
+    # A token a step, but two of the passes verified drafts that failed: larger batches, not the same work.
+    ones = RunStats(n_tokens=24, steps=24, shapes=[(1, 1)] * 24)
+    failed = RunStats(n_tokens=24, steps=24, shapes=[(1, 1)] * 22 + [(3, 3), (4, 4)])
+    assert same_steps(ones, RunStats(n_tokens=24, steps=24, shapes=[(1, 1)] * 24))
+    assert not same_steps(ones, failed)
     assert predicted_gain(plains[0], run(24, 12, 0.1, 24 / 1.4)) == pytest.approx(1.4)
     assert predicted_gain(plains[0], run(24, 12, 0.1, 0.0)) == 0.0  # steps without a price predict nothing
     # The two median runs' speedup lies within the range of the pairs' speedups.

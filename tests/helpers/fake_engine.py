@@ -105,6 +105,7 @@ class Pace:
     cost: float = 0.0  # each step's price on the cost curve, in 1-token steps (0.0: not priced)
     busy: bool = False  # another program held a core: one thread fewer than the engine may use (``Script.threads``)
     top2_gap: float | None = None  # each token's gap between the top two logits (None: not recorded)
+    rows: int = 0  # each step's batch rows (0: a token a row, every draft landing)
 
 
 @dataclass
@@ -201,7 +202,7 @@ class ScriptedEngine(FakeEngine, ChatEngine):
         running = threads - 1 if pace.busy else threads
         return StepEvent(
             step=step, mode=mode, token_ids=tuple(tokens), text=self.detokenize(tokens), n_committed=len(tokens),
-            batch_size=1 if mode == "plain" else 13, n_logits=1, n_drafted=0, n_accepted=0, n_reevaluated=0,
+            batch_size=max(pace.rows or len(tokens), 1), n_logits=1, n_drafted=0, n_accepted=0, n_reevaluated=0,
             window=4, ngram=4, guesses=3, elapsed_s=elapsed, decode_s=elapsed,
             prefill_s=self.script.prefill_s if forward and step == 0 else 0.0,
             top2_gaps=tuple(pace.top2_gap for _ in tokens) if pace.top2_gap is not None else (),
