@@ -47,6 +47,15 @@ _HISTORY_PRIORS = {
         (SPLIT, (0.15, 0.2, 0.25, 0.45, 0.5, 0.4, 0.5, 0.5, 0.6, 0.6, 0.8)),
     )
 }
+# A short match in an earlier chat is mostly a coincidence: the same few tokens in another conversation say
+# little about this one. Measured on the bundled model over the 30 repo workloads in bench order, a 2-token
+# match there landed its first token 15% of the time alone and 35% where earlier occurrences agreed (a prompt's
+# or reply's: 54% and 64%). Longer matches take the history priors.
+_CORPUS_SHORT_PRIORS = {
+    ALONE: {1: 0.1, 2: 0.15, 3: 0.2},
+    AGREE: {1: 0.25, 2: 0.35, 3: 0.5},
+    SPLIT: {1: 0.1, 2: 0.1, 3: 0.15},
+}
 POOL_PRIOR = 0.2
 PRIOR_WEIGHT = 6.0
 # A window column's yield: draft tokens that land later from its trajectory. Measured on the bundled
@@ -81,6 +90,8 @@ Bucket = tuple[str, int, int, bool]  # (source, match edge, support, sure)
 # The model was sure of the token a draft follows (its probability at least this): text being copied or
 # written by rote, where drafts land more often than in free writing. Acceptance is kept apart for the two.
 SURE = 0.9
+_POOL_UNSURE: Bucket = (DraftSource.POOL, 1, ALONE, False)
+_POOL_SURE: Bucket = (DraftSource.POOL, 1, ALONE, True)
 
 
 def match_bucket(m: int) -> int:
@@ -94,6 +105,8 @@ def bucket(d: Draft, k: int = 0, sure: bool = False) -> Bucket:
 
 def _prior(b: Bucket) -> float:
     source, edge, support, _sure = b
+    if source == DraftSource.CORPUS and edge in _CORPUS_SHORT_PRIORS[support]:
+        return _CORPUS_SHORT_PRIORS[support][edge]
     if source in (DraftSource.HISTORY, DraftSource.DOCUMENT, DraftSource.CORPUS):
         return _HISTORY_PRIORS[support][edge]
     return POOL_PRIOR
@@ -234,7 +247,7 @@ class AutoPolicy:
     def _drafts(self, token: int, cfg: LookaheadConfig, max_len: int) -> list[Draft]:
         count = min(cfg.guesses, MAX_GUESSES)
         drafts = self.sources.matches(token, max_len, count)
-        if max(self.stats.p((DraftSource.POOL, 1, ALONE, sure)) for sure in (False, True)) >= self.min_p:
+        if self.stats.p(_POOL_UNSURE) >= self.min_p or self.stats.p(_POOL_SURE) >= self.min_p:
             drafts += self.sources.ngrams(token, count, max_len, drafts)
         return drafts
 
@@ -273,7 +286,11 @@ class AutoPolicy:
         W = N = 0
         n = 1 + length
         per_column = self.stats.window_gain()
-        for ngram in range(3, max(3, min(cfg.ngram, 4)) + 1):
+        # Every window adds a row at least, and a step costs more the more rows it has and the more of them give
+        # logits: where the largest window's tokens at the price of one more row with one logit lose, none wins.
+        most = gain + per_column * min(cfg.window, MAX_WINDOW)
+        ngrams = range(3, max(3, min(cfg.ngram, 4)) + 1) if most > best_rate * curve.cost(n + 1, 1) else ()
+        for ngram in ngrams:
             for w in range(1, min(cfg.window, MAX_WINDOW) + 1):
                 extra = (w - 1) + w * (ngram - 2)
                 if extra > room - length:

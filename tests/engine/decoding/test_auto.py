@@ -10,7 +10,7 @@ from engine.decoding.auto import (
     bucket,
     expected_tokens,
 )
-from engine.decoding.drafts import AGREE, ALONE, SPLIT, Draft, DraftSources, HistoryIndex
+from engine.decoding.drafts import AGREE, ALONE, SPLIT, CorpusIndex, Draft, DraftSources, HistoryIndex
 from engine.decoding.plan import StepChoice
 from engine.decoding.pool import NgramPool
 from engine.decoding.settings import LookaheadConfig
@@ -99,6 +99,30 @@ def test_auto_runs_a_window_only_where_the_curve_is_flat():
     flat = AutoPolicy(DraftSources(h, NgramPool(max_len=7)), FLAT, AcceptanceStats()).choose(3, CFG, room=60)
     assert steep.window == 0
     assert flat.window > 0
+
+
+def test_auto_runs_a_window_on_a_dear_curve_once_its_columns_have_earned_their_rows():
+    h = HistoryIndex()
+    h.extend([1, 2, 3])
+    stats = AcceptanceStats()
+    assert AutoPolicy(DraftSources(h, NgramPool(max_len=7)), MID, stats).choose(3, CFG, room=60).window == 0
+    stats.observe_window(columns=100, landed=80)  # trajectories that kept landing: 0.7 tokens a column
+    assert AutoPolicy(DraftSources(h, NgramPool(max_len=7)), MID, stats).choose(3, CFG, room=60).window > 0
+
+
+def test_a_short_match_in_an_earlier_chat_is_drafted_on_less_than_the_same_match_in_this_reply():
+    # The last two tokens (3, 4) were followed by 8, 9, 10 once: in this reply's prompt, or in another chat.
+    own = HistoryIndex()
+    own.extend([1, 3, 4, 8, 9, 10, 2, 3, 4])
+    here = AutoPolicy(DraftSources(own, NgramPool(max_len=7)), MID, AcceptanceStats()).choose(4, CFG, room=60)
+    elsewhere = CorpusIndex()
+    elsewhere.add([1, 3, 4, 8, 9, 10])
+    fresh = HistoryIndex()
+    fresh.extend([2, 3, 4])
+    there = AutoPolicy(DraftSources(fresh, NgramPool(max_len=7), corpus=elsewhere), MID, AcceptanceStats())
+    assert here.drafts and here.drafts[0].tokens[0] == 8
+    assert there.sources.matches(4, 3, 2)[0].tokens == (8, 9, 10)  # found, and …
+    assert there.choose(4, CFG, room=60).plain  # … not worth a batch
 
 
 def coincidental_history() -> HistoryIndex:
