@@ -22,7 +22,7 @@ from .requests import LoadedModel
 from .settings import AppSettings
 from .widgets import model_info, plain
 from .widgets.library import LibraryDialog
-from .widgets.model_info import FALLBACK_NOTE, ModelInfoDialog
+from .widgets.model_info import ModelInfoDialog, template_note
 from .widgets.plain import Label
 from .widgets.plain import tip as plain_tip
 
@@ -98,7 +98,9 @@ class ModelLoader(QObject):
         self.loading_path = None
         self.progress.setVisible(False)
         self.model = model
-        generic = " · generic chat format" if model.template_is_fallback else ""
+        generic = ""
+        if model.template_is_fallback:
+            generic = f" · {model.template_format or 'generic'} chat format"
         # the file type, unless the name says it already ("SmolLM2-135M-Instruct.Q4_1")
         kind = "" if model.file_type.lower() in model.display_name.lower() else f" · {model.file_type}"
         self.model_label.setText(f"{model.display_name}{kind} · ctx {model.n_ctx}{generic}")
@@ -113,7 +115,7 @@ class ModelLoader(QObject):
             f"{model.n_threads} threads, loaded in {model.load_s:.2f} s{checked}",
         ]
         if model.template_is_fallback:
-            tip += ["", FALLBACK_NOTE]
+            tip += ["", template_note(model)]
         tip += ["", "Model → Chat template… shows the template in use."]
         self.model_label.setToolTip(plain_tip("\n".join(tip)))
         blocked = model.lookahead_block_reason

@@ -30,7 +30,9 @@ class LoadedModel:
     load_s: float
     probe_s: float | None = None  # the first-open check in a child process, when it ran
     template_source: str = ""  # the chat template the conversation is rendered with (Jinja2 source)
-    template_is_fallback: bool = False  # the file has no chat template: the generic ChatML one is used
+    template_is_fallback: bool = False  # the file has no chat template: a built-in one is used
+    # ... the built-in format its vocabulary's turn markers name ("Gemma"); "" for the generic ChatML
+    template_format: str = ""
     n_ctx_train: int | None = None  # the context the model was trained with (GGUF header), when it says
     size_bytes: int = 0  # the model file's size
     # each weight type's matrices and the kernel that multiplies a batch by them here (engine/llama/kernels.py)

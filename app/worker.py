@@ -190,6 +190,7 @@ class EngineWorker(WorkerControls):
             probe_s=probe.seconds if probe.probed else None,
             template_source=engine.template.source,
             template_is_fallback=engine.template.is_fallback,
+            template_format=engine.template.built_in.name if engine.template.built_in is not None else "",
             n_ctx_train=s.context_length,
             size_bytes=s.size_bytes,
             batch_kernels=tuple(k.describe for k in matrix_kernels(dict(s.matrix_types), system_features())),

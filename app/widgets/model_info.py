@@ -30,6 +30,16 @@ FALLBACK_NOTE = (
 )
 
 
+def template_note(model: LoadedModel) -> str:
+    """Whose chat template the conversation is rendered with."""
+    if not model.template_is_fallback:
+        return OWN_TEMPLATE_NOTE
+    if model.template_format:
+        return (f"This model file has no chat template. Its vocabulary has {model.template_format}'s turn markers, "
+                f"so this app's {model.template_format} chat format is used.")
+    return FALLBACK_NOTE
+
+
 def show_problem(
     parent: QWidget, title: str, problem: LoadProblem, icon: QMessageBox.Icon = QMessageBox.Icon.Critical,
 ) -> QMessageBox:
@@ -93,7 +103,7 @@ class ModelInfoDialog(QDialog):
             form.addRow(f"{name}:", label)
             self.facts[name] = label
 
-        self.template_note = Label(FALLBACK_NOTE if model.template_is_fallback else OWN_TEMPLATE_NOTE)
+        self.template_note = Label(template_note(model))
         self.template_note.setWordWrap(True)
         if model.template_is_fallback:
             self.template_note.setFont(bold)  # the palette's own text colour: readable light or dark

@@ -43,7 +43,7 @@ from engine.decoding.plan import ALL_SEQS, N_SEQ
 from engine.decoding.pool import NgramPool
 from engine.decoding.prompt_cache import PromptCache
 from engine.decoding.settings import MAX_GUESSES, MAX_NGRAM, MAX_WINDOW, SamplingConfig, StopConfig
-from engine.decoding.text import ChatTemplate, Message, render_parts
+from engine.decoding.text import ChatTemplate, Message, built_in_format, render_parts
 from engine.library.names import LookaheadKind
 from engine.llama.models import ROLLBACK_TOKENS, GgufSummary, check_gguf
 from engine.llama.native import Batch, Context, Model, NativeError
@@ -136,7 +136,9 @@ class Engine(PromptCache):
         self.commit_seqs: tuple[int, ...] = (0,) if self.recurrent else ALL_SEQS
         bos = self.model.token_text(self.model.bos()) if self.model.bos() >= 0 else ""
         eos = self.model.token_text(self.model.eos()) if self.model.eos() >= 0 else ""
-        self.template = ChatTemplate(self.model.chat_template(), bos_token=bos, eos_token=eos)
+        own = self.model.chat_template()
+        self.template = ChatTemplate(own, bos_token=bos, eos_token=eos,
+                                     built_in=None if own else built_in_format(self._is_control_token))
         self._control_text_cache: dict[str, bool] = {}
         # Auto plans with the reference curve until this machine's is loaded or measured. Its batch
         # cap is a guess until probed: the first lookahead generation runs the quick probe (see generate).
@@ -412,6 +414,11 @@ class Engine(PromptCache):
         for k, (text, is_literal) in enumerate(parts):
             tokens += self.model.tokenize(text, add_special=add_special and k == 0, parse_special=not is_literal)
         return tokens
+
+    def _is_control_token(self, text: str) -> bool:
+        """``text`` is one of the vocabulary's control tokens (a turn marker, say), not text that spells it."""
+        special = self.model.tokenize(text, parse_special=True)
+        return len(special) == 1 and special != self.model.tokenize(text, parse_special=False)
 
     def _reads_as_control(self, text: str) -> bool:
         """``text`` would turn into control tokens if tokenized with the template's markers."""

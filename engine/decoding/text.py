@@ -12,14 +12,59 @@ from typing import NoReturn
 from jinja2.exceptions import SecurityError, TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-# Used when a GGUF carries no chat template: ChatML is what most small
-# instruction-tuned models without one were trained on.
+# Used when a GGUF carries no chat template and its vocabulary has none of the built-in formats' turn markers:
+# ChatML is what most small instruction-tuned models without one were trained on.
 CHATML_TEMPLATE = (
     "{% for message in messages %}"
     "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
     "{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
+# Gemma's turns: "user" and "model", no system role (a system prompt opens the first user turn).
+GEMMA_TEMPLATE = (
+    "{% set ns = namespace(system='') %}"
+    "{% for message in messages %}"
+    "{% if message['role'] == 'system' %}"
+    "{% set ns.system = ns.system + message['content'] + '\n\n' %}"
+    "{% else %}"
+    "{{ '<start_of_turn>' + ('model' if message['role'] == 'assistant' else 'user') + '\n' }}"
+    "{% if message['role'] != 'assistant' %}{{ ns.system }}{% set ns.system = '' %}{% endif %}"
+    "{{ message['content'] + '<end_of_turn>\n' }}"
+    "{% endif %}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<start_of_turn>model\n' }}{% endif %}"
+)
+LLAMA3_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n' + message['content'] + '<|eot_id|>' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}"
+)
+
+
+@dataclass(frozen=True)
+class ChatFormat:
+    """A chat format built into the app, for model files without a template of their own."""
+
+    name: str
+    markers: tuple[str, ...]  # its turn markers: a vocabulary with all of them as control tokens was trained on it
+    source: str  # the template, Jinja2
+
+
+BUILT_IN_FORMATS = (
+    ChatFormat("Gemma", ("<start_of_turn>", "<end_of_turn>"), GEMMA_TEMPLATE),
+    ChatFormat("Llama 3", ("<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"), LLAMA3_TEMPLATE),
+    ChatFormat("ChatML", ("<|im_start|>", "<|im_end|>"), CHATML_TEMPLATE),
+)
+
+
+def built_in_format(is_control: Callable[[str], bool]) -> ChatFormat | None:
+    """The built-in format whose every turn marker is one of the vocabulary's control tokens (``is_control``
+    says whether a text is one), or None."""
+    for fmt in BUILT_IN_FORMATS:
+        if all(is_control(marker) for marker in fmt.markers):
+            return fmt
+    return None
 
 
 class TemplateRenderError(ValueError):
@@ -66,9 +111,14 @@ class ChatTemplate:
     refuses attribute access to Python internals and mutation of arguments.
     """
 
-    def __init__(self, source: str | None, bos_token: str = "", eos_token: str = "") -> None:
+    def __init__(
+        self, source: str | None, bos_token: str = "", eos_token: str = "", built_in: ChatFormat | None = None,
+    ) -> None:
+        """``source``: the file's template; without one, ``built_in``'s (the format the vocabulary's turn markers
+        name), else the generic ChatML."""
         self.is_fallback = not source
-        self.source = source or CHATML_TEMPLATE
+        self.built_in = built_in if not source else None
+        self.source = source or (built_in.source if built_in is not None else CHATML_TEMPLATE)
         env = _StrictSandbox(trim_blocks=True, lstrip_blocks=True)
         env.globals["raise_exception"] = _raise_exception
         env.globals["strftime_now"] = _strftime_now

@@ -19,7 +19,7 @@ import itertools
 import os
 import string
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -248,14 +248,16 @@ def byte_vocab(n_vocab: int) -> list[str]:
             + list(itertools.islice(_pieces(), n_vocab - n_fixed)))
 
 
-def add_byte_vocab(writer: Any, n_vocab: int) -> None:
-    """Write ``byte_vocab(n_vocab)`` as a llama (SentencePiece) tokenizer to a ``gguf.GGUFWriter``."""
+def add_byte_vocab(writer: Any, n_vocab: int, control: Sequence[str] = ()) -> None:
+    """Write ``byte_vocab(n_vocab)`` as a llama (SentencePiece) tokenizer to a ``gguf.GGUFWriter``, then the
+    ``control`` tokens (a chat format's turn markers, say) after it."""
     tokens = byte_vocab(n_vocab)
     n_pieces = n_vocab - len(SPECIAL_TOKENS) - 256
     writer.add_tokenizer_model("llama")
-    writer.add_token_list(tokens)
-    writer.add_token_scores([0.0] * (n_vocab - n_pieces) + [-float(i) for i in range(n_pieces)])  # short first
-    writer.add_token_types([2, 3, 3] + [6] * 256 + [1] * n_pieces)  # unknown, control, byte, normal
+    writer.add_token_list(tokens + list(control))
+    writer.add_token_scores([0.0] * (n_vocab - n_pieces) + [-float(i) for i in range(n_pieces)] + [0.0] * len(control))
+    # unknown, control, byte, normal, then the extra control tokens
+    writer.add_token_types([2, 3, 3] + [6] * 256 + [1] * n_pieces + [3] * len(control))
     writer.add_bos_token_id(1)
     writer.add_eos_token_id(2)
     writer.add_unk_token_id(0)

@@ -6,7 +6,7 @@ shapes llama.cpp expects (numpy shape = llama.cpp's ne reversed).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -87,12 +87,14 @@ def write_tiny_llama(
     n_embd: int = 128,
     name: str = "tiny-llama-test",
     n_head_kv: int = 2,
+    control_tokens: Sequence[str] = (),
 ) -> Path:
     """A 2-layer llama-architecture model (grouped-query attention, SwiGLU), F16 matrices by default.
 
     ``weights``: "f16", "f32" or "q4_1" (the bundled model's type: with the patched llama.cpp its batches give
     1-token logits on every x86 CPU, where F16's are exact on some CPUs and on others at no size at all).
-    ``name`` is its ``general.name``; ``n_head_kv`` its KV heads (of 4 query heads).
+    ``name`` is its ``general.name``; ``n_head_kv`` its KV heads (of 4 query heads); ``control_tokens`` are added
+    to its vocabulary as control tokens (a chat format's turn markers).
 
     Its greedy text is repetitive, so lookahead has drafts to verify; in F16 or F32 its matrices take other
     kernels than the bundled Q4_1 model's.
@@ -102,7 +104,7 @@ def write_tiny_llama(
     # Four query heads, of 32 dimensions by default (n_embd=64 makes them 16).
     n_head, n_ff, n_layer = 4, 128, 2
     head_dim = n_embd // n_head
-    n_vocab = len(TOKENS)
+    n_vocab = len(TOKENS) + len(control_tokens)
     w = _random_weights(1)
 
     file_type, qtype = {
@@ -129,7 +131,7 @@ def write_tiny_llama(
     writer.add_rope_dimension_count(head_dim)
     writer.add_layer_norm_rms_eps(1e-5)
     writer.add_file_type(file_type)
-    add_byte_vocab(writer, len(TOKENS))
+    add_byte_vocab(writer, len(TOKENS), control_tokens)
     writer.add_tensor("token_embd.weight", w(n_vocab, n_embd, scale=1.0))
     writer.add_tensor("output_norm.weight", np.ones(n_embd, dtype=np.float32))
     add_matrix("output.weight", n_vocab, n_embd)

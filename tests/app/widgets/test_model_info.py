@@ -13,7 +13,7 @@ from PySide6.QtWidgets import QDialogButtonBox, QMenu
 
 from app.requests import LoadedModel
 from app.widgets.model_info import FALLBACK_NOTE, OWN_TEMPLATE_NOTE, ModelInfoDialog
-from engine.decoding.text import CHATML_TEMPLATE, ChatTemplate
+from engine.decoding.text import CHATML_TEMPLATE, GEMMA_TEMPLATE, ChatTemplate, built_in_format
 from engine.llama.probe import ProbeResult
 from engine.units import format_params, plain_size
 from tests.helpers.app_fixtures import OFFSCREEN_NOISE, FakeEngineEarlierChats
@@ -139,6 +139,30 @@ def test_a_model_without_a_chat_template_says_so_in_the_status_bar_and_the_templ
     assert _facts(dialog)["File size"] == "250 MB"
     present(dialog.findChild(QDialogButtonBox)).button(QDialogButtonBox.StandardButton.Close).click()
     assert not dialog.isVisible()
+
+
+class _TemplatelessGemmaEngine(_TemplatelessEngine):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # The engine's own rule: no template in the file, and a vocabulary with Gemma's turn markers.
+        self.template = ChatTemplate(None, built_in=built_in_format({"<start_of_turn>", "<end_of_turn>"}.__contains__))
+
+
+def test_a_model_without_a_template_whose_vocabulary_is_gemmas_says_gemmas_format_is_used(
+    qtbot, make_window, worker_options
+):
+    worker_options.update(engine_factory=_TemplatelessGemmaEngine, session_factory=lambda engine: SimpleNamespace(),
+                          check_loadable=lambda *_a, **_k: ProbeResult(probed=False, seconds=0.0),
+                          default_model=lambda: Path("/models/bare.gguf"))
+    window = make_window()
+
+    assert window.model.template_is_fallback and window.model.template_format == "Gemma"
+    assert window.model_label.text() == "Bare · F16 · ctx 1024 · Gemma chat format"
+    dialog = _open_template_dialog(window)
+    note = dialog.template_note.text()
+    assert "no chat template" in note and "Gemma's turn markers" in note and note != FALLBACK_NOTE
+    assert note in window.model_label.toolTip()
+    assert dialog.template_view.toPlainText() == GEMMA_TEMPLATE
 
 
 def test_the_template_action_waits_for_a_model(qtbot, app_home, dialogs):

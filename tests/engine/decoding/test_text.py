@@ -1,6 +1,16 @@
 import pytest
 
-from engine.decoding.text import ChatTemplate, Message, StopMatcher, TemplateRenderError, TextStream, render_parts
+from engine.decoding.text import (
+    BUILT_IN_FORMATS,
+    CHATML_TEMPLATE,
+    ChatTemplate,
+    Message,
+    StopMatcher,
+    TemplateRenderError,
+    TextStream,
+    built_in_format,
+    render_parts,
+)
 
 
 def test_text_stream_holds_a_character_split_across_tokens():
@@ -36,6 +46,32 @@ def test_chat_template_renders_messages():
     t = ChatTemplate(None)
     text = t.render([Message("user", "hi")])
     assert text == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+
+
+def test_a_file_without_a_template_gets_the_format_its_vocabularys_turn_markers_name():
+    gemma_vocab = {"<start_of_turn>", "<end_of_turn>", "<bos>"}
+    fmt = built_in_format(gemma_vocab.__contains__)
+    assert fmt is not None and fmt.name == "Gemma"
+    llama3 = built_in_format({"<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"}.__contains__)
+    assert llama3 is not None and llama3.name == "Llama 3"
+    assert built_in_format({"<start_of_turn>"}.__contains__) is None  # one marker of two: not that format
+    assert built_in_format(lambda _text: False) is None
+    t = ChatTemplate(None, built_in=fmt)
+    assert t.is_fallback and t.built_in is fmt
+    chat = [Message("system", "Be brief."), Message("user", "Hi"), Message("assistant", "Hello!"),
+            Message("user", "Bye")]
+    # Gemma has no system role: the system prompt opens the first user turn; the assistant's turns are "model".
+    assert t.render(chat) == ("<start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n"
+                              "<start_of_turn>model\nHello!<end_of_turn>\n"
+                              "<start_of_turn>user\nBye<end_of_turn>\n<start_of_turn>model\n")
+    assert ChatTemplate(None, built_in=llama3).render([Message("user", "Hi")]) == (
+        "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n")
+    # A file's own template wins over a built-in one; without either, the generic ChatML.
+    own = ChatTemplate("{{ messages[0]['content'] }}", built_in=fmt)
+    assert not own.is_fallback and own.built_in is None and own.render([Message("user", "x")]) == "x"
+    assert ChatTemplate(None).source == CHATML_TEMPLATE
+    for f in BUILT_IN_FORMATS:  # each renders with every role
+        assert "Bye" in ChatTemplate(None, built_in=f).render(chat)
 
 
 def test_chat_template_from_a_model_file_cannot_reach_python_internals():
