@@ -61,11 +61,11 @@ def test_lookahead_gives_plain_decodings_text_on_a_tiny_q4_1_llama(tiny_llama_en
     assert drafted > 0  # drafts were verified: the comparison had work to check
 
 
-def test_a_model_whose_cache_cannot_be_q8_0_still_gives_plain_decodings_text_past_256_cached_tokens(tmp_path):
-    """Heads of 16 dimensions: an f16 cache, whose attention changes kernels for 1-token steps past 256 cells.
+def test_a_model_with_16_dimension_heads_gives_plain_decodings_text_past_256_cached_tokens(tmp_path):
+    """Heads of 16 dimensions, in the f16 cache every model gets, and a prompt past 256 cells.
 
-    Q4_1 weights, so that only the cache decides whether a batch is exact: on the AMD EPYC none is (the probe
-    goes past 256 cells), so there every step is plain and says why.
+    Q4_1 weights, so that only the attention over that cache decides whether a batch is exact: where the probe
+    finds none that is, every step is plain and says why.
     """
     path = write_tiny_llama(tmp_path / "tiny-llama-head16.gguf", n_embd=64, weights="q4_1")
     with Engine(path, n_ctx=1024, n_threads=2) as eng:
