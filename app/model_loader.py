@@ -98,12 +98,10 @@ class ModelLoader(QObject):
         self.loading_path = None
         self.progress.setVisible(False)
         self.model = model
-        generic = ""
-        if model.template_is_fallback:
-            generic = f" · {model.template_format or 'generic'} chat format"
+        chat_format = f" · {model.template_format or 'generic'} chat format" if model.template_is_fallback else ""
         # the file type, unless the name says it already ("SmolLM2-135M-Instruct.Q4_1")
         kind = "" if model.file_type.lower() in model.display_name.lower() else f" · {model.file_type}"
-        self.model_label.setText(f"{model.display_name}{kind} · ctx {model.n_ctx}{generic}")
+        self.model_label.setText(f"{model.display_name}{kind} · ctx {model.n_ctx}{chat_format}")
         checked = f" (the first-time check took {model.probe_s:.2f} s)" if model.probe_s is not None else ""
         trained = f" (trained on {model.n_ctx_train:,})" if model.n_ctx_train else ""
         named = f" (named “{model.gguf_name}” in the file)" if model.gguf_name != model.display_name else ""

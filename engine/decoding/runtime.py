@@ -136,10 +136,10 @@ class Engine(PromptCache):
         self.commit_seqs: tuple[int, ...] = (0,) if self.recurrent else ALL_SEQS
         bos = self.model.token_text(self.model.bos()) if self.model.bos() >= 0 else ""
         eos = self.model.token_text(self.model.eos()) if self.model.eos() >= 0 else ""
+        self._control_text_cache: dict[str, bool] = {}
         own = self.model.chat_template()
         self.template = ChatTemplate(own, bos_token=bos, eos_token=eos,
                                      built_in=None if own else built_in_format(self._is_control_token))
-        self._control_text_cache: dict[str, bool] = {}
         # Auto plans with the reference curve until this machine's is loaded or measured. Its batch
         # cap is a guess until probed: the first lookahead generation runs the quick probe (see generate).
         self.cost_curve: CostCurve = self._reference_curve
@@ -417,8 +417,7 @@ class Engine(PromptCache):
 
     def _is_control_token(self, text: str) -> bool:
         """``text`` is one of the vocabulary's control tokens (a turn marker, say), not text that spells it."""
-        special = self.model.tokenize(text, parse_special=True)
-        return len(special) == 1 and special != self.model.tokenize(text, parse_special=False)
+        return len(self.model.tokenize(text, parse_special=True)) == 1 and self._reads_as_control(text)
 
     def _reads_as_control(self, text: str) -> bool:
         """``text`` would turn into control tokens if tokenized with the template's markers."""
