@@ -230,7 +230,7 @@ def _time_sizes(
         for n in timed_in(rounds):
             for a in (False, True):
                 report_timing()
-                # A batch also slows the 1-token step after it (the compute graph changes shape back):
+                # A batch can also slow the 1-token step after it (where llama.cpp builds the graph again):
                 # that time is the batch's. Each pair starts after a 1-token step, as most steps do.
                 one = once(1, True)
                 singles.append(one)

@@ -156,9 +156,10 @@ class LiveCosts:
     current base, batches of n tokens (all with logits, as Auto's
     verification steps are) give ``time / base`` samples, and the median of
     the recent ones is blended with the curve's value, more so as samples
-    accumulate. A 1-token step right after a batch is slower than the others
-    (the compute graph changes shape back); what it takes beyond the base is
-    charged to that batch, as the measured curve does.
+    accumulate. A 1-token step right after a batch can be slower than the others
+    (where llama.cpp builds its compute graph again: after a batch of more than
+    8 tokens, patch part 11 keeping one for each smaller size); what it takes
+    beyond the base is charged to that batch, as the measured curve does.
 
     What the curve gets wrong here it mostly gets wrong alike for every size
     (a chat's cache deeper than the one the curve was timed at, a clock that
