@@ -79,6 +79,7 @@ class StepChart(QChartView):
             axis.setTickType(QValueAxis.TickType.TicksDynamic)
             axis.setTickAnchor(0)
             axis.rangeChanged.connect(self._on_range_changed)
+        chart.plotAreaChanged.connect(self._retick)  # the room for the tokens' labels changed
         chart.addAxis(self.axis_x, Qt.AlignmentFlag.AlignBottom)
         chart.addAxis(self.axis_y, Qt.AlignmentFlag.AlignLeft)
         for series in (self.bars, self.mean):
@@ -150,9 +151,17 @@ class StepChart(QChartView):
 
     @Slot(float, float)
     def _on_range_changed(self, low: float, high: float) -> None:
-        for axis in (self.axis_x, self.axis_y):
-            span = axis.max() - axis.min()
-            axis.setTickInterval(1 if axis is self.axis_y and span <= 8 else nice_interval(span))
+        self._retick()
+
+    @Slot()
+    def _retick(self) -> None:
+        self.axis_x.setTickInterval(nice_interval(self.axis_x.max() - self.axis_x.min()))
+        span = self.axis_y.max() - self.axis_y.min()
+        # Every whole token while their labels fit the plot's height, two text lines apart (QtCharts shows labels
+        # that do not fit as "…"); fewer, at round numbers, where they would not.
+        height = self.chart().plotArea().height() or 0.6 * self.height()
+        room = max(int(height / (2 * self.fontMetrics().height())), 1)
+        self.axis_y.setTickInterval(1 if span <= room else nice_interval(span, min(room, TICKS)))
 
 
 def prompt_text(stats: RunStats) -> str:

@@ -211,6 +211,27 @@ def test_the_chart_ticks_steps_at_round_numbers_and_tokens_at_whole_ones(qtbot):
     assert x.tickInterval() == 200
 
 
+def test_the_tokens_axis_labels_every_whole_token_only_where_the_plot_is_tall_enough_for_them(qtbot):
+    """At the chart's least height nine labels (0 to 8 tokens) do not fit, and QtCharts shows them as "…"."""
+    chart = StepChart()
+    qtbot.addWidget(chart)
+    chart.resize(280, chart.minimumHeight())
+    chart.show()
+    qtbot.waitExposed(chart)
+    chart.append([1, 1, 3, 7, 1])
+    line = chart.fontMetrics().height()
+
+    def labels_fit() -> bool:
+        y = chart.axis_y
+        return chart.chart().plotArea().height() * y.tickInterval() / (y.max() - y.min()) >= 2 * line
+
+    qtbot.waitUntil(lambda: chart.chart().plotArea().height() > 0)
+    assert chart.axis_y.max() == 8 and chart.axis_y.tickInterval() == 2 and labels_fit()
+    chart.resize(280, 700)
+    qtbot.waitUntil(lambda: chart.axis_y.tickInterval() == 1)
+    assert labels_fit()
+
+
 def test_the_chart_takes_each_repaints_steps_in_one_update_of_each_series_however_long_the_reply(qtbot):
     """A series redrawn once per point costs more with every step: a long fast reply froze the window."""
     chart = StepChart()
