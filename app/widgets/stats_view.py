@@ -78,7 +78,7 @@ class StepChart(QChartView):
             # whoever sets the range (the Compare tab lines two charts up).
             axis.setTickType(QValueAxis.TickType.TicksDynamic)
             axis.setTickAnchor(0)
-            axis.rangeChanged.connect(self._on_range_changed)
+            axis.rangeChanged.connect(self._retick)
         chart.plotAreaChanged.connect(self._retick)  # the room for the tokens' labels changed
         chart.addAxis(self.axis_x, Qt.AlignmentFlag.AlignBottom)
         chart.addAxis(self.axis_y, Qt.AlignmentFlag.AlignLeft)
@@ -148,10 +148,6 @@ class StepChart(QChartView):
         top = max(MIN_Y_TOP, max(self._values, default=0) + 1)
         self.axis_x.setRange(0, steps)
         self.axis_y.setRange(0, top)
-
-    @Slot(float, float)
-    def _on_range_changed(self, low: float, high: float) -> None:
-        self._retick()
 
     @Slot()
     def _retick(self) -> None:
