@@ -16,6 +16,7 @@ with uncaught exceptions' tracebacks: a bundled app has no terminal, and one tha
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib.metadata
 import logging
 import logging.handlers
@@ -189,6 +190,9 @@ def main(argv: list[str] | None = None) -> int:
 
     window = MainWindow()
     window.show()
+    # The modules and the window live as long as the app: kept out of the cyclic collector's full passes, which
+    # would otherwise walk all of them in the middle of a reply (tens of ms with Qt loaded, every few hundred steps).
+    gc.freeze()
     if not args.self_test:
         code = app.exec()
         window.close()

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 
 from engine.costs.curve import CostCurve, LiveCosts
 from engine.decoding.decoders import NO_CONFIDENCE
-from engine.decoding.drafts import AGREE, ALONE, SPLIT, Draft, DraftSources
+from engine.decoding.drafts import AGREE, ALONE, MAX_MATCH, SPLIT, Draft, DraftSources
 from engine.decoding.origins import DraftOrigin, DraftSource
 from engine.decoding.plan import StepChoice
 from engine.decoding.settings import MAX_GUESSES, MAX_WINDOW, LookaheadConfig
@@ -86,16 +86,21 @@ LEDGER_DECAY = 0.8
 LEDGER_RETURN = 0.005
 TRUST_POWER = 3.0
 
-Bucket = tuple[str, int, int, bool]  # (source, match edge, support, sure)
-# The model was sure of the token a draft follows (its probability at least this): text being copied or
-# written by rote, where drafts land more often than in free writing. Acceptance is kept apart for the two.
-SURE = 0.9
+# (source, match edge, support, sure): ``sure`` says the model was sure of the token the draft follows
+# (decoders.SURE), as where text is copied or written by rote; drafts land more often there than in free writing.
+Bucket = tuple[str, int, int, bool]
 _POOL_UNSURE: Bucket = (DraftSource.POOL, 1, ALONE, False)
 _POOL_SURE: Bucket = (DraftSource.POOL, 1, ALONE, True)
 
 
 def match_bucket(m: int) -> int:
+    if 0 <= m < len(_MATCH_BUCKETS):
+        return _MATCH_BUCKETS[m]
     return MATCH_EDGES[max(bisect_right(MATCH_EDGES, m) - 1, 0)]
+
+
+# A draft token's match is its draft's (at most MAX_MATCH) plus the tokens before it in the draft.
+_MATCH_BUCKETS = [MATCH_EDGES[max(bisect_right(MATCH_EDGES, m) - 1, 0)] for m in range(MAX_MATCH + MAX_AUTO_DRAFT + 1)]
 
 
 def bucket(d: Draft, k: int = 0, sure: bool = False) -> Bucket:
@@ -135,8 +140,13 @@ class AcceptanceStats:
         """Expected tokens a step commits when it verifies the first L tokens of ``d``, for L = 0..len(d)."""
         out = [1.0]
         run = 1.0
+        seen: dict[Bucket, float] = {}  # a long draft's tokens share a few buckets
         for k in range(len(d.tokens)):
-            run *= self.p(bucket(d, k, sure))
+            b = bucket(d, k, sure)
+            p = seen.get(b)
+            if p is None:
+                p = seen[b] = self.p(b)
+            run *= p
             out.append(out[-1] + run)
         return out
 
@@ -251,33 +261,37 @@ class AutoPolicy:
             drafts += self.sources.ngrams(token, count, max_len, drafts)
         return drafts
 
-    def choose(self, token: int, cfg: LookaheadConfig, room: int, confidence: Callable[[], float] = NO_CONFIDENCE,
+    def choose(self, token: int, cfg: LookaheadConfig, room: int, confidence: Callable[[], bool] = NO_CONFIDENCE,
                ) -> StepChoice:
-        """The step after ``token``, which the model drew with probability ``confidence()`` (asked for only when
-        there are drafts to price)."""
+        """The step after ``token``; ``confidence()`` says whether the model was sure of it (asked only when there
+        are drafts to price)."""
         curve = self.curve
         plain_rate = 1.0 / curve.cost(1)
         drafts = self._drafts(token, cfg, min(MAX_AUTO_DRAFT, room))
-        sure = bool(drafts) and confidence() >= SURE
+        sure = bool(drafts) and confidence()
         trust = self.trust
         options = [(d, self._expected(d, sure, trust)) for d in drafts]
         chosen: list[Draft] = []
         reasons: list[str] = []
         gain, length, best_rate = 1.0, 0, plain_rate
         firsts: set[int] = set()
+        price = [0.0]  # price[n]: cost(n), as far as a step with these drafts needs it
         while len(chosen) < min(cfg.guesses, MAX_GUESSES):
             pick = None
             for d, expected in options:
                 if d.tokens[0] in firsts:
                     continue  # not an alternative to one already taken
-                for L in range(1, min(len(d.tokens), room - length) + 1):
-                    rate = (gain + expected[L] - 1.0) / curve.cost(1 + length + L)
+                longest = min(len(d.tokens), room - length)
+                while len(price) <= 1 + length + longest:
+                    price.append(curve.cost(len(price)))
+                for L in range(1, longest + 1):
+                    rate = (gain + expected[L] - 1.0) / price[1 + length + L]
                     if rate > best_rate:
                         best_rate, pick = rate, (d, expected, L)
             if pick is None:
                 break
             d, expected, L = pick
-            chosen.append(replace(d, tokens=d.tokens[:L], support=d.support[:L]))
+            chosen.append(Draft(d.tokens[:L], d.source, d.match, d.support[:L], d.origin))
             reasons.append(f"{d.origin or d.source} match {d.match}, L={L}")
             firsts.add(d.tokens[0])
             gain += expected[L] - 1.0
@@ -319,15 +333,15 @@ class AutoPolicy:
         committed: Sequence[int],
         accepted_origin: str,
         n_accepted: int,
-        confidence: float = 0.0,
+        sure: bool = False,
     ) -> None:
-        """Learn from a step chosen with ``confidence``: how far each draft agreed with the committed tokens,
-        and what the window earned."""
+        """Learn from a step chosen after a token the model was ``sure`` of: how far each draft agreed with the
+        committed tokens, and what the window earned."""
         for k, d in enumerate(choice.drafts):
             agree = 0
             while agree < min(len(d.tokens), len(committed)) and d.tokens[agree] == committed[agree]:
                 agree += 1
-            self.stats.observe(d, len(d.tokens), agree, fade=k == 0, sure=confidence >= SURE)
+            self.stats.observe(d, len(d.tokens), agree, fade=k == 0, sure=sure)
         landed = n_accepted if accepted_origin == DraftOrigin.WINDOW else 0
         if choice.window or landed:
             self.stats.observe_window(choice.window, landed)

@@ -217,7 +217,7 @@ class Generation:
         self._pending = [prompt[-1]]  # committed tokens not yet in the KV cache
         self._n_steps = 0
         self._pool_grew = False  # lookahead steps added the reply's n-grams to the pool: worth keeping
-        self._confidence = NO_CONFIDENCE  # the probability of the last committed token (Auto's steps depend on it)
+        self._confidence = NO_CONFIDENCE  # whether the model was sure of the last committed token (Auto's steps depend on it)
         self._finished = False
 
     @property
@@ -247,8 +247,8 @@ class Generation:
             out = self._lookahead.step(engine.kv, self._pending, choice, confidence=auto)
         if auto:
             # a step with drafts had its confidence worked out when they were priced, before this decode
-            confidence = self._confidence() if choice.drafts else 0.0
-            self._auto.observe(choice, out.committed, out.accepted_origin, out.n_accepted, confidence)
+            sure = self._confidence() if choice.drafts else False
+            self._auto.observe(choice, out.committed, out.accepted_origin, out.n_accepted, sure)
         self._pending = out.committed[out.n_cached :]
         self._confidence = out.confidence
         committed, reason = self._apply_limits(out.committed)

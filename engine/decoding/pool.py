@@ -46,7 +46,7 @@ class NgramPool:
     def add(self, key: int, continuation: Sequence[int], origin: str = DraftOrigin.UNKNOWN, hits: int = 0) -> None:
         """Record that ``continuation`` was seen right after ``key`` (``origin``: where, if it is new;
         ``hits``: verified that often elsewhere, when it comes from another pool)."""
-        cont = tuple(int(t) for t in continuation[: self.max_len])
+        cont = tuple(map(int, continuation[: self.max_len]))
         if not cont:
             return
         self._clock += 1

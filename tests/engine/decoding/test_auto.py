@@ -52,14 +52,14 @@ def test_auto_takes_a_plain_step_when_no_draft_pays_for_its_cost():
     assert choice.plain
 
 
-def test_auto_asks_for_the_token_s_probability_only_when_it_has_drafts_to_price():
-    # The softmax over the vocabulary costs about 1% of a small model's step: a step with nothing to draft from
-    # (most steps of free writing) must not pay it.
+def test_auto_asks_whether_the_model_was_sure_only_when_it_has_drafts_to_price():
+    # The softmax over the vocabulary costs about half a percent of a small model's step: a step with nothing to
+    # draft from (most steps of free writing) must not pay it.
     asked = []
 
-    def confidence() -> float:
+    def confidence() -> bool:
         asked.append(1)
-        return 0.95
+        return True
 
     fresh = HistoryIndex()
     fresh.extend([1, 2, 3, 4])  # the last token was never seen before: no draft

@@ -179,3 +179,18 @@ def test_tune_on_a_busy_pc_ends_with_one_line_saying_so(monkeypatch, capsys, mod
     assert main(["tune", "--model", str(model_path), "--threads", "1"]) == 1
     err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
     assert err[-1].startswith("error: another program was using the CPU") and "Traceback" not in "\n".join(err)
+
+
+def test_the_command_line_keeps_the_modules_it_loaded_out_of_the_collector_s_full_passes():
+    # A full pass walks every object the process holds; in the middle of a reply it cost about 10 ms.
+    import gc
+
+    from engine.tools.cli import main
+
+    gc.unfreeze()
+    try:
+        assert gc.get_freeze_count() == 0
+        assert main(["no-such-command"]) != 0
+        assert gc.get_freeze_count() > 10_000
+    finally:
+        gc.unfreeze()
