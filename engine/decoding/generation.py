@@ -217,7 +217,7 @@ class Generation:
         self._pending = [prompt[-1]]  # committed tokens not yet in the KV cache
         self._n_steps = 0
         self._pool_grew = False  # lookahead steps added the reply's n-grams to the pool: worth keeping
-        self._confidence = NO_CONFIDENCE  # whether the model was sure of the last committed token (Auto's steps depend on it)
+        self._confidence = NO_CONFIDENCE  # was the model sure of the last committed token (Auto's steps depend on it)
         self._finished = False
 
     @property
