@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 
 from engine.costs.curve import CostCurve, LiveCosts
 from engine.decoding.decoders import NO_CONFIDENCE
-from engine.decoding.drafts import AGREE, ALONE, MAX_MATCH, SPLIT, Draft, DraftSources
+from engine.decoding.drafts import AGREE, ALONE, SPLIT, Draft, DraftSources
 from engine.decoding.origins import DraftOrigin, DraftSource
 from engine.decoding.plan import StepChoice
 from engine.decoding.settings import MAX_GUESSES, MAX_WINDOW, LookaheadConfig
@@ -94,13 +94,7 @@ _POOL_SURE: Bucket = (DraftSource.POOL, 1, ALONE, True)
 
 
 def match_bucket(m: int) -> int:
-    if 0 <= m < len(_MATCH_BUCKETS):
-        return _MATCH_BUCKETS[m]
     return MATCH_EDGES[max(bisect_right(MATCH_EDGES, m) - 1, 0)]
-
-
-# A draft token's match is its draft's (at most MAX_MATCH) plus the tokens before it in the draft.
-_MATCH_BUCKETS = [MATCH_EDGES[max(bisect_right(MATCH_EDGES, m) - 1, 0)] for m in range(MAX_MATCH + MAX_AUTO_DRAFT + 1)]
 
 
 def bucket(d: Draft, k: int = 0, sure: bool = False) -> Bucket:
