@@ -246,13 +246,13 @@ class LookaheadDecoder:
         t0 = time.perf_counter()
         self.ctx.decode(self.batch)
         decode_s = time.perf_counter() - t0
-        rows = plan.output_rows()
+        rows = plan.rows
         logits = self.ctx.logits_rows(plan.n_logits)
 
         committed, path, last_row = self._verify(plan, rows, logits)
 
         if plan.window:
-            preds = np.argmax(logits[rows[plan.window_pred_index]], axis=1)
+            preds = np.argmax(logits[[rows[i] for i in plan.window_pred_index]], axis=1)
             self.window.harvest(input_token, preds, self.pool)
             self.window.advance(preds, len(committed))
         if path:
@@ -278,7 +278,7 @@ class LookaheadDecoder:
         )
 
     def _verify(
-        self, plan: StepPlan, rows: np.ndarray, logits: np.ndarray
+        self, plan: StepPlan, rows: list[int], logits: np.ndarray
     ) -> tuple[list[int], list[int], np.ndarray]:
         """Walk the candidate tree along the model's own draws: (committed, accepted nodes, the last draw's row)."""
         committed: list[int] = []

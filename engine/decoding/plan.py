@@ -96,19 +96,14 @@ class StepPlan:
     window_pred_index: np.ndarray  # int [W]: batch index whose logits predict column i's next level
     window: int
     ngram: int
+    # Row of the logits matrix for each batch index (-1 where none). Plain lists: a step reads a few of them,
+    # right after a decode that left the CPU's caches cold, where every numpy call costs tens of microseconds.
+    rows: list[int]
+    n_logits: int
 
     @property
     def size(self) -> int:
         return int(self.tokens.shape[0])
-
-    @property
-    def n_logits(self) -> int:
-        return int(self.logits.sum())
-
-    def output_rows(self) -> np.ndarray:
-        """Row of the logits matrix for each batch index (-1 where none)."""
-        rows = np.cumsum(self.logits) - 1
-        return np.where(self.logits, rows, -1)
 
     def missing_seqs(self, node_index: int) -> list[int]:
         """Sequences a kept best-path node lacks, which committed tokens must carry."""
@@ -234,6 +229,10 @@ def build_step(
                 seq_ids.append((window_seq(i),))
                 logits.append(j == last)
 
+    rows, n_logits = [], 0
+    for wanted in logits:
+        rows.append(n_logits if wanted else -1)
+        n_logits += wanted
     return StepPlan(
         tokens=np.asarray(tokens, dtype=np.int32),
         positions=np.asarray(positions, dtype=np.int32),
@@ -247,4 +246,6 @@ def build_step(
         window_pred_index=pred_index,
         window=W,
         ngram=levels + 1 if W else 0,
+        rows=rows,
+        n_logits=n_logits,
     )

@@ -313,17 +313,18 @@ class Context:
     def logits_rows(self, n_rows: int) -> np.ndarray:
         """The logits of the last decode as a [n_rows, n_vocab] view (rows in batch order).
 
-        The view is valid until the next decode; it is cached per buffer address
-        because building one through ctypes costs more than a small step's argmax.
+        The view is valid until the next decode. One view is kept per buffer address, as many rows as a decode
+        has given there, and sliced: building one through ctypes costs more than a small step's argmax, and
+        llama.cpp only ever moves the buffer to grow it.
         """
         ptr = ll.llama_get_logits(self.ptr)
-        key = (ctypes.cast(ptr, ctypes.c_void_p).value, n_rows)
-        if key != self._logits_key:
+        address = ctypes.cast(ptr, ctypes.c_void_p).value
+        if address != self._logits_key[0] or n_rows > self._logits_key[1]:
             if not ptr:
                 raise NativeError("the last decode produced no logits")
             self._logits_view = np.ctypeslib.as_array(ptr, shape=(n_rows, self.n_vocab))
-            self._logits_key = key
-        return self._logits_view
+            self._logits_key = (address, n_rows)
+        return self._logits_view if n_rows == self._logits_key[1] else self._logits_view[:n_rows]
 
     def logits_at(self, batch_index: int) -> np.ndarray:
         ptr = ll.llama_get_logits_ith(self.ptr, batch_index)

@@ -51,8 +51,8 @@ def test_step_layout_for_w3_n3_g2():
     assert plan.in_place_prefix([0, 2]) == 1
     # Keeping the best path's first node: the used sequences not passing through it need a copy.
     assert plan.missing_seqs(0) == sorted(used - {candidate_seq(0), candidate_seq(1)})
-    rows = plan.output_rows()
-    assert rows[1] == 0 and rows[7] == 4 and rows[0] == -1
+    assert plan.rows[1] == 0 and plan.rows[7] == 4 and plan.rows[0] == -1
+    assert plan.n_logits == plan.logits.sum() == max(plan.rows) + 1
 
 
 def test_window_with_n2_predicts_from_level_zero_and_the_input_token():
