@@ -119,15 +119,18 @@ class AcceptanceStats:
     trajectories, per window column run (they land in later steps, as pool drafts).
     """
 
+    # Tokens accepted and tested per bucket, each in units of ``unit``: fading every bucket at once (each observed
+    # draft does) shrinks the unit instead of touching every bucket.
     accepted: dict[Bucket, float] = field(default_factory=dict)
     tested: dict[Bucket, float] = field(default_factory=dict)
     window_tokens: float = 0.0
     window_columns: float = 0.0
+    unit: float = 1.0
 
     def p(self, b: Bucket) -> float:
         """Estimated acceptance (prior blended with what was seen)."""
-        a = self.accepted.get(b, 0.0) + _prior(b) * PRIOR_WEIGHT
-        t = self.tested.get(b, 0.0) + PRIOR_WEIGHT
+        a = self.accepted.get(b, 0.0) * self.unit + _prior(b) * PRIOR_WEIGHT
+        t = self.tested.get(b, 0.0) * self.unit + PRIOR_WEIGHT
         return min(a / t, MAX_P)
 
     def expected(self, d: Draft, sure: bool = False) -> list[float]:
@@ -147,14 +150,18 @@ class AcceptanceStats:
     def observe(self, d: Draft, n_drafted: int, n_accepted: int, fade: bool = True, sure: bool = False) -> None:
         """A draft of ``n_drafted`` tokens had its first ``n_accepted`` accepted (``fade``: first of its step)."""
         if fade:
-            for b in self.tested:
-                self.tested[b] *= DECAY
-                self.accepted[b] *= DECAY
+            self.unit *= DECAY
+            if self.unit < 1e-100:  # back to a unit of 1 long before the counts could overflow
+                for counts in (self.tested, self.accepted):
+                    for b in counts:
+                        counts[b] *= self.unit
+                self.unit = 1.0
+        one = 1.0 / self.unit
         # Tokens tested: the accepted ones plus the first rejected one, if any.
         for k in range(min(n_accepted + 1, n_drafted)):
             b = bucket(d, k, sure)
-            self.tested[b] = self.tested.get(b, 0.0) + 1.0
-            self.accepted[b] = self.accepted.get(b, 0.0) + (1.0 if k < n_accepted else 0.0)
+            self.tested[b] = self.tested.get(b, 0.0) + one
+            self.accepted[b] = self.accepted.get(b, 0.0) + (one if k < n_accepted else 0.0)
 
     def pass_over(self, b: Bucket) -> None:
         """A draft whose first token falls in ``b`` was offered and not verified: what was seen there fades a

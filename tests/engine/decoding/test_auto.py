@@ -277,3 +277,41 @@ def test_drafts_that_never_land_are_retried_seldom_and_cheaply():
     assert 0 < len(drafted) < 0.03 * len(steps)
     wasted = sum(HYBRID.cost(n) - 1 for n in drafted)
     assert wasted / len(steps) < 0.02  # under 2% of the time plain decoding takes
+
+
+def test_acceptance_fades_every_bucket_with_each_observed_draft_over_thousands_of_steps():
+    # The statistics fade by shrinking one unit, not bucket by bucket; what they estimate must be what fading
+    # every bucket would give, also past the point where the unit is reset.
+    import random
+
+    from engine.decoding.auto import DECAY, MAX_P, PASS_DECAY, PRIOR_WEIGHT, _prior
+
+    rng = random.Random(3)
+    stats = AcceptanceStats()
+    tested: dict = {}
+    accepted: dict = {}
+    drafts = [Draft(tuple(range(n)), source, match, origin="reply")
+              for n, source, match in ((3, "history", 2), (8, "history", 9), (2, "pool", 1), (5, "corpus", 3))]
+    for step in range(6000):
+        d = rng.choice(drafts)
+        n_accepted = rng.randint(0, len(d.tokens))
+        sure = rng.random() < 0.5
+        stats.observe(d, len(d.tokens), n_accepted, fade=True, sure=sure)
+        for b in tested:
+            tested[b] *= DECAY
+            accepted[b] *= DECAY
+        for k in range(min(n_accepted + 1, len(d.tokens))):
+            b = bucket(d, k, sure)
+            tested[b] = tested.get(b, 0.0) + 1.0
+            accepted[b] = accepted.get(b, 0.0) + (1.0 if k < n_accepted else 0.0)
+        if step % 7 == 0:
+            b = bucket(rng.choice(drafts), 0, sure)
+            stats.pass_over(b)
+            if b in tested:
+                tested[b] *= PASS_DECAY
+                accepted[b] *= PASS_DECAY
+        if step % 500 == 499:
+            for b in tested:
+                want = min((accepted[b] + _prior(b) * PRIOR_WEIGHT) / (tested[b] + PRIOR_WEIGHT), MAX_P)
+                assert stats.p(b) == pytest.approx(want, rel=1e-9)
+    assert stats.unit > DECAY**6000 * 1e30  # the unit was reset on the way
