@@ -73,20 +73,18 @@ DECAY = 0.95
 PASS_DECAY = 0.998
 MAX_P = 0.995
 # Whether a reply's recent drafts of short matches paid (AutoPolicy.trust): the tokens its recent steps that verified
-# such a draft committed beyond one a step, over what those steps cost beyond a 1-token step, measured (their wall
-# time over a 1-token step's), each older step counting LEDGER_DECAY as much as the one after it, from a prior of
-# LEDGER_PRIOR of each. A match shorter than SHORT_MATCH tokens may be a coincidence (in free writing it mostly is);
-# a longer one is text being copied, which its own statistics price. Below 1, drafting gave back less time than it
-# took, and the expected extra tokens of every short-match draft are scaled by that rate to the power TRUST_POWER:
-# a reply whose coincidental drafts fail stops paying for them after one or two (where each failed step cost a
-# quarter of a step more: 0.38 of the value after one, 0.16 after two), without waiting for every (source, match,
-# support) bucket to learn it, while a copy that starts later in the reply is drafted at once. Steps without such
-# drafts move the rate back towards 1 by LEDGER_RETURN, so they are tried again later in the reply.
+# such a draft committed over what those steps cost in 1-token steps, measured (their wall time over a 1-token
+# step's), each older step counting LEDGER_DECAY as much as the one after it. A match shorter than SHORT_MATCH tokens
+# may be a coincidence (in free writing it mostly is); a longer one is text being copied, which its own statistics
+# price. Below 1, those steps gave fewer tokens per second than plain decoding would have, and the expected extra
+# tokens of every short-match draft are scaled by that rate to the power TRUST_POWER: a reply whose coincidental
+# drafts fail stops paying for them within a few steps, without waiting for every (source, match, support) bucket
+# to learn it, while a copy that starts later in the reply is drafted at once. Steps without such drafts move the
+# rate back towards 1 by LEDGER_RETURN, so they are tried again later in the reply.
 SHORT_MATCH = 4
 LEDGER_DECAY = 0.8
-LEDGER_PRIOR = 0.5
 LEDGER_RETURN = 0.005
-TRUST_POWER = 2.0
+TRUST_POWER = 3.0
 
 # (source, match edge, support, sure): ``sure`` says the model was sure of the token the draft follows
 # (decoders.SURE), as where text is copied or written by rote; drafts land more often there than in free writing.
@@ -243,10 +241,11 @@ class AutoPolicy:
         self.sources = sources
         self.stats = stats
         self.curve = curve
-        # This reply's recent steps that verified a short-match draft: tokens committed beyond one a step, and their
-        # cost beyond a 1-token step's; ``trust`` scales such drafts' expected extra tokens (see LEDGER_DECAY).
-        self.drafted_tokens = LEDGER_PRIOR
-        self.drafted_cost = LEDGER_PRIOR
+        # This reply's recent steps that verified a short-match draft: tokens committed and their cost in 1-token
+        # steps (one step's worth of prior at rate 1); ``trust`` scales such drafts' expected extra tokens (see
+        # LEDGER_DECAY).
+        self.drafted_tokens = 1.0
+        self.drafted_cost = 1.0
         # The least per-token acceptance that makes any draft length pay: n-gram drafts
         # are not even looked up below it (they cost a lookup per step).
         self.min_p = least_paying_p(curve)
@@ -358,13 +357,13 @@ class AutoPolicy:
     def trust(self) -> float:
         """How much of the extra tokens the statistics expect of a short-match draft Auto counts on: 1 while this
         reply's recent steps that verified one paid, less the more they lost."""
-        return min(self.drafted_tokens / max(self.drafted_cost, 1e-9), 1.0) ** TRUST_POWER
+        return min(self.drafted_tokens / self.drafted_cost, 1.0) ** TRUST_POWER
 
     def observe_cost(self, choice: StepChoice, n_committed: int, cost: float) -> None:
         """A step of ``choice`` committed ``n_committed`` tokens and cost ``cost`` 1-token steps (its measured time
         over a 1-token step's)."""
         if choice.drafts and choice.drafts[0].match < SHORT_MATCH:
-            self.drafted_tokens = self.drafted_tokens * LEDGER_DECAY + n_committed - 1
-            self.drafted_cost = self.drafted_cost * LEDGER_DECAY + max(cost - 1.0, 0.0)
+            self.drafted_tokens = self.drafted_tokens * LEDGER_DECAY + n_committed
+            self.drafted_cost = self.drafted_cost * LEDGER_DECAY + max(cost, 1.0)
         elif not choice.drafts:
             self.drafted_tokens += (self.drafted_cost - self.drafted_tokens) * LEDGER_RETURN
