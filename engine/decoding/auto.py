@@ -361,7 +361,7 @@ class AutoPolicy:
 
     def observe_cost(self, choice: StepChoice, n_committed: int, cost: float) -> None:
         """A step of ``choice`` committed ``n_committed`` tokens and cost ``cost`` 1-token steps (its measured time
-        over a 1-token step's)."""
+        over a 1-token step's; read only where the step verified drafts)."""
         if choice.drafts and choice.drafts[0].match < SHORT_MATCH:
             self.drafted_tokens = self.drafted_tokens * LEDGER_DECAY + n_committed
             self.drafted_cost = self.drafted_cost * LEDGER_DECAY + max(cost, 1.0)

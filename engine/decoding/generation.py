@@ -273,8 +273,9 @@ class Generation:
         threads = governor.last.threads if governor.last is not None else engine.n_threads
         live = engine.live_costs_for(threads)
         cost = live.cost(out.batch_size, out.n_logits)  # the price before this step teaches the curve
-        if auto:  # whether this reply's drafting steps paid, by what they really took
-            self._auto.observe_cost(choice, len(out.committed), live.in_steps(elapsed, out.batch_size, out.n_logits))
+        if auto:  # whether this reply's drafting steps paid, by what they really took (a median: only for those)
+            taken = live.in_steps(elapsed, out.batch_size, out.n_logits) if choice.drafts else 1.0
+            self._auto.observe_cost(choice, len(out.committed), taken)
         if governor.steady:
             live.record(out.batch_size, out.n_logits, elapsed)
         first = self._n_steps == 0
