@@ -324,7 +324,7 @@ class Context:
                 raise NativeError("the last decode produced no logits")
             self._logits_view = np.ctypeslib.as_array(ptr, shape=(n_rows, self.n_vocab))
             self._logits_key = (address, n_rows)
-        return self._logits_view if n_rows == self._logits_key[1] else self._logits_view[:n_rows]
+        return self._logits_view[:n_rows]
 
     def logits_at(self, batch_index: int) -> np.ndarray:
         ptr = ll.llama_get_logits_ith(self.ptr, batch_index)
