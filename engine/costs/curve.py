@@ -188,6 +188,7 @@ class LiveCosts:
         self._medians: dict[int, float] = {}  # of _ratios, per size (only the size just recorded changes)
         self._excess: deque[float] = deque(maxlen=self.SHARED_SAMPLES)  # (seen - 1) / (curve - 1) per batch
         self._scale = 1.0
+        self.version = 0  # counts the changes of what ``cost`` answers
 
     def record(self, batch_size: int, n_logits: int, seconds: float) -> None:
         if seconds <= 0 or not self.learn:
@@ -223,6 +224,7 @@ class LiveCosts:
 
     def _update(self, batch_size: int) -> None:
         """``batch_size`` has a new or changed sample: its median, the shared scale and every size's cost follow."""
+        self.version += 1
         self._medians[batch_size] = statistics.median(self._ratios[batch_size])
         w = len(self._excess) / (len(self._excess) + self.SHARED_PRIOR)
         self._scale = max((1 - w) + w * statistics.median(self._excess), 0.0)

@@ -204,6 +204,81 @@ def break_even_p(curve: CostCurve | LiveCosts, length: int) -> float:
     return hi
 
 
+
+class _Prices:
+    """A step's price list: ``prices[n]`` is the curve's cost of n rows, each looked up once, and never below a
+    smaller batch's (a dip between measured sizes is noise, and pricing relies on it: see ``_best_pick``)."""
+
+    __slots__ = ("_curve", "_values")
+
+    def __init__(self, curve: CostCurve | LiveCosts) -> None:
+        self._curve = curve
+        self._values = [0.0]
+
+    def __getitem__(self, n: int) -> float:
+        values = self._values
+        while len(values) <= n:
+            values.append(max(self._curve.cost(len(values)), values[-1]))
+        return values[n]
+
+
+class _Estimate:
+    """Expected tokens of a step that verifies the first L tokens of a draft (``AcceptanceStats.expected``, with
+    a short match's extra tokens scaled by ``trust``), worked out only as far as pricing asks."""
+
+    __slots__ = ("draft", "_stats", "_sure", "_trust", "_values", "_run", "_seen")
+
+    def __init__(self, draft: Draft, stats: AcceptanceStats, sure: bool, trust: float) -> None:
+        self.draft = draft
+        self._stats = stats
+        self._sure = sure
+        self._trust = 1.0 if draft.match >= SHORT_MATCH else min(trust, 1.0)
+        self._values = [1.0]
+        self._run = 1.0
+        self._seen: dict[Bucket, float] = {}  # a long draft's tokens share a few buckets
+
+    def at(self, L: int) -> float:
+        values = self._values
+        while len(values) <= L:
+            b = bucket(self.draft, len(values) - 1, self._sure)
+            p = self._seen.get(b)
+            if p is None:
+                p = self._seen[b] = self._stats.p(b)
+            self._run *= p
+            values.append(values[-1] + self._trust * self._run)
+        return values[L]
+
+    def last_token(self, L: int) -> float:
+        """What verifying token L adds; no later token adds more (each lands only if the ones before it do)."""
+        return self.at(L) - self._values[L - 1]
+
+
+def _best_pick(
+    estimates: Sequence[_Estimate], gain: float, length: int, best_rate: float, firsts: set[int], prices: _Prices,
+    room: int,
+) -> tuple[_Estimate, int, float] | None:
+    """The draft and length that raise a step's rate most past ``best_rate``, beside ``length`` draft tokens taken
+    already (expected to commit ``gain`` tokens), with that rate; None if none does.
+
+    Drafts whose first token one taken starts with are not alternatives. Each draft is priced one length after
+    another until not even every later token adding what the last one did could beat the best rate.
+    """
+    pick = None
+    for est in estimates:
+        tokens = est.draft.tokens
+        if tokens[0] in firsts:
+            continue
+        longest = min(len(tokens), room - length)
+        for L in range(1, longest + 1):
+            extra = gain - 1.0 + est.at(L)
+            rate = extra / prices[1 + length + L]
+            if rate > best_rate:
+                best_rate, pick = rate, (est, L, rate)
+            if L < longest and extra + est.last_token(L) * (longest - L) <= best_rate * prices[2 + length + L]:
+                break
+    return pick
+
+
 class FixedPolicy:
     """The user's W, N, G as given: G ranked drafts of N-1 tokens and a W-column window."""
 
@@ -249,11 +324,14 @@ class AutoPolicy:
         # The least per-token acceptance that makes any draft length pay: n-gram drafts
         # are not even looked up below it (they cost a lookup per step).
         self.min_p = least_paying_p(curve)
+        # The window a step without drafts takes, with what it was worked out from (see _window).
+        self._no_draft_window: tuple[tuple, tuple[int, int, float]] | None = None
 
     def use_costs(self, curve: CostCurve | LiveCosts) -> None:
         """Price steps with ``curve`` from now on (another thread count's, say)."""
         if curve is not self.curve:
             self.curve, self.min_p = curve, least_paying_p(curve)
+            self._no_draft_window = None
 
     def _drafts(self, token: int, cfg: LookaheadConfig, max_len: int) -> list[Draft]:
         count = min(cfg.guesses, MAX_GUESSES)
@@ -264,57 +342,41 @@ class AutoPolicy:
 
     def choose(self, token: int, cfg: LookaheadConfig, room: int, confidence: Callable[[], bool] = NO_CONFIDENCE,
                ) -> StepChoice:
-        """The step after ``token``; ``confidence()`` says whether the model was sure of it (asked only when there
-        are drafts to price)."""
-        curve = self.curve
-        plain_rate = 1.0 / curve.cost(1)
-        drafts = self._drafts(token, cfg, min(MAX_AUTO_DRAFT, room))
-        sure = bool(drafts) and confidence()
-        trust = self.trust
-        options = [(d, self._expected(d, sure, trust)) for d in drafts]
+        """The step after ``token``; ``confidence()`` says whether the model was sure of it, asked only when a
+        draft would pay were it one way or the other (reading the logits costs more than the rest of the choice)."""
+        price = _Prices(self.curve)
+        plain_rate = 1.0 / price[1]
+        max_drafts = min(cfg.guesses, MAX_GUESSES)
+        drafts = self._drafts(token, cfg, min(MAX_AUTO_DRAFT, room)) if max_drafts > 0 else []
         chosen: list[Draft] = []
         reasons: list[str] = []
         gain, length, best_rate = 1.0, 0, plain_rate
         firsts: set[int] = set()
-        price = [0.0]  # price[n]: cost(n), as far as a step with these drafts needs it
-        while len(chosen) < min(cfg.guesses, MAX_GUESSES):
-            pick = None
-            for d, expected in options:
-                if d.tokens[0] in firsts:
-                    continue  # not an alternative to one already taken
-                longest = min(len(d.tokens), room - length)
-                while len(price) <= 1 + length + longest:
-                    price.append(curve.cost(len(price)))
-                for L in range(1, longest + 1):
-                    rate = (gain + expected[L] - 1.0) / price[1 + length + L]
-                    if rate > best_rate:
-                        best_rate, pick = rate, (d, expected, L)
-            if pick is None:
-                break
-            d, expected, L = pick
-            chosen.append(Draft(d.tokens[:L], d.source, d.match, d.support[:L], d.origin))
-            reasons.append(f"{d.origin or d.source} match {d.match}, L={L}")
-            firsts.add(d.tokens[0])
-            gain += expected[L] - 1.0
-            length += L
-        # The window: columns of N-1 levels, each expected to earn window_gain() tokens in later steps.
-        W = N = 0
-        n = 1 + length
-        per_column = self.stats.window_gain()
-        # Every window adds a row at least, and a step costs more the more rows it has and the more of them give
-        # logits: where the largest window's tokens at the price of one more row with one logit lose, none wins.
-        most = gain + per_column * min(cfg.window, MAX_WINDOW)
-        ngrams = range(3, max(3, min(cfg.ngram, 4)) + 1) if most > best_rate * curve.cost(n + 1, 1) else ()
-        for ngram in ngrams:
-            for w in range(1, min(cfg.window, MAX_WINDOW) + 1):
-                extra = (w - 1) + w * (ngram - 2)
-                if extra > room - length:
+        sure: bool | None = False
+        if drafts:
+            trust = self.trust
+            unsure = [_Estimate(d, self.stats, False, trust) for d in drafts]
+            if_sure = [_Estimate(d, self.stats, True, trust) for d in drafts]
+            first = [_best_pick(e, gain, length, best_rate, firsts, price, room) for e in (unsure, if_sure)]
+            sure = confidence() if first[0] or first[1] else None
+            estimates, pick = (if_sure, first[1]) if sure else (unsure, first[0])
+            while pick is not None:
+                est, L, best_rate = pick
+                d = est.draft
+                chosen.append(Draft(d.tokens[:L], d.source, d.match, d.support[:L], d.origin))
+                reasons.append(f"{d.origin or d.source} match {d.match}, L={L}")
+                firsts.add(d.tokens[0])
+                gain += est.at(L) - 1.0
+                length += L
+                if len(chosen) == max_drafts:
                     break
-                rate = (gain + per_column * w) / curve.cost(n + extra, n + w)
-                if rate > best_rate:
-                    best_rate, W, N = rate, w, ngram
-        for b in {bucket(d, 0, sure) for d, _ in options if d.tokens[0] not in firsts}:
-            self.stats.pass_over(b)
+                pick = _best_pick(estimates, gain, length, best_rate, firsts, price, room)
+            # What was offered and passed over fades a little; a choice that never needed to know whether the
+            # model was sure passes over the draft's bucket either way.
+            either = (False, True) if sure is None else (sure,)
+            for b in {bucket(d, 0, s) for d in drafts if d.tokens[0] not in firsts for s in either}:
+                self.stats.pass_over(b)
+        W, N, best_rate = self._window(gain, length, best_rate, cfg, room)
         if not chosen and not W:
             return StepChoice(reason="plain: no draft worth its cost", expected_gain=1.0)
         reason = "; ".join(reasons) + f", expect {gain:.2f} tokens" if chosen else "no draft"
@@ -327,6 +389,41 @@ class AutoPolicy:
             reason=reason,
             expected_gain=best_rate / plain_rate,
         )
+
+    def _window(
+        self, gain: float, length: int, best_rate: float, cfg: LookaheadConfig, room: int,
+    ) -> tuple[int, int, float]:
+        """The window (W, N) that most raises a step's rate past ``best_rate`` beside ``length`` draft tokens
+        expected to commit ``gain`` tokens, with that rate; (0, 0, best_rate) when none does.
+
+        Its columns of N-1 levels are each expected to earn ``window_gain()`` tokens in later steps. The answer
+        for a step without drafts is kept until what it depends on changes: it is asked after most tokens.
+        """
+        per_column = self.stats.window_gain()
+        widest = min(cfg.window, MAX_WINDOW)
+        deepest = max(3, min(cfg.ngram, 4))
+        key = None
+        if not length:  # (room beyond the largest window's rows changes nothing)
+            key = (per_column, widest, deepest, min(room, widest * (deepest - 1)), getattr(self.curve, "version", 0))
+            if self._no_draft_window is not None and self._no_draft_window[0] == key:
+                return self._no_draft_window[1]
+        W = N = 0
+        n = 1 + length
+        # Every window adds a row at least, and a step costs more the more rows it has and the more of them give
+        # logits: where the largest window's tokens at the price of one more row with one logit lose, none wins.
+        most = gain + per_column * widest
+        ngrams = range(3, deepest + 1) if most > best_rate * self.curve.cost(n + 1, 1) else range(0)
+        for ngram in ngrams:
+            for w in range(1, widest + 1):
+                extra = (w - 1) + w * (ngram - 2)
+                if extra > room - length:
+                    break
+                rate = (gain + per_column * w) / self.curve.cost(n + extra, n + w)
+                if rate > best_rate:
+                    best_rate, W, N = rate, w, ngram
+        if key is not None:
+            self._no_draft_window = (key, (W, N, best_rate))
+        return W, N, best_rate
 
     def observe(
         self,
@@ -346,12 +443,6 @@ class AutoPolicy:
         landed = n_accepted if accepted_origin == DraftOrigin.WINDOW else 0
         if choice.window or landed:
             self.stats.observe_window(choice.window, landed)
-
-    def _expected(self, d: Draft, sure: bool, trust: float) -> list[float]:
-        expected = self.stats.expected(d, sure)
-        if d.match >= SHORT_MATCH or trust >= 1.0:
-            return expected
-        return [1.0 + trust * (e - 1.0) for e in expected]
 
     @property
     def trust(self) -> float:

@@ -1,3 +1,5 @@
+import random
+
 import pytest
 
 from engine.costs.curve import CostCurve
@@ -6,11 +8,15 @@ from engine.decoding.auto import (
     AcceptanceStats,
     AutoPolicy,
     FixedPolicy,
+    _best_pick,
+    _Estimate,
+    _Prices,
     break_even_p,
     bucket,
     expected_tokens,
 )
 from engine.decoding.drafts import AGREE, ALONE, SPLIT, CorpusIndex, Draft, DraftSources, HistoryIndex
+from engine.decoding.origins import DraftSource
 from engine.decoding.plan import StepChoice
 from engine.decoding.pool import NgramPool
 from engine.decoding.settings import LookaheadConfig
@@ -70,6 +76,52 @@ def test_auto_asks_whether_the_model_was_sure_only_when_it_has_drafts_to_price()
     choice = AutoPolicy(DraftSources(h, NgramPool(max_len=7)), STEEP, AcceptanceStats()).choose(
         h.tokens[-1], CFG, room=60, confidence=confidence)
     assert choice.drafts and asked == [1]
+
+    # A weak match on a steep curve would not pay whether or not the model was sure: it is not asked then.
+    asked.clear()
+    weak = HistoryIndex()
+    weak.extend([1, 2, 3, 4, 9, 3])
+    assert AutoPolicy(DraftSources(weak, NgramPool(max_len=7)), STEEP, AcceptanceStats()).choose(
+        3, CFG, room=60, confidence=confidence).plain
+    assert asked == []
+
+
+def test_pricing_a_draft_length_by_length_stops_early_yet_picks_what_pricing_every_length_picks():
+    rng = random.Random(5)
+    curves = [STEEP, MID, FLAT, CostCurve(sizes=(1, 2, 4, 5, 8, 16), last_logit=(1, 1.1, 1.2, 1.6, 1.7, 3),
+                                          all_logits=(1, 1.2, 1.3, 1.9, 1.8, 3.5), base_ms=10, threads=2)]
+    stopped_early = 0
+    for _ in range(3000):
+        stats = AcceptanceStats()
+        for _ in range(rng.randint(0, 30)):
+            d = Draft(tuple(rng.randrange(9) for _ in range(rng.randint(1, 15))), DraftSource.HISTORY,
+                      rng.randint(1, 20))
+            stats.observe(d, len(d.tokens), rng.randint(0, len(d.tokens)), sure=rng.random() < 0.5)
+        drafts = [Draft(tuple(rng.randrange(40) for _ in range(n)), rng.choice(list(DraftSource)), rng.randint(1, 20),
+                        tuple(rng.choice((AGREE, ALONE, SPLIT)) for _ in range(n)))
+                  for n in (rng.randint(1, 15) for _ in range(rng.randint(1, 4)))]
+        curve, sure, trust = rng.choice(curves), rng.random() < 0.5, rng.uniform(0.2, 1.0)
+        gain, length, room = rng.choice(((1.0, 0), (1.8, 3))) + (rng.randint(4, 30),)
+        firsts = {drafts[0].tokens[0]} if length and len(drafts) > 1 else set()
+        prices = _Prices(curve)
+        best_rate = gain / prices[1 + length]
+        estimates = [_Estimate(d, stats, sure, trust) for d in drafts]
+        pick = _best_pick(estimates, gain, length, best_rate, firsts, prices, room)
+        want = best_rate  # the best rate over every length of every draft, from AcceptanceStats.expected
+        for d in drafts:
+            if d.tokens[0] in firsts:
+                continue
+            expected = stats.expected(d, sure)
+            if d.match < SHORT_MATCH:
+                expected = [1.0 + trust * (e - 1.0) for e in expected]
+            for L in range(1, min(len(d.tokens), room - length) + 1):
+                want = max(want, (gain + expected[L] - 1.0) / prices[1 + length + L])
+        assert (pick[2] if pick else best_rate) == pytest.approx(want, rel=1e-12)
+        if pick:  # what it picked has the rate it says
+            est, L, rate = pick
+            assert (gain + est.at(L) - 1.0) / prices[1 + length + L] == pytest.approx(rate, rel=1e-12)
+        stopped_early += sum(len(e.draft.tokens) > len(e._values) - 1 for e in estimates)
+    assert stopped_early > 1000  # most drafts were priced only as far as a few of their tokens
 
 
 def test_auto_drafts_a_long_match_on_a_steep_curve():
