@@ -87,7 +87,7 @@ LEDGER_RETURN = 0.005
 TRUST_POWER = 3.0
 
 # (source, match edge, support, sure): ``sure`` says the model was sure of the token the draft follows
-# (decoders.SURE), as where text is copied or written by rote; drafts land more often there than in free writing.
+# (decoders.is_sure), as where text is copied or written by rote; drafts land more often there than in free writing.
 Bucket = tuple[str, int, int, bool]
 _POOL_UNSURE: Bucket = (DraftSource.POOL, 1, ALONE, False)
 _POOL_SURE: Bucket = (DraftSource.POOL, 1, ALONE, True)
