@@ -179,6 +179,7 @@ class LiveCosts:
         self.curve = curve
         self.learn = learn
         self._singles: deque[float] = deque(maxlen=64)
+        self._single_median: float | None = None  # of _singles, until the next one comes
         self._ratios: dict[int, deque[float]] = {}
         self._cost: dict[int, float] = {}
         # _floor[n]: the dearest live cost of a size below n (n > MAX_SIZE: of any), so that a size not run
@@ -203,6 +204,7 @@ class LiveCosts:
                 self._update(after)
             else:
                 self._singles.append(seconds)
+                self._single_median = None
             return
         if n_logits != batch_size or batch_size > self.MAX_SIZE or len(self._singles) < self.MIN_SINGLES:
             return
@@ -249,9 +251,11 @@ class LiveCosts:
         return seconds / self._single_s()
 
     def _single_s(self) -> float:
-        """The recent 1-token steps' median wall time (statistics.median: a fifth of np.median's time on so few,
-        and it runs every step)."""
-        return statistics.median(self._singles)
+        """The recent 1-token steps' median wall time (statistics.median: a fifth of np.median's time on so few),
+        worked out once for the steps that read it (a run of drafting steps reads it twice each)."""
+        if self._single_median is None:
+            self._single_median = statistics.median(self._singles)
+        return self._single_median
 
     def scale(self) -> float:
         """The shared scale of the curve's cost beyond a 1-token step (1.0: as measured)."""
