@@ -342,8 +342,8 @@ class AutoPolicy:
 
     def choose(self, token: int, cfg: LookaheadConfig, room: int, confidence: Callable[[], bool] = NO_CONFIDENCE,
                ) -> StepChoice:
-        """The step after ``token``; ``confidence()`` says whether the model was sure of it, asked only when a
-        draft would pay were it one way or the other (reading the logits costs more than the rest of the choice)."""
+        """The step after ``token``; ``confidence()`` says whether the model was sure of it (asked only when there
+        are drafts to price)."""
         price = _Prices(self.curve)
         plain_rate = 1.0 / price[1]
         max_drafts = min(cfg.guesses, MAX_GUESSES)
@@ -352,15 +352,14 @@ class AutoPolicy:
         reasons: list[str] = []
         gain, length, best_rate = 1.0, 0, plain_rate
         firsts: set[int] = set()
-        sure: bool | None = False
+        sure = bool(drafts) and confidence()
         if drafts:
             trust = self.trust
-            unsure = [_Estimate(d, self.stats, False, trust) for d in drafts]
-            if_sure = [_Estimate(d, self.stats, True, trust) for d in drafts]
-            first = [_best_pick(e, gain, length, best_rate, firsts, price, room) for e in (unsure, if_sure)]
-            sure = confidence() if first[0] or first[1] else None
-            estimates, pick = (if_sure, first[1]) if sure else (unsure, first[0])
-            while pick is not None:
+            estimates = [_Estimate(d, self.stats, sure, trust) for d in drafts]
+            while len(chosen) < max_drafts:
+                pick = _best_pick(estimates, gain, length, best_rate, firsts, price, room)
+                if pick is None:
+                    break
                 est, L, best_rate = pick
                 d = est.draft
                 chosen.append(Draft(d.tokens[:L], d.source, d.match, d.support[:L], d.origin))
@@ -368,13 +367,7 @@ class AutoPolicy:
                 firsts.add(d.tokens[0])
                 gain += est.at(L) - 1.0
                 length += L
-                if len(chosen) == max_drafts:
-                    break
-                pick = _best_pick(estimates, gain, length, best_rate, firsts, price, room)
-            # What was offered and passed over fades a little; a choice that never needed to know whether the
-            # model was sure passes over the draft's bucket either way.
-            either = (False, True) if sure is None else (sure,)
-            for b in {bucket(d, 0, s) for d in drafts if d.tokens[0] not in firsts for s in either}:
+            for b in {bucket(d, 0, sure) for d in drafts if d.tokens[0] not in firsts}:
                 self.stats.pass_over(b)
         W, N, best_rate = self._window(gain, length, best_rate, cfg, room)
         if not chosen and not W:

@@ -77,14 +77,6 @@ def test_auto_asks_whether_the_model_was_sure_only_when_it_has_drafts_to_price()
         h.tokens[-1], CFG, room=60, confidence=confidence)
     assert choice.drafts and asked == [1]
 
-    # A weak match on a steep curve would not pay whether or not the model was sure: it is not asked then.
-    asked.clear()
-    weak = HistoryIndex()
-    weak.extend([1, 2, 3, 4, 9, 3])
-    assert AutoPolicy(DraftSources(weak, NgramPool(max_len=7)), STEEP, AcceptanceStats()).choose(
-        3, CFG, room=60, confidence=confidence).plain
-    assert asked == []
-
 
 def test_pricing_a_draft_length_by_length_stops_early_yet_picks_what_pricing_every_length_picks():
     rng = random.Random(5)
