@@ -274,16 +274,19 @@ class DraftSources:
                     drafts.append(d)
         return drafts
 
-    def ngrams(self, token: int, count: int, length: int, taken: Sequence[Draft] = ()) -> list[Draft]:
-        """Up to ``count`` n-gram drafts not already covered by ``taken``: this reply's pool, then the kept one."""
+    def ngrams(
+        self, token: int, count: int, length: int, taken: Sequence[Draft] = (), reply: bool = True, kept: bool = True,
+    ) -> list[Draft]:
+        """Up to ``count`` n-gram drafts not already covered by ``taken``: this reply's pool (``reply``), then the
+        kept one (``kept``), each draft with its pool as its source."""
         out: list[Draft] = []
-        for pool in (self.pool, self.kept):
-            if pool is None or len(out) >= count:
+        for pool, source, wanted in ((self.pool, DraftSource.POOL, reply), (self.kept, DraftSource.KEPT, kept)):
+            if pool is None or not wanted or len(out) >= count:
                 continue
             for cont, origin in pool.ranked(token, count, length):
                 if any(d.tokens[: len(cont)] == cont for d in (*taken, *out)):
                     continue
-                out.append(Draft(cont, DraftSource.POOL, 1, origin=origin))
+                out.append(Draft(cont, source, 1, origin=origin))
                 if len(out) == count:
                     break
         return out

@@ -4,6 +4,7 @@ import pytest
 
 from engine.costs.curve import CostCurve
 from engine.decoding.auto import (
+    POOL_PRIOR,
     SHORT_MATCH,
     AcceptanceStats,
     AutoPolicy,
@@ -115,6 +116,30 @@ def test_pricing_a_draft_length_by_length_stops_early_yet_picks_what_pricing_eve
         stopped_early += sum(len(e.draft.tokens) > len(e._values) - 1 for e in estimates)
     assert stopped_early > 1000  # most drafts were priced only as far as a few of their tokens
 
+
+
+def test_auto_looks_up_the_kept_n_grams_only_where_their_drafts_could_pay():
+    h = HistoryIndex()
+    h.extend([5, 6, 7])
+    kept = NgramPool(max_len=7)
+    kept.add(7, [8, 9, 10])
+    looked = []
+
+    class Kept(NgramPool):
+        def ranked(self, key, count, length):
+            looked.append(key)
+            return kept.ranked(key, count, length)
+
+    sources = DraftSources(h, NgramPool(max_len=7), kept=Kept(max_len=7))
+    # Kept n-grams land about one time in ten: a draft of them pays on a nearly flat curve, not where a token
+    # more costs 0.15 steps (this reply's own n-grams, which land more often, are still looked up there).
+    flat = AutoPolicy(sources, FLAT, AcceptanceStats()).choose(7, CFG, room=60)
+    assert looked == [7] and flat.drafts[0].source == DraftSource.KEPT
+    cheap = CostCurve(sizes=(1, 2, 4, 8, 16, 64), last_logit=(1, 1.12, 1.3, 1.8, 3, 9),
+                      all_logits=(1, 1.15, 1.35, 2.0, 3.4, 11), base_ms=10, threads=2)
+    policy = AutoPolicy(sources, cheap, AcceptanceStats())
+    assert policy.min_p < POOL_PRIOR and policy.choose(7, CFG, room=60).plain
+    assert looked == [7]
 
 def test_auto_drafts_a_long_match_on_a_steep_curve():
     h = copying_history()

@@ -34,6 +34,18 @@ def test_pool_fills_in_when_the_history_has_no_match():
     assert [(d.tokens, d.source) for d in drafts] == [((1, 2, 3), "pool")]
 
 
+
+def test_a_kept_n_gram_is_drafted_as_the_kept_pool_s_and_either_pool_can_be_left_out():
+    h = HistoryIndex()
+    h.extend([5, 6, 7])
+    pool, kept = NgramPool(max_len=3), NgramPool(max_len=3)
+    pool.add(7, [1, 2, 3])
+    kept.add(7, [8, 9])
+    sources = DraftSources(h, pool, kept=kept)
+    assert [(d.tokens, d.source) for d in sources.ngrams(7, 2, 3)] == [((1, 2, 3), "pool"), ((8, 9), "kept")]
+    assert [d.source for d in sources.ngrams(7, 2, 3, kept=False)] == ["pool"]
+    assert [d.source for d in sources.ngrams(7, 2, 3, reply=False)] == ["kept"]
+
 def test_support_says_where_earlier_occurrences_part_ways():
     h = HistoryIndex()
     # "2 3" was followed by "4 5 6", "4 5 7" and "4 8": all agree on 4, then two of three go on with 5.
