@@ -57,11 +57,15 @@ _CORPUS_SHORT_PRIORS = {
     SPLIT: {1: 0.1, 2: 0.1, 3: 0.15},
 }
 POOL_PRIOR = 0.2
-# An n-gram kept from earlier replies lands less often than one of this reply's: replaying plain decoding's
-# replies to the 30 repo workloads in bench order, the first token of the kept pool's drafts Auto is offered
-# landed 9% of the time after a token the model was not sure of and 14% after one it was (this reply's pool: 19%
-# and 33%).
-KEPT_PRIORS = {False: 0.08, True: 0.12}
+# An n-gram of the prompt's or kept from earlier replies lands less often than one of this reply's own text:
+# replaying plain decoding's replies to the 30 repo workloads in bench order, the first token of the n-gram
+# drafts Auto is offered landed, after a token the model was not sure of and after one it was, 13% and 14% of the
+# time from the prompt, 9% and 14% from the kept n-grams, and 25% and 39% from the reply's own (which keep
+# POOL_PRIOR: a reply that copies nothing lands far fewer).
+OTHER_NGRAM_PRIORS: dict[str, dict[bool, float]] = {
+    DraftSource.PROMPT_POOL: {False: 0.12, True: 0.12},
+    DraftSource.KEPT: {False: 0.08, True: 0.12},
+}
 PRIOR_WEIGHT = 6.0
 # A window column's yield: draft tokens that land later from its trajectory. Measured on the bundled
 # model with W=2 and W=4, N=4, G=2 on the repo workloads: 0.036-0.044 tokens per column and step.
@@ -96,6 +100,8 @@ TRUST_POWER = 3.0
 Bucket = tuple[str, int, int, bool]
 _POOL_UNSURE: Bucket = (DraftSource.POOL, 1, ALONE, False)
 _POOL_SURE: Bucket = (DraftSource.POOL, 1, ALONE, True)
+_PROMPT_POOL_UNSURE: Bucket = (DraftSource.PROMPT_POOL, 1, ALONE, False)
+_PROMPT_POOL_SURE: Bucket = (DraftSource.PROMPT_POOL, 1, ALONE, True)
 _KEPT_UNSURE: Bucket = (DraftSource.KEPT, 1, ALONE, False)
 _KEPT_SURE: Bucket = (DraftSource.KEPT, 1, ALONE, True)
 
@@ -115,8 +121,8 @@ def _prior(b: Bucket) -> float:
         return _CORPUS_SHORT_PRIORS[support][edge]
     if source in (DraftSource.HISTORY, DraftSource.DOCUMENT, DraftSource.CORPUS):
         return _HISTORY_PRIORS[support][edge]
-    if source == DraftSource.KEPT:
-        return KEPT_PRIORS[sure]
+    if source in OTHER_NGRAM_PRIORS:
+        return OTHER_NGRAM_PRIORS[source][sure]
     return POOL_PRIOR
 
 
@@ -141,20 +147,6 @@ class AcceptanceStats:
         a = self.accepted.get(b, 0.0) * self.unit + _prior(b) * PRIOR_WEIGHT
         t = self.tested.get(b, 0.0) * self.unit + PRIOR_WEIGHT
         return min(a / t, MAX_P)
-
-    def expected(self, d: Draft, sure: bool = False) -> list[float]:
-        """Expected tokens a step commits when it verifies the first L tokens of ``d``, for L = 0..len(d)."""
-        out = [1.0]
-        run = 1.0
-        seen: dict[Bucket, float] = {}  # a long draft's tokens share a few buckets
-        for k in range(len(d.tokens)):
-            b = bucket(d, k, sure)
-            p = seen.get(b)
-            if p is None:
-                p = seen[b] = self.p(b)
-            run *= p
-            out.append(out[-1] + run)
-        return out
 
     def observe(self, d: Draft, n_drafted: int, n_accepted: int, fade: bool = True, sure: bool = False) -> None:
         """A draft of ``n_drafted`` tokens had its first ``n_accepted`` accepted (``fade``: first of its step)."""
@@ -213,7 +205,6 @@ def break_even_p(curve: CostCurve | LiveCosts, length: int) -> float:
     return hi
 
 
-
 class _Prices:
     """A step's price list: ``prices[n]`` is the curve's cost of n rows, each looked up once, and never below a
     smaller batch's (a dip between measured sizes is noise, and pricing relies on it: see ``_best_pick``)."""
@@ -232,8 +223,9 @@ class _Prices:
 
 
 class _Estimate:
-    """Expected tokens of a step that verifies the first L tokens of a draft (``AcceptanceStats.expected``, with
-    a short match's extra tokens scaled by ``trust``), worked out only as far as pricing asks."""
+    """Expected tokens a step commits when it verifies the first L tokens of a draft, worked out only as far as
+    pricing asks: 1 + p1 + p1*p2 + ..., each pk from the statistics (``AcceptanceStats.p``), with a short match's
+    extra tokens scaled by ``trust``."""
 
     __slots__ = ("draft", "_stats", "_sure", "_trust", "_values", "_run", "_seen")
 
@@ -348,7 +340,7 @@ class AutoPolicy:
         count = min(cfg.guesses, MAX_GUESSES)
         drafts = self.sources.matches(token, max_len, count)
         p, least = self.stats.p, self.min_p
-        reply = p(_POOL_UNSURE) >= least or p(_POOL_SURE) >= least
+        reply = any(p(b) >= least for b in (_POOL_UNSURE, _POOL_SURE, _PROMPT_POOL_UNSURE, _PROMPT_POOL_SURE))
         kept = p(_KEPT_UNSURE) >= least or p(_KEPT_SURE) >= least
         if reply or kept:
             drafts += self.sources.ngrams(token, count, max_len, drafts, reply=reply, kept=kept)

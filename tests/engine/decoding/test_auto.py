@@ -17,7 +17,7 @@ from engine.decoding.auto import (
     expected_tokens,
 )
 from engine.decoding.drafts import AGREE, ALONE, SPLIT, CorpusIndex, Draft, DraftSources, HistoryIndex
-from engine.decoding.origins import DraftSource
+from engine.decoding.origins import DraftOrigin, DraftSource
 from engine.decoding.plan import StepChoice
 from engine.decoding.pool import NgramPool
 from engine.decoding.settings import LookaheadConfig
@@ -37,6 +37,15 @@ def copying_history():
     text = list(range(100, 140))
     h.extend(text + [7] + text[:12])  # the reply is copying the prompt
     return h
+
+
+def expected_by_hand(stats: AcceptanceStats, d: Draft, sure: bool) -> list[float]:
+    """1, 1 + p1, 1 + p1 + p1*p2, ... for the draft's tokens."""
+    out, run = [1.0], 1.0
+    for k in range(len(d.tokens)):
+        run *= stats.p(bucket(d, k, sure))
+        out.append(out[-1] + run)
+    return out
 
 
 def test_expected_tokens_is_the_geometric_sum():
@@ -104,7 +113,7 @@ def test_pricing_a_draft_length_by_length_stops_early_yet_picks_what_pricing_eve
         for d in drafts:
             if d.tokens[0] in firsts:
                 continue
-            expected = stats.expected(d, sure)
+            expected = expected_by_hand(stats, d, sure)
             if d.match < SHORT_MATCH:
                 expected = [1.0 + trust * (e - 1.0) for e in expected]
             for L in range(1, min(len(d.tokens), room - length) + 1):
@@ -140,6 +149,18 @@ def test_auto_looks_up_the_kept_n_grams_only_where_their_drafts_could_pay():
     policy = AutoPolicy(sources, cheap, AcceptanceStats())
     assert policy.min_p < POOL_PRIOR and policy.choose(7, CFG, room=60).plain
     assert looked == [7]
+
+
+def test_auto_drafts_an_n_gram_of_the_reply_s_own_where_the_same_n_gram_of_the_prompt_s_would_not_pay():
+    cheap = CostCurve(sizes=(1, 2, 4, 8, 16, 64), last_logit=(1, 1.12, 1.3, 1.8, 3, 9),
+                      all_logits=(1, 1.15, 1.35, 2.0, 3.4, 11), base_ms=10, threads=2)
+    for origin, drafted in ((DraftOrigin.REPLY, True), (DraftOrigin.PROMPT, False)):
+        h = HistoryIndex()
+        h.extend([5, 6, 7])
+        pool = NgramPool(max_len=7)
+        pool.add(7, [8], origin)
+        choice = AutoPolicy(DraftSources(h, pool), cheap, AcceptanceStats()).choose(7, CFG, room=60)
+        assert bool(choice.drafts) == drafted, origin
 
 def test_auto_drafts_a_long_match_on_a_steep_curve():
     h = copying_history()
@@ -268,7 +289,8 @@ def test_later_tokens_of_a_draft_count_on_a_longer_match():
     assert bucket(d, 0)[1] == 2 and bucket(d, 4)[1] == 6
     ps = [stats.p(bucket(d, k)) for k in range(6)]
     assert ps == sorted(ps) and ps[-1] > ps[0]
-    e = stats.expected(d)
+    e = [_Estimate(d, stats, False, 1.0).at(L) for L in range(3)]
+    assert e == pytest.approx(expected_by_hand(stats, d, False)[:3])
     assert e[0] == 1.0 and e[1] == pytest.approx(1 + ps[0])
     assert e[2] == pytest.approx(1 + ps[0] + ps[0] * ps[1])
 
@@ -280,7 +302,7 @@ def test_auto_stops_a_draft_where_earlier_occurrences_disagree():
     d = auto.sources.history.propose(h.tokens[-1], 8, 1)[0]
     split = Draft(d.tokens, d.source, d.match, (AGREE, AGREE, SPLIT, SPLIT, SPLIT, SPLIT, SPLIT, SPLIT))
     agree = Draft(d.tokens, d.source, d.match, (AGREE,) * 8)
-    assert stats.expected(split)[8] < stats.expected(agree)[8]
+    assert _Estimate(split, stats, False, 1.0).at(8) < _Estimate(agree, stats, False, 1.0).at(8)
     assert stats.p(bucket(split, 2)) < 0.7 < stats.p(bucket(agree, 2))
     assert stats.p(bucket(Draft((1,), "history", 12, (ALONE,)))) > 0.85
 
