@@ -25,7 +25,6 @@ from engine.decoding.origins import DraftOrigin, DraftSource
 from engine.decoding.pool import NgramPool
 
 MAX_MATCH = 32
-_CONTEXT_ORIGINS = frozenset({DraftOrigin.PROMPT, DraftOrigin.HISTORY})  # what a reply's pool starts with
 SCAN = 16  # most recent occurrences of the context's last bigram to compare
 
 # How the other earlier occurrences of the context continue at a draft token,
@@ -279,17 +278,14 @@ class DraftSources:
         self, token: int, count: int, length: int, taken: Sequence[Draft] = (), reply: bool = True, kept: bool = True,
     ) -> list[Draft]:
         """Up to ``count`` n-gram drafts not already covered by ``taken``: this reply's pool (``reply``), then the
-        kept one (``kept``). Each draft's source says which n-grams it is: the kept ones, this reply's pool's from
-        the prompt and history, or the rest of this reply's pool (its own text and the window's)."""
+        kept one (``kept``), each draft with its pool as its source."""
         out: list[Draft] = []
-        for pool, wanted in ((self.pool, reply), (self.kept, kept)):
+        for pool, source, wanted in ((self.pool, DraftSource.POOL, reply), (self.kept, DraftSource.KEPT, kept)):
             if pool is None or not wanted or len(out) >= count:
                 continue
             for cont, origin in pool.ranked(token, count, length):
                 if any(d.tokens[: len(cont)] == cont for d in (*taken, *out)):
                     continue
-                source = (DraftSource.KEPT if pool is self.kept else
-                          DraftSource.PROMPT_POOL if origin in _CONTEXT_ORIGINS else DraftSource.POOL)
                 out.append(Draft(cont, source, 1, origin=origin))
                 if len(out) == count:
                     break

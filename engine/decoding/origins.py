@@ -17,8 +17,7 @@ class DraftSource(Word):
     HISTORY = "history"  # a suffix match in this reply's text and what came before it
     DOCUMENT = "document"  # a suffix match in the attached documents
     CORPUS = "corpus"  # a suffix match in earlier chats
-    POOL = "pool"  # an n-gram keyed by the last token alone: this reply's own or the Jacobi window's
-    PROMPT_POOL = "prompt_pool"  # the same from the prompt and the history given with it
+    POOL = "pool"  # an n-gram keyed by the last token alone, from this reply's pool
     KEPT = "kept"  # the same from the n-grams kept from earlier replies
     REPLAY = "replay"  # the bench's replay of a known reply (engine.decoding.replay)
 

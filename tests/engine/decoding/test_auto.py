@@ -17,7 +17,7 @@ from engine.decoding.auto import (
     expected_tokens,
 )
 from engine.decoding.drafts import AGREE, ALONE, SPLIT, CorpusIndex, Draft, DraftSources, HistoryIndex
-from engine.decoding.origins import DraftOrigin, DraftSource
+from engine.decoding.origins import DraftSource
 from engine.decoding.plan import StepChoice
 from engine.decoding.pool import NgramPool
 from engine.decoding.settings import LookaheadConfig
@@ -150,17 +150,6 @@ def test_auto_looks_up_the_kept_n_grams_only_where_their_drafts_could_pay():
     assert policy.min_p < POOL_PRIOR and policy.choose(7, CFG, room=60).plain
     assert looked == [7]
 
-
-def test_auto_drafts_an_n_gram_of_the_reply_s_own_where_the_same_n_gram_of_the_prompt_s_would_not_pay():
-    cheap = CostCurve(sizes=(1, 2, 4, 8, 16, 64), last_logit=(1, 1.12, 1.3, 1.8, 3, 9),
-                      all_logits=(1, 1.15, 1.35, 2.0, 3.4, 11), base_ms=10, threads=2)
-    for origin, drafted in ((DraftOrigin.REPLY, True), (DraftOrigin.PROMPT, False)):
-        h = HistoryIndex()
-        h.extend([5, 6, 7])
-        pool = NgramPool(max_len=7)
-        pool.add(7, [8], origin)
-        choice = AutoPolicy(DraftSources(h, pool), cheap, AcceptanceStats()).choose(7, CFG, room=60)
-        assert bool(choice.drafts) == drafted, origin
 
 def test_auto_drafts_a_long_match_on_a_steep_curve():
     h = copying_history()

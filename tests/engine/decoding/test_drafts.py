@@ -36,18 +36,17 @@ def test_pool_fills_in_when_the_history_has_no_match():
 
 
 
-def test_an_n_gram_draft_s_source_says_whether_it_is_the_reply_s_the_prompt_s_or_kept_and_a_pool_can_be_left_out():
+def test_a_kept_n_gram_is_drafted_as_the_kept_pool_s_and_either_pool_can_be_left_out():
     h = HistoryIndex()
     h.extend([5, 6, 7])
     pool, kept = NgramPool(max_len=3), NgramPool(max_len=3)
-    pool.add(7, [1, 2, 3], DraftOrigin.REPLY)
-    pool.add(7, [4], DraftOrigin.PROMPT)
+    pool.add(7, [1, 2, 3], DraftOrigin.PROMPT)
     kept.add(7, [8, 9], DraftOrigin.REPLY)
     sources = DraftSources(h, pool, kept=kept)
-    assert [(d.tokens, d.source) for d in sources.ngrams(7, 3, 3)] == [
-        ((4,), "prompt_pool"), ((1, 2, 3), "pool"), ((8, 9), "kept")]
-    assert [d.source for d in sources.ngrams(7, 3, 3, kept=False)] == ["prompt_pool", "pool"]
-    assert [d.source for d in sources.ngrams(7, 3, 3, reply=False)] == ["kept"]
+    assert [(d.tokens, d.source) for d in sources.ngrams(7, 2, 3)] == [((1, 2, 3), "pool"), ((8, 9), "kept")]
+    assert [d.source for d in sources.ngrams(7, 2, 3, kept=False)] == ["pool"]
+    assert [d.source for d in sources.ngrams(7, 2, 3, reply=False)] == ["kept"]
+
 
 def test_support_says_where_earlier_occurrences_part_ways():
     h = HistoryIndex()
