@@ -2,7 +2,7 @@ import random
 
 import pytest
 
-from engine.costs.curve import CostCurve
+from engine.costs.curve import CostCurve, LiveCosts
 from engine.decoding.auto import (
     POOL_PRIOR,
     SHORT_MATCH,
@@ -109,7 +109,7 @@ def test_pricing_a_draft_length_by_length_stops_early_yet_picks_what_pricing_eve
         best_rate = gain / prices[1 + length]
         estimates = [_Estimate(d, stats, sure, trust) for d in drafts]
         pick = _best_pick(estimates, gain, length, best_rate, firsts, prices, room)
-        want = best_rate  # the best rate over every length of every draft, from AcceptanceStats.expected
+        want = best_rate  # the best rate over every length of every draft, priced one by one
         for d in drafts:
             if d.tokens[0] in firsts:
                 continue
@@ -124,7 +124,6 @@ def test_pricing_a_draft_length_by_length_stops_early_yet_picks_what_pricing_eve
             assert (gain + est.at(L) - 1.0) / prices[1 + length + L] == pytest.approx(rate, rel=1e-12)
         stopped_early += sum(len(e.draft.tokens) > len(e._values) - 1 for e in estimates)
     assert stopped_early > 1000  # most drafts were priced only as far as a few of their tokens
-
 
 
 def test_auto_looks_up_the_kept_n_grams_only_where_their_drafts_could_pay():
@@ -179,6 +178,19 @@ def test_auto_runs_a_window_only_where_the_curve_is_flat():
     assert steep.window == 0
     assert flat.window > 0
 
+
+
+def test_the_window_a_step_without_drafts_takes_follows_what_the_live_costs_learn():
+    costs = LiveCosts(FLAT)
+    auto = AutoPolicy(DraftSources(HistoryIndex(), NgramPool(max_len=7)), costs, AcceptanceStats())
+    assert auto.choose(7, CFG, room=60).window > 0  # nearly free rows: the window's columns pay
+    assert auto.choose(7, CFG, room=60).window > 0
+    for _ in range(LiveCosts.MIN_SINGLES):
+        costs.record(1, 1, 0.010)
+    for _ in range(6):  # batches turn out to cost three steps here
+        costs.record(8, 8, 0.030)
+        costs.record(1, 1, 0.010)
+    assert auto.choose(7, CFG, room=60).plain
 
 def test_auto_runs_a_window_on_a_dear_curve_once_its_columns_have_earned_their_rows():
     h = HistoryIndex()
