@@ -343,8 +343,8 @@ class Generation:
             self._index.extend(self._tokens[indexed:], DraftOrigin.REPLY)
         if cfg.auto:
             self._auto.use_costs(engine.live_costs)  # the thread count may have changed since the last step
-        policy = self._auto if cfg.auto else self._fixed
-        return policy.choose(self._pending[-1], cfg, room, self._confidence)
+            return self._auto.choose(self._pending[-1], cfg, room, self._confidence, opening=self._n_steps == 0)
+        return self._fixed.choose(self._pending[-1], cfg, room, self._confidence)
 
     def _apply_limits(self, committed: list[int]) -> tuple[list[int], str | None]:
         """Cut ``committed`` after an end-of-generation token or at max_tokens, saying which."""

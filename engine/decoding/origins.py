@@ -19,6 +19,7 @@ class DraftSource(Word):
     CORPUS = "corpus"  # a suffix match in earlier chats
     POOL = "pool"  # an n-gram keyed by the last token alone, from this reply's pool
     KEPT = "kept"  # the same from the n-grams kept from earlier replies
+    OPENING = "opening"  # either pool's, drafted by the step that reads the prompt's last token
     REPLAY = "replay"  # the bench's replay of a known reply (engine.decoding.replay)
 
 

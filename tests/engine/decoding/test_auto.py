@@ -4,6 +4,7 @@ import pytest
 
 from engine.costs.curve import CostCurve, LiveCosts
 from engine.decoding.auto import (
+    OPENING_PRIOR,
     POOL_PRIOR,
     SHORT_MATCH,
     AcceptanceStats,
@@ -149,6 +150,26 @@ def test_auto_looks_up_the_kept_n_grams_only_where_their_drafts_could_pay():
     assert policy.min_p < POOL_PRIOR and policy.choose(7, CFG, room=60).plain
     assert looked == [7]
 
+
+
+def test_the_reply_s_first_step_keeps_its_n_gram_drafts_acceptance_apart():
+    # The prompt's last token is the chat template's: what followed it elsewhere in the prompt seldom starts a reply.
+    h = HistoryIndex()
+    h.extend([5, 7, 8, 6, 7])
+    pool = NgramPool(max_len=7)
+    pool.add_tokens(h.tokens)  # 7 -> (8, 6, 7)
+    cheap = CostCurve(sizes=(1, 2, 4, 8, 16, 64), last_logit=(1, 1.12, 1.3, 1.8, 3, 9),
+                      all_logits=(1, 1.15, 1.35, 2.0, 3.4, 11), base_ms=10, threads=2)
+    later = AutoPolicy(DraftSources(h, pool), cheap, AcceptanceStats()).choose(7, CFG, room=60)
+    assert later.drafts and later.drafts[0].source == DraftSource.POOL
+    stats = AcceptanceStats()
+    assert AutoPolicy(DraftSources(h, pool), cheap, stats).choose(7, CFG, room=60, opening=True).plain
+    flat = AutoPolicy(DraftSources(h, pool), FLAT, stats)
+    opening = flat.choose(7, CFG, room=60, opening=True)  # where a row costs next to nothing, they are tried
+    assert opening.drafts[0].source == DraftSource.OPENING
+    flat.observe(opening, [9], "", 0)
+    assert stats.p(bucket(opening.drafts[0])) < OPENING_PRIOR  # and learn on their own
+    assert stats.p(bucket(later.drafts[0])) == pytest.approx(POOL_PRIOR)
 
 def test_auto_drafts_a_long_match_on_a_steep_curve():
     h = copying_history()
