@@ -47,8 +47,8 @@ def is_sure(row: np.ndarray, token: int) -> bool:
 class Confidence:
     """Whether the model was sure of a committed token (``is_sure``), worked out the first time it is called.
 
-    Auto asks only where a draft would pay, and a pass over the vocabulary's logits costs about half a percent
-    of a small model's step. It reads the decode's own logits buffer, so it must be called before the
+    Auto asks only before a step that has drafts to price, and a pass over the vocabulary's logits costs about
+    half a percent of a small model's step. It reads the decode's own logits buffer, so it must be called before the
     next decode or not at all.
     """
 
