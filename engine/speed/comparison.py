@@ -282,15 +282,19 @@ def compare_decoders(
     on_progress: Callable[[CompareProgress], None] | None = None,
     request_id: int = 0,
     max_pairs: int | None = None,
+    exact_pairs: int | None = None,
 ) -> Comparison:
     """Plain and ``lookahead`` on ``prompt`` in A-B-B-A turns, each from an empty cache, until ``repeats_done``.
 
     ``lookahead`` None runs plain in both turns: the "speedup" is the machine's noise. Call on the engine's
     thread. Setting ``cancel`` ends the run in flight at its next step; the pairs finished before it still make a
     result when there are ``MIN_PAIRS`` of them. ``max_pairs`` (default ``MAX_PAIRS``) caps the pairs below the
-    time plan (one pair: a single run of each, as a priced rather than timed bench needs). The engine's cache is
-    empty afterwards.
+    time plan (one pair: a single run of each, as a priced rather than timed bench needs). ``exact_pairs`` (whole
+    A-B-B-A blocks) runs that many whether or not they agree, to pin one prompt's figure down further than the
+    plan would. The engine's cache is empty afterwards.
     """
+    if exact_pairs is not None and (exact_pairs < MIN_PAIRS or exact_pairs % 2):
+        raise ValueError(f"exact_pairs must be whole A-B-B-A blocks of {MIN_PAIRS} pairs, not {exact_pairs}")
     cancel = cancel if cancel is not None else threading.Event()
     max_pairs = MAX_PAIRS if max_pairs is None else max_pairs
     sampling = sampling if sampling is not None else SamplingConfig()
@@ -320,14 +324,18 @@ def compare_decoders(
                 firsts.setdefault(phase, record)
                 busy = busy or ran_busy(events)
                 if run == 0:
-                    planned_runs = 2 * min(planned_pairs(record.stats.elapsed_s), max_pairs)
+                    planned_runs = 2 * (exact_pairs if exact_pairs is not None
+                                        else min(planned_pairs(record.stats.elapsed_s), max_pairs))
                     expected = record.stats.n_tokens
                 run += 1
                 done[phase] = record
             if cancel.is_set():
                 break  # the run in flight was cut short: its pair is no measurement
             pairs.append(Pair(done[PLAIN], done[LOOKAHEAD]))
-            if repeats_done([p.speedup for p in pairs], planned_runs // 2):
+            if exact_pairs is not None:
+                if len(pairs) == exact_pairs:
+                    break
+            elif repeats_done([p.speedup for p in pairs], planned_runs // 2):
                 break
     finally:
         engine.reset()  # the next reply must not reuse a cache that holds the comparison's

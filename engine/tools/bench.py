@@ -149,6 +149,7 @@ def run_bench(
     price_on: CostCurve | None = None,
     earlier_chats: bool = True,
     replay: float | None = None,
+    exact_pairs: int | None = None,
 ) -> BenchReport:
     """Plain against ``lookahead`` on every workload.
 
@@ -166,6 +167,9 @@ def run_bench(
 
     ``replay``: each prompt's plain reply is recorded first and offered back as drafts, right at this share
     of its positions (engine/decoding/replay.py); the prompts draft from nothing else beyond themselves.
+
+    ``exact_pairs``: time every prompt in that many pairs of runs (whole A-B-B-A blocks) instead of stopping once
+    they agree (``compare_decoders``).
     """
     cancel = cancel if cancel is not None else threading.Event()
     results: list[PromptResult] = []
@@ -181,7 +185,7 @@ def run_bench(
             if cancel.is_set():
                 break
             res = _bench_prompt(engine, w, k % 2 == 1, second_mode, max_tokens, cancel, price_on, earlier,
-                                replay=None if replay is None else (replay, k))
+                                replay=None if replay is None else (replay, k), exact_pairs=exact_pairs)
             if res is None:
                 break
             results.append(res)
@@ -210,17 +214,19 @@ def _bench_prompt(
     price_on: CostCurve | None = None,
     earlier: _EarlierChats | None = None,
     replay: tuple[float, int] | None = None,
+    exact_pairs: int | None = None,
 ) -> PromptResult | None:
     """One prompt's row; None when ``cancel`` was set meanwhile (a prompt measured in part is no result).
 
     A workload with attached files sends them as the app does: whole or the best passages in the prompt,
-    and every file whole to draft from. ``replay``: (share of right drafts, seed) for replayed drafts.
+    and every file whole to draft from. ``replay``: (share of right drafts, seed) for replayed drafts;
+    ``exact_pairs``: as ``run_bench``'s.
     """
     with workload_prompt(engine, w, max_tokens) as (prompt, context):
         seen = None if context is None else {name: round(f, 3) for name, f in context.coverage.items()}
         with _replayed(engine, prompt, replay, max_tokens, cancel):
             return _bench_prompt_runs(engine, w, prompt, lookahead_first, second_mode, max_tokens, cancel, price_on,
-                                      earlier, seen)
+                                      earlier, seen, exact_pairs)
 
 
 @contextmanager
@@ -273,12 +279,15 @@ def _bench_prompt_runs(
     price_on: CostCurve | None,
     earlier: _EarlierChats | None,
     documents_seen: dict[str, float] | None,
+    exact_pairs: int | None = None,
 ) -> PromptResult | None:
     # The one measurement of engine/speed/comparison.py, as the app's Compare tab and speed report take it:
-    # A-B-B-A pairs (the first mode alternating per prompt) until their speedups agree, median runs.
+    # A-B-B-A pairs (the first mode alternating per prompt) until their speedups agree (or ``exact_pairs``), median
+    # runs.
     comparison = compare_decoders(engine, prompt, second_mode, stop=StopConfig(max_tokens=max_tokens),
                                   plain_first=not lookahead_first, cancel=cancel,
-                                  max_pairs=1 if price_on is not None else None)  # priced, not timed: one pair
+                                  max_pairs=1 if price_on is not None else None,  # priced, not timed: one pair
+                                  exact_pairs=exact_pairs)
     if cancel.is_set() or not comparison.complete:
         return None
     res = prompt_result(w, comparison)

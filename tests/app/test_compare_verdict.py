@@ -19,10 +19,18 @@ from app.main_window import MainWindow
 from app.widgets.compare_view import CompareView
 from engine import LookaheadConfig, Message, StopConfig
 from engine.llama.probe import ProbeResult
-from engine.speed.comparison import BUSY_NOTE, MIN_PAIRS, CompareProgress, planned_pairs, repeats_done
+from engine.speed.comparison import (
+    BUSY_NOTE,
+    MAX_PAIRS,
+    MIN_PAIRS,
+    CompareProgress,
+    compare_decoders,
+    planned_pairs,
+    repeats_done,
+)
 from engine.speed.run_stats import RunStats, median_run, predicted_gain, ran_busy, ratio_range, same_steps, speedup
 from tests.helpers.app_fixtures import quick_settings
-from tests.helpers.fake_engine import FakeChatSession, Pace, Script, ScriptedEngine, fake_chat_session
+from tests.helpers.fake_engine import FakeChatSession, Pace, Script, ScriptedEngine, as_engine, fake_chat_session
 from tests.helpers.optional import present
 
 pytestmark = pytest.mark.qt_log_ignore(
@@ -294,6 +302,21 @@ def test_the_times_in_a_result_agree_with_each_other_in_pane_order(qtbot, paced_
     assert text.index("plain 24 tokens") < text.index("lookahead 24 tokens")
     # The headline's speedup is those two runs' ratio.
     assert f"Speedup {speedup(plain_pane.stats, lookahead_pane.stats):.2f}×" in text
+
+
+def test_exact_pairs_run_that_many_whole_blocks_though_the_first_two_agree(paced):
+    script = paced(drift=(1.0, 1.01, 0.99, 1.0))  # the first block agrees: the plan would stop there
+    engine = ScriptedEngine(script=script)
+    wanted = MAX_PAIRS + 2  # more than any plan runs
+    result = compare_decoders(as_engine(engine), [1, 2, 3], _request().lookahead, stop=StopConfig(max_tokens=N_TOKENS),
+                              exact_pairs=wanted)
+
+    assert len(result.pairs) == wanted and engine.runs[:4] == ["plain", "lookahead", "lookahead", "plain"]
+    assert len(engine.runs) == 2 * wanted
+    assert present(result.verdict).measured.n == wanted
+    for odd in (MIN_PAIRS - 1, MIN_PAIRS + 1):
+        with pytest.raises(ValueError, match="whole A-B-B-A blocks"):
+            compare_decoders(as_engine(engine), [1, 2, 3], None, exact_pairs=odd)
 
 
 def test_progress_moves_evenly_over_the_planned_runs_and_never_back():

@@ -13,6 +13,7 @@ from engine.costs.curve import cpu_name
 from engine.costs.whatif import CurveFileError, load_curve
 from engine.decoding.runtime import Engine
 from engine.decoding.settings import LookaheadConfig
+from engine.speed.comparison import MIN_PAIRS
 from engine.speed.rows import PromptResult
 from engine.speed.run_stats import geomean
 from engine.speed.tables import speedup_cell
@@ -36,6 +37,8 @@ from engine.tools.commands.common import (
     open_engine,
     prepare_auto,
 )
+
+MAX_EXACT_PAIRS = 32  # --pairs: 64 runs of one prompt at most
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -69,6 +72,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="offer each prompt's plain reply back as drafts, right at this share (0..1) of its positions "
                         "and wrong elsewhere: lookahead's speed on a model whose text nothing predicts (a shape with "
                         "random weights); the prompts draft from nothing else beyond themselves")
+    b.add_argument("--pairs", type=int, metavar="N",
+                   help="time every prompt in exactly N pairs of runs (an even number, 2 or more) instead of "
+                        "stopping once they agree: one prompt's figure pinned down further, at N pairs' time")
     b.add_argument("--curve", help="plan and price on another machine's cost curve (a file from tune --save "
                                    "there); speedups are simulated")
 
@@ -97,8 +103,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
         return _bench_busy(args, workloads)
     if args.replay is not None and not 0.0 <= args.replay <= 1.0:
         raise CliError(f"--replay is the share of right drafts, from 0 to 1, not {args.replay}")
+    if args.pairs is not None and (args.pairs < MIN_PAIRS or args.pairs % 2 or args.pairs > MAX_EXACT_PAIRS):
+        raise CliError(f"--pairs takes an even number from {MIN_PAIRS} to {MAX_EXACT_PAIRS} (whole A-B-B-A blocks), "
+                       f"not {args.pairs}")
     what_if = None
     if args.curve:
+        if args.pairs is not None:
+            raise CliError("--curve prices one run of each instead of timing them: --pairs has nothing to repeat")
         if args.null:
             raise CliError("--curve prices runs instead of timing them: --null has nothing to measure there")
         try:
@@ -122,7 +133,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         else:
             prepare_auto(eng, lookahead)
         report = run_bench(eng, workloads, lookahead, max_tokens=args.max_tokens, on_result=progress, null=args.null,
-                           price_on=what_if, earlier_chats=not args.no_earlier_chats, replay=args.replay)
+                           price_on=what_if, earlier_chats=not args.no_earlier_chats, replay=args.replay,
+                           exact_pairs=args.pairs)
         references: dict[str, Any] = {"cost_curve": eng.cost_curve.to_json(),
                                       "perfect_draft_bound": round(perfect_draft_bound(eng.cost_curve), 4)}
         if not args.no_references and not args.null and what_if is None and args.replay is None:

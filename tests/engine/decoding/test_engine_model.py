@@ -310,7 +310,7 @@ def test_auto_drafts_where_the_reply_copies_the_prompt_and_says_why(engine):
 
 @pytest.mark.auto
 def test_the_bench_measures_in_pairs_as_compare_does_and_checks_equality(engine):
-    from engine.speed.comparison import MIN_PAIRS
+    from engine.speed.comparison import MAX_PAIRS, MIN_PAIRS
     from engine.tools.bench import run_bench
 
     tune_here(engine)
@@ -332,6 +332,10 @@ def test_the_bench_measures_in_pairs_as_compare_does_and_checks_equality(engine)
     null_verdict = null.results[0].verdict
     assert null_verdict is not None and null_verdict.same_steps  # and the table says so rather than a speedup
     assert "same steps" in null.table()
+    # Pinned down further: exactly the pairs asked for, beyond any plan's (at most MAX_PAIRS), agreeing or not.
+    pinned = run_bench(engine, workloads[:1], DEFAULT_LOOKAHEAD, max_tokens=8, null=True, exact_pairs=MAX_PAIRS + 2)
+    assert pinned.results[0].verdict is not None and pinned.results[0].bench is not None
+    assert pinned.results[0].verdict.pairs == MAX_PAIRS + 2 and pinned.results[0].bench.runs == 2 * (MAX_PAIRS + 2)
 
 
 def test_a_regenerated_reply_drafts_from_the_one_it_replaces(engine):

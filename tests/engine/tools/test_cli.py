@@ -166,6 +166,15 @@ def test_an_attachment_that_cannot_be_used_ends_with_one_error_line_naming_it(tm
     assert r.returncode == 2 and "no files to attach" in r.stderr
 
 
+@pytest.mark.parametrize("pairs", ["3", "0", "34"])
+def test_bench_refuses_pairs_that_are_not_whole_a_b_b_a_blocks_within_its_bound(capsys, pairs):
+    from engine.tools.cli import main
+
+    assert main(["bench", "--pairs", pairs, "--only", "chat-hello"]) == 2
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert err == [f"error: --pairs takes an even number from 2 to 32 (whole A-B-B-A blocks), not {pairs}"]
+
+
 @pytest.mark.model
 def test_tune_on_a_busy_pc_ends_with_one_line_saying_so(monkeypatch, capsys, model_path):
     from engine.costs.calibration import MachineBusy
