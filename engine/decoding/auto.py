@@ -235,7 +235,7 @@ class _Estimate:
         self.draft = draft
         self._stats = stats
         self._sure = sure
-        self._trust = 1.0 if draft.match >= SHORT_MATCH else min(trust, 1.0)
+        self._trust = 1.0 if draft.match >= SHORT_MATCH else trust
         self._values = [1.0]
         self._run = 1.0
         self._seen: dict[Bucket, float] = {}  # a long draft's tokens share a few buckets

@@ -61,6 +61,11 @@ def planned_pairs(first_run_s: float) -> int:
     return n - n % 2
 
 
+def whole_blocks(pairs: int) -> bool:
+    """Whether ``pairs`` pairs of runs make whole A-B-B-A blocks, at least one (what ``exact_pairs`` may ask)."""
+    return pairs >= MIN_PAIRS and pairs % 2 == 0
+
+
 def repeats_done(ratios: Sequence[float], planned: int) -> bool:
     """True once the pairs run are enough: the plan is spent, or whole blocks agree within ``AGREE``."""
     n = len(ratios)
@@ -293,7 +298,7 @@ def compare_decoders(
     A-B-B-A blocks) runs that many whether or not they agree, to pin one prompt's figure down further than the
     plan would. The engine's cache is empty afterwards.
     """
-    if exact_pairs is not None and (exact_pairs < MIN_PAIRS or exact_pairs % 2):
+    if exact_pairs is not None and not whole_blocks(exact_pairs):
         raise ValueError(f"exact_pairs must be whole A-B-B-A blocks of {MIN_PAIRS} pairs, not {exact_pairs}")
     cancel = cancel if cancel is not None else threading.Event()
     max_pairs = MAX_PAIRS if max_pairs is None else max_pairs
@@ -332,10 +337,8 @@ def compare_decoders(
             if cancel.is_set():
                 break  # the run in flight was cut short: its pair is no measurement
             pairs.append(Pair(done[PLAIN], done[LOOKAHEAD]))
-            if exact_pairs is not None:
-                if len(pairs) == exact_pairs:
-                    break
-            elif repeats_done([p.speedup for p in pairs], planned_runs // 2):
+            if len(pairs) == exact_pairs or (exact_pairs is None and
+                                             repeats_done([p.speedup for p in pairs], planned_runs // 2)):
                 break
     finally:
         engine.reset()  # the next reply must not reuse a cache that holds the comparison's

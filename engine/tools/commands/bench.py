@@ -13,7 +13,7 @@ from engine.costs.curve import cpu_name
 from engine.costs.whatif import CurveFileError, load_curve
 from engine.decoding.runtime import Engine
 from engine.decoding.settings import LookaheadConfig
-from engine.speed.comparison import MIN_PAIRS
+from engine.speed.comparison import MIN_PAIRS, whole_blocks
 from engine.speed.rows import PromptResult
 from engine.speed.run_stats import geomean
 from engine.speed.tables import speedup_cell
@@ -103,7 +103,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         return _bench_busy(args, workloads)
     if args.replay is not None and not 0.0 <= args.replay <= 1.0:
         raise CliError(f"--replay is the share of right drafts, from 0 to 1, not {args.replay}")
-    if args.pairs is not None and (args.pairs < MIN_PAIRS or args.pairs % 2 or args.pairs > MAX_EXACT_PAIRS):
+    if args.pairs is not None and not (whole_blocks(args.pairs) and args.pairs <= MAX_EXACT_PAIRS):
         raise CliError(f"--pairs takes an even number from {MIN_PAIRS} to {MAX_EXACT_PAIRS} (whole A-B-B-A blocks), "
                        f"not {args.pairs}")
     what_if = None
