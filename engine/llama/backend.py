@@ -17,6 +17,8 @@ from pathlib import Path
 
 import llama_cpp as ll
 
+from engine.llama.problems import NO_BACKEND_PHRASE
+
 
 class NativeError(RuntimeError):
     """llama.cpp refused or failed an operation."""
@@ -108,18 +110,25 @@ def check_build() -> None:
 _PACKAGE_LIB_DIR = Path(os.path.abspath(os.path.dirname(ll.__file__))) / "lib"
 
 
-def _llama_lib_dir() -> Path:
+def llama_lib_dir() -> Path:
     """The folder llama_cpp loads its libraries from (its rule): ``LLAMA_CPP_LIB_PATH``, else llama_cpp/lib."""
     override = os.environ.get("LLAMA_CPP_LIB_PATH")
     return Path(override) if override else _PACKAGE_LIB_DIR
 
 
 def _libggml(lib_dir: Path) -> ctypes.CDLL | None:
-    """libggml as llama.cpp uses it (ggml's backend registry lives in that one loaded copy), or None if absent."""
-    if lib_dir == _PACKAGE_LIB_DIR:
-        from llama_cpp._ggml import libggml  # llama_cpp's own handle, opened from llama_cpp/lib
+    """A handle whose ggml functions are the ones libllama calls, or None if there is no libggml to reach.
 
-        return libggml
+    ggml's backend registry lives in one loaded copy of libggml, and a process can hold two: a wheel cannot hold
+    links, so llama_cpp/lib has libggml.so and libggml.so.0 as two files; libllama is linked against the
+    second, ``llama_cpp._ggml`` opens the first, and a backend registered through it leaves llama.cpp with none
+    ("no backends are loaded"). Looking the functions up through libllama's own handle (dlsym searches a
+    library's dependencies after it) reaches the copy libllama uses, whatever else was loaded. Windows'
+    GetProcAddress searches one module only: there the folder's libggml is opened.
+    """
+    libllama = ll.llama_cpp._lib
+    if hasattr(libllama, "ggml_backend_load_all_from_path"):
+        return libllama
     from llama_cpp._ctypes_extensions import load_shared_library
 
     try:
@@ -127,6 +136,10 @@ def _libggml(lib_dir: Path) -> ctypes.CDLL | None:
         return load_shared_library("ggml", lib_dir)
     except (OSError, RuntimeError):  # no separate libggml there: ggml is linked into libllama with its backends
         return None
+
+
+class BackendUnavailableError(NativeError):
+    """No ggml backend could be loaded: the app's own llama.cpp libraries are missing or broken, not a model."""
 
 
 def _register_backends(ggml: ctypes.CDLL, lib_dir: Path) -> None:
@@ -148,7 +161,12 @@ def _register_backends(ggml: ctypes.CDLL, lib_dir: Path) -> None:
     ggml.ggml_backend_load_all_from_path(os.fsencode(lib_dir))
     if ggml.ggml_backend_reg_count() == 0:
         detail = last_log_error()
-        raise NativeError(f"no ggml backend could be loaded from {lib_dir}" + (f": {detail}" if detail else ""))
+        raise BackendUnavailableError(no_backend_text(lib_dir) + (f": {detail}" if detail else ""))
+
+
+def no_backend_text(lib_dir: Path | str) -> str:
+    """The one wording of this failure, which engine/llama/problems.py reads back into its kind."""
+    return f"{NO_BACKEND_PHRASE} from {lib_dir}"
 
 
 def ensure_backend() -> None:
@@ -158,7 +176,7 @@ def ensure_backend() -> None:
         if not _backend_ready:
             if not os.environ.get("LOOKAHEAD_LLAMA_LOG"):
                 ll.llama_log_set(_log_callback, ctypes.c_void_p(0))
-            lib_dir = _llama_lib_dir()
+            lib_dir = llama_lib_dir()
             ggml = _libggml(lib_dir)
             if ggml is not None:
                 _register_backends(ggml, lib_dir)  # after the log hook: ggml logs what it loads
@@ -177,7 +195,7 @@ def last_log_error() -> str:
     lines = list(_log_lines)
     for i in range(len(lines) - 1, -1, -1):
         low = lines[i].lower()
-        if "error" in low:
+        if "error" in low or "no backends are loaded" in low:
             return lines[i].strip()
         if "failed" in low:
             for earlier in reversed(lines[max(i - 3, 0) : i]):

@@ -33,9 +33,11 @@ from engine.llama.problems import (
     KIND_CRASHED,
     KIND_DAMAGED,
     KIND_MEMORY,
+    KIND_NO_BACKEND,
     KIND_OTHER,
     KIND_TOO_SLOW,
     KIND_UNREADABLE,
+    NO_BACKEND_PHRASE,
     ModelFileError,
     problem_kind,
 )
@@ -52,6 +54,7 @@ CACHE_MAX_ENTRIES = 200  # newest kept; an evicted file is only probed again
 # The child's exit codes besides 0 (loaded) and a signal.
 EXIT_REFUSED = 65  # llama.cpp refused the file with an error (no crash); not 3, which abort() gives on Windows
 EXIT_FAILED = 4  # anything else went wrong in the child
+EXIT_NO_BACKEND = 66  # ggml found no backend in the app's own llama.cpp folder: the app is at fault, not the file
 
 
 
@@ -240,6 +243,8 @@ def run_probe(
         said = f": {detail}" if detail else ""
         raise ModelFileError(f"llama.cpp crashed ({sig}) loading the model{said} — the file is damaged: {p}",
                              kind=KIND_CRASHED)
+    if rc == EXIT_NO_BACKEND:
+        raise ModelFileError(f"test-loading {p}: {detail or NO_BACKEND_PHRASE}", kind=KIND_NO_BACKEND)
     # llama.cpp's own reason may name the kind (an unknown architecture, an allocation that failed)
     if rc == EXIT_REFUSED:
         raise ModelFileError(f"llama.cpp cannot load the model: {detail or 'no reason given'}: {p}",
@@ -314,13 +319,27 @@ def run_child(argv: list[str] | None, load_and_decode: Callable[[str, int, int],
     parser.add_argument("--ctx", type=int, required=True)
     parser.add_argument("--threads", type=int, required=True)
     args = parser.parse_args(argv)
-    from engine.llama.backend import NativeError, last_log_error, report_log_to_stderr
+    from engine.llama.backend import (
+        BackendUnavailableError,
+        NativeError,
+        last_log_error,
+        llama_lib_dir,
+        no_backend_text,
+        report_log_to_stderr,
+    )
 
     try:
         report_log_to_stderr()
         load_and_decode(args.path, args.ctx, args.threads)
+    except BackendUnavailableError as exc:
+        print(f"error: {_one_line(str(exc))}", file=sys.stderr)
+        return EXIT_NO_BACKEND
     except NativeError as exc:  # llama.cpp's own reason is the useful part
-        print(f"error: {_one_line(last_log_error() or str(exc))}", file=sys.stderr)
+        reason = last_log_error() or str(exc)
+        if problem_kind(reason) == KIND_NO_BACKEND:  # registered, yet llama.cpp found none when loading
+            print(f"error: {_one_line(f'{no_backend_text(llama_lib_dir())}: {reason}')}", file=sys.stderr)
+            return EXIT_NO_BACKEND
+        print(f"error: {_one_line(reason)}", file=sys.stderr)
         return EXIT_REFUSED
     except Exception as exc:  # reported as one line; the parent says the test load failed
         print(f"error: {type(exc).__name__}: {_one_line(str(exc))}", file=sys.stderr)

@@ -25,8 +25,11 @@ KIND_MEMORY = "memory"
 KIND_CRASHED = "crashed"
 KIND_TOO_SLOW = "too slow"
 KIND_NOT_INSTALLED = "not installed"
+KIND_NO_BACKEND = "no backend"  # the app's own llama.cpp libraries, not the model file
 KIND_OTHER = "other"
 DOWNLOAD_AGAIN = "Download it again, or choose another model."
+# How the engine says that ggml found no backend to run a model on (engine/llama/backend.py).
+NO_BACKEND_PHRASE = "no llama.cpp backend could be loaded"
 
 
 class SettingsError(ValueError):
@@ -87,6 +90,8 @@ class LoadProblem:
         return cls(message, detail)
 
 
+_NO_BACKEND = ("The app's own llama.cpp libraries could not be loaded{where}, so no model can run; the model file is "
+               "not at fault. Install the app again.")
 # What to tell a person, by kind of problem.
 _PLAIN = {
     KIND_MEMORY: "This PC ran out of memory loading the model. Close other programs, choose a smaller context, "
@@ -99,11 +104,14 @@ _PLAIN = {
     KIND_NOT_INSTALLED: "The model that comes with the app is not installed. Open a model file instead "
                         "(File → Open model…).",
     KIND_UNREADABLE: "This file cannot be opened.",
+    KIND_NO_BACKEND: _NO_BACKEND.format(where=""),
     KIND_OTHER: "This file could not be loaded as a model.",
 }
 # Technical texts that come without a kind, read back into one: llama.cpp's own refusals, and the load probe's
 # verdicts as an older version cached them. (a phrase of the text, kind); first match wins.
 _PHRASES = (
+    (NO_BACKEND_PHRASE, KIND_NO_BACKEND),
+    ("no backends are loaded", KIND_NO_BACKEND),  # llama.cpp's own words when a load finds none
     ("for lack of memory", KIND_MEMORY),
     ("failed to allocate", KIND_MEMORY),
     ("unknown model architecture", KIND_ARCHITECTURE),
@@ -116,6 +124,10 @@ _PHRASES = (
 
 def plain_message(kind: str, detail: str = "") -> str:
     """What to tell a person about a problem of ``kind`` (``detail``: the technical text, for the names in it)."""
+    if kind == KIND_NO_BACKEND:
+        folder = re.search(NO_BACKEND_PHRASE + r" from (.+?)(?:: |$)", detail)
+        if folder:
+            return _NO_BACKEND.format(where=f" from {folder.group(1)}")
     if kind == KIND_ARCHITECTURE:
         named = re.search(r"unknown model architecture:? '([^']+)'", detail)
         if named:

@@ -464,6 +464,9 @@ def llama_cpp_tps(model_path: str, prompts: Sequence[Sequence[int]], max_tokens:
 
     from llama_cpp import Llama
 
+    from engine.llama.backend import ensure_backend
+
+    ensure_backend()  # a portable build's CPU backend, registered where llama.cpp reads it
     llm = Llama(model_path=str(model_path), n_ctx=4096, n_threads=threads, n_threads_batch=threads, verbose=False)
     try:
         rates = []

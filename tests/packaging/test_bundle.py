@@ -22,7 +22,7 @@ import pytest
 
 from app import paths
 from engine import ModelFileError, NativeError, default_model_path
-from engine.llama import backend, bundled
+from engine.llama import backend, bundled, problems
 
 REPO = Path(__file__).resolve().parents[2]
 PACKAGING = REPO / "packaging"
@@ -141,25 +141,42 @@ def test_a_build_with_its_backend_linked_in_loads_no_backends(tmp_path):
     assert ggml.loaded_from == []
 
 
-def test_a_folder_without_a_loadable_backend_is_a_native_error_naming_it(tmp_path):
-    with pytest.raises(NativeError, match="no ggml backend could be loaded from " + str(tmp_path)):
+def test_a_folder_without_a_loadable_backend_is_an_error_naming_it_that_blames_the_app(tmp_path):
+    with pytest.raises(backend.BackendUnavailableError, match="no llama.cpp backend could be loaded from ") as info:
         backend._register_backends(_FakeGgml(registered=0, loadable=0).handle, tmp_path)
+    assert isinstance(info.value, NativeError)
+    problem = problems.LoadProblem.from_exception(info.value)
+    assert problem.kind == problems.KIND_NO_BACKEND
+    assert problem.message.startswith(f"The app's own llama.cpp libraries could not be loaded from {tmp_path}, ")
+    assert "damaged" not in problem.message
+
+
+def test_llama_cpps_own_words_for_a_load_without_backends_are_not_taken_for_a_damaged_file():
+    said = "llama_model_load_from_file_impl: no backends are loaded. hint: use ggml_backend_load() ..."
+    kind, message = problems.explain(f"llama.cpp could not load m.gguf: {said}")
+    assert kind == problems.KIND_NO_BACKEND
+    assert message == ("The app's own llama.cpp libraries could not be loaded, so no model can run; the model file "
+                       "is not at fault. Install the app again.")
 
 
 def test_backends_come_from_the_folder_llama_cpp_loads_its_libraries_from(monkeypatch, tmp_path):
     import llama_cpp
-    from llama_cpp._ggml import libggml
 
     monkeypatch.delenv("LLAMA_CPP_LIB_PATH", raising=False)
-    lib_dir = backend._llama_lib_dir()
+    lib_dir = backend.llama_lib_dir()
     assert lib_dir.resolve() == Path(llama_cpp.__file__).resolve().parent / "lib"
     assert lib_dir.as_posix().endswith(inputs.LLAMA_LIB_DEST)  # where the bundle puts the CPU variants
-    assert backend._libggml(lib_dir) is libggml  # llama_cpp's own handle: the one registry llama.cpp uses
-    assert libggml is not None
-    assert libggml.ggml_backend_reg_count() > 0  # this venv's build has its CPU backend linked in
     monkeypatch.setenv("LLAMA_CPP_LIB_PATH", str(tmp_path))
-    assert backend._llama_lib_dir() == tmp_path
-    assert backend._libggml(tmp_path) is None  # no libggml there: nothing to load backends into
+    assert backend.llama_lib_dir() == tmp_path
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="GetProcAddress searches one module only")
+def test_ggml_is_reached_through_libllama_the_registry_llama_cpp_reads():
+    import llama_cpp
+
+    ggml = backend._libggml(backend.llama_lib_dir())
+    assert ggml is llama_cpp.llama_cpp._lib  # dlsym searches libllama's own dependencies: its libggml
+    assert ggml.ggml_backend_reg_count() > 0  # this venv's build has its CPU backend linked in
 
 
 @pytest.mark.parametrize(
