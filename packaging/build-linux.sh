@@ -9,11 +9,11 @@
 #
 # The bundle is built in its own virtualenv (BUNDLE_VENV, default ../bundle-venv next to the repo), never in
 # the repo's .venv: its llama-cpp-python is compiled portable (no -march=native; one CPU backend per
-# instruction-set level, picked at run time), which takes 10-15 minutes on 2 cores and is done once.
-# That wheel is built with --no-cache-dir, so it never lands in a pip wheel cache where a normal install
-# could pick it up (pip keys cached wheels on the sdist, not on CMAKE_ARGS); other downloads are cached
-# in BUNDLE_PIP_CACHE (default ../bundle-pip-cache). Build logs go to build/bundle-logs/. A failed step
-# stops the script with its error and the log's tail: nothing is hidden.
+# instruction-set level, picked at run time), which takes 20-30 minutes on 2 cores and is done once per
+# llama.cpp source: the wheel is kept in ~/.cache/lookahead-chat/bundle-wheels (LLAMA_WHEEL_CACHE), never
+# in pip's wheel cache, where a normal install could pick it up (pip keys cached wheels on the sdist, not on
+# CMAKE_ARGS); other downloads are cached in BUNDLE_PIP_CACHE (default ../bundle-pip-cache). Build logs go
+# to build/bundle-logs/. A failed step stops the script with its error and the log's tail: nothing is hidden.
 set -euo pipefail
 
 NICE="nice -n 10"   # a shared 2-core machine stays usable during the build
@@ -32,18 +32,9 @@ ensure_bundle_venv
 portable_llama() {
     "$VPY" -c "import sys; sys.path.insert(0, 'packaging'); import bundle_inputs as b; sys.exit(0 if b.cpu_backend_binaries() else 1)" 2>/dev/null
 }
-if [[ $REBUILD_LLAMA -eq 1 ]] || ! portable_llama || ! llama_is_current; then
-    src=$(llama_source)
-    step "building portable llama-cpp-python from $src (log: $LOGS/llama-cpp-python.log)"
-    if ! CMAKE_ARGS="$PORTABLE_CMAKE_ARGS $("$VPY" packaging/llama_source.py --cmake-args)" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
-        nice -n 10 "$VPY" -m pip install --verbose --no-cache-dir --force-reinstall --no-deps "$src" \
-        >"$LOGS/llama-cpp-python.log" 2>&1; then
-        tail -n 40 "$LOGS/llama-cpp-python.log" >&2
-        echo "llama-cpp-python build FAILED; full log: $LOGS/llama-cpp-python.log" >&2
-        exit 1
-    fi
+if [[ $REBUILD_LLAMA -eq 1 ]] || ! portable_llama || ! llama_is_current "$PORTABLE_CMAKE_ARGS"; then
+    install_llama "$PORTABLE_CMAKE_ARGS"
     portable_llama || { echo "llama-cpp-python built, but without CPU backend variants (not portable)" >&2; exit 1; }
-    llama_built
 else
     step "reusing the portable llama-cpp-python in $BUNDLE_VENV"
 fi
@@ -96,5 +87,6 @@ if [[ $SELF_TEST -eq 1 ]]; then
     else
         echo "  (unshare unavailable: running with the network present)"
     fi
-    QT_QPA_PLATFORM=offscreen "${NONET[@]}" "$DIST/$NAME/$NAME" --self-test
+    # A generous timeout: on a busy 2-core machine the reply can take many times its usual seconds.
+    QT_QPA_PLATFORM=offscreen "${NONET[@]}" "$DIST/$NAME/$NAME" --self-test --timeout 600
 fi

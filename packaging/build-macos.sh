@@ -27,16 +27,8 @@ PORTABLE_CMAKE_ARGS="-DGGML_NATIVE=OFF"
 
 ensure_bundle_venv
 
-if [[ $REBUILD_LLAMA -eq 1 ]] || ! "$VPY" -c "import llama_cpp" 2>/dev/null || ! llama_is_current; then
-    src=$(llama_source)
-    step "building llama-cpp-python from $src without CPU tuning (log: $LOGS/llama-cpp-python.log)"
-    if ! CMAKE_ARGS="$PORTABLE_CMAKE_ARGS $("$VPY" packaging/llama_source.py --cmake-args)" "$VPY" -m pip install --verbose --no-cache-dir --force-reinstall \
-        --no-deps "$src" >"$LOGS/llama-cpp-python.log" 2>&1; then
-        tail -n 40 "$LOGS/llama-cpp-python.log" >&2
-        echo "llama-cpp-python build FAILED; full log: $LOGS/llama-cpp-python.log" >&2
-        exit 1
-    fi
-    llama_built
+if [[ $REBUILD_LLAMA -eq 1 ]] || ! "$VPY" -c "import llama_cpp" 2>/dev/null || ! llama_is_current "$PORTABLE_CMAKE_ARGS"; then
+    install_llama "$PORTABLE_CMAKE_ARGS"
 fi
 
 step "app dependencies, bundled model, PyInstaller"

@@ -86,9 +86,10 @@ def _llama_source_module():
 def test_every_build_path_compiles_the_patched_llama_source():
     for script in ("setup-venv.sh", "build-common.sh", "build-windows.ps1"):
         assert "llama_source.py" in (PACKAGING / script).read_text(encoding="utf-8"), script
-    for script in ("build-linux.sh", "build-macos.sh"):  # through build-common.sh's llama_source
+    assert "src=$(llama_source)" in (PACKAGING / "build-common.sh").read_text(encoding="utf-8")
+    for script in ("build-linux.sh", "build-macos.sh"):  # through build-common.sh's install_llama
         text = (PACKAGING / script).read_text(encoding="utf-8")
-        assert "src=$(llama_source)" in text and "llama_is_current" in text, script
+        assert 'install_llama "$PORTABLE_CMAKE_ARGS"' in text and "llama_is_current" in text, script
     for script in ("setup-venv.sh", "build-linux.sh", "build-macos.sh", "build-windows.ps1"):
         assert "--no-binary llama-cpp-python" not in (PACKAGING / script).read_text(encoding="utf-8"), script
 
