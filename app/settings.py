@@ -25,7 +25,7 @@ DEFAULT_SYSTEM_PROMPT = "You are a helpful assistant."
 # Remembered per model file (``AppSettings.per_model``): what suits one model rarely suits another.
 PER_MODEL_FIELDS = (
     "n_ctx", "threads", "system_prompt", "temperature", "top_k", "top_p", "min_p", "repeat_penalty",
-    "repeat_last_n", "seed", "max_tokens", "stop_strings",
+    "repeat_last_n", "seed", "max_tokens", "stop_strings", "loop_guard",
 )
 _WRONG_TYPE = object()
 
@@ -61,6 +61,7 @@ class AppSettings:
     seed: int = 0
     max_tokens: int = 512
     stop_strings: list[str] = field(default_factory=list)
+    loop_guard: bool = True  # stop a reply that repeats one passage over and over
     n_ctx: int = 4096
     threads: int = 0  # 0 = let the engine pick
     system_prompt: str = DEFAULT_SYSTEM_PROMPT  # for new chats

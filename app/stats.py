@@ -25,7 +25,8 @@ OPTIONAL_FIELDS = {
     "prompt_tokens", "prompt_cached_tokens", "prefill_tokens", "system_tokens", "dropped_messages", "cost",
 }
 
-STOP_WORDS = {"cancelled": "stopped", "max_tokens": "length limit", "context_full": "context full"}
+STOP_WORDS = {"cancelled": "stopped", "max_tokens": "length limit", "context_full": "context full",
+              "loop": "stopped: the reply was repeating itself"}
 
 
 @dataclass

@@ -40,7 +40,7 @@ GUESSES_RANGE = (0, 16)
 # What a chat keeps of the panel (ChatStore.conversation_settings), by the names of SamplingConfig/StopConfig.
 CHAT_SETTING_TYPES: dict[str, type] = {
     "temperature": float, "top_k": int, "top_p": float, "min_p": float, "repeat_penalty": float,
-    "repeat_last_n": int, "seed": int, "max_tokens": int, "stop_strings": list,
+    "repeat_last_n": int, "seed": int, "max_tokens": int, "stop_strings": list, "loop_guard": bool,
 }
 
 AUTO_TIP = (
@@ -60,6 +60,10 @@ WINDOW_TIP = (
 NGRAM_TIP = "N-gram size N: each guess checks N - 1 draft tokens, so a step can add up to N tokens"
 GUESSES_TIP = "Guesses G: n-grams from the pool checked each step (0 = none; each adds N - 1 tokens to the batch)"
 
+LOOP_GUARD_TIP = (
+    "End the reply when it starts repeating one passage over and over, as small models can; repeating what the "
+    "message or an attached file holds is not stopped. Plain decoding and lookahead stop at the same word."
+)
 STOP_STRINGS_TIP = (
     "The reply ends before any of these texts. One per line; write \\n for a line break, "
     "\\t for a tab and \\\\ for a backslash."
@@ -156,6 +160,8 @@ class DecodingPanel(QWidget):
         self.stop_edit.setToolTip(STOP_STRINGS_TIP)
         self.stop_edit.setTabChangesFocus(True)
         self.stop_edit.setMaximumHeight(self.fontMetrics().lineSpacing() * 3 + 14)
+        self.loop_guard_check = QCheckBox("Stop a reply that repeats itself")
+        self.loop_guard_check.setToolTip(LOOP_GUARD_TIP)
         sampling_box = QWidget()
         form = QFormLayout(sampling_box)
         form.setContentsMargins(0, 0, 0, 0)
@@ -168,6 +174,7 @@ class DecodingPanel(QWidget):
         form.addRow("Seed", self.seed_spin)
         form.addRow("Max tokens", self.max_tokens_spin)
         form.addRow("Stop strings", self.stop_edit)
+        form.addRow("", self.loop_guard_check)
 
         # --- model ---
         self.n_ctx_spin = self._spin(256, 131072, "Context size in tokens (applies on the next model load)")
@@ -220,6 +227,7 @@ class DecodingPanel(QWidget):
                      self.n_ctx_spin, self.threads_spin):
             spin.valueChanged.connect(self._on_setting_changed)
         self.stop_edit.textChanged.connect(self._on_setting_changed)
+        self.loop_guard_check.toggled.connect(self._on_setting_changed)
         self.reload_button.clicked.connect(self.reloadRequested)
         self.system_prompt_edit.textChanged.connect(self._on_system_prompt_changed)
         self.default_prompt_button.clicked.connect(self._on_make_default_prompt)
@@ -285,7 +293,7 @@ class DecodingPanel(QWidget):
             "min_p": self.min_p_spin, "repeat_penalty": self.repeat_penalty_spin,
             "repeat_last_n": self.repeat_last_n_spin, "seed": self.seed_spin, "max_tokens": self.max_tokens_spin,
         }
-        widgets = (*spins.values(), self.stop_edit)
+        widgets = (*spins.values(), self.stop_edit, self.loop_guard_check)
         for w in widgets:
             w.blockSignals(True)
         try:
@@ -295,6 +303,8 @@ class DecodingPanel(QWidget):
             if "stop_strings" in valid:
                 stops = [x for x in valid["stop_strings"] if isinstance(x, str)]
                 self.stop_edit.setPlainText(format_stop_strings(stops))
+            if "loop_guard" in valid:
+                self.loop_guard_check.setChecked(valid["loop_guard"])
         finally:
             for w in widgets:
                 w.blockSignals(False)
@@ -307,7 +317,7 @@ class DecodingPanel(QWidget):
             "temperature": sampling.temperature, "top_k": sampling.top_k, "top_p": sampling.top_p,
             "min_p": sampling.min_p, "repeat_penalty": sampling.repeat_penalty,
             "repeat_last_n": sampling.repeat_last_n, "seed": sampling.seed, "max_tokens": stop.max_tokens,
-            "stop_strings": list(stop.stop_strings),
+            "stop_strings": list(stop.stop_strings), "loop_guard": stop.loop_guard,
         }
 
     def store_settings(self, s: AppSettings) -> None:
@@ -351,6 +361,7 @@ class DecodingPanel(QWidget):
         return StopConfig(
             max_tokens=self.max_tokens_spin.value(),
             stop_strings=tuple(parse_stop_strings(self.stop_edit.toPlainText())),
+            loop_guard=self.loop_guard_check.isChecked(),
         )
 
     def set_lookahead_blocked(self, reason: str | None, note: str = "") -> None:
@@ -453,13 +464,15 @@ def sampling_summary(sampling: SamplingConfig, stop: StopConfig) -> str:
     if stop.stop_strings:
         n = len(stop.stop_strings)
         parts.append(f"{n} stop string{'s' if n > 1 else ''}")
+    if not stop.loop_guard:
+        parts.append("loops not stopped")
     return " · ".join(parts)
 
 
 def _is_a(value: object, kind: type) -> bool:
     """``value`` fits a setting of type ``kind`` (an int does for a float; a bool or NaN never does for a number)."""
-    if isinstance(value, bool):
-        return False
+    if isinstance(value, bool) or kind is bool:
+        return isinstance(value, bool) and kind is bool
     if kind is float:
         return isinstance(value, (int, float)) and math.isfinite(value)
     return isinstance(value, kind)

@@ -35,6 +35,7 @@ from engine.decoding.decoders import (
     TokenDrawer,
 )
 from engine.decoding.drafts import CorpusIndex, DraftCorpus, DraftSources, HistoryIndex
+from engine.decoding.loops import LoopGuard
 from engine.decoding.origins import OWN, DraftOrigin
 from engine.decoding.plan import StepChoice
 from engine.decoding.pool import NgramPool
@@ -175,6 +176,7 @@ class Generation:
         self._engine = engine
         self._controls = controls
         self._max_tokens = stop.max_tokens
+        self._loop_guard = LoopGuard(prompt) if stop.loop_guard else None
         self._n_history = len(history)
         self._notice = notice
         self._exact_only = exact_only
@@ -347,12 +349,16 @@ class Generation:
         return self._fixed.choose(self._pending[-1], cfg, room, self._confidence)
 
     def _apply_limits(self, committed: list[int]) -> tuple[list[int], str | None]:
-        """Cut ``committed`` after an end-of-generation token or at max_tokens, saying which."""
+        """Cut ``committed`` after an end-of-generation token, the token with which the reply loops, or at
+        max_tokens, saying which. Token by token, so that every decoder stops at the same one."""
         out: list[int] = []
+        guard = self._loop_guard
         for tok in committed:
             out.append(tok)
             if self._engine.model.is_eog(tok):
                 return out, "eog"
+            if guard is not None and guard.push(tok):
+                return out, "loop"
             if self._n_generated + len(out) >= self._max_tokens:
                 return out, "max_tokens"
         return out, None

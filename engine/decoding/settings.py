@@ -107,6 +107,7 @@ class StopConfig:
 
     max_tokens: int = 256
     stop_strings: tuple[str, ...] = field(default_factory=tuple)
+    loop_guard: bool = False  # stop a reply that repeats one span over and over (engine/decoding/loops.py)
 
     def validate(self) -> StopConfig:
         if self.max_tokens < 1:

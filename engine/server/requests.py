@@ -65,11 +65,12 @@ class CompletionRequest:
     lookahead_asked: str  # "auto" | "off" | "fixed"
     stream: bool
     include_usage: bool
+    loop_guard: bool = False  # off unless asked: clients expect the text to run to a stop, the end or the limit
 
     def stop_config(self, room: int) -> StopConfig:
         """The engine's stop settings with ``room`` tokens left in the context."""
         limit = room if self.max_tokens is None else min(self.max_tokens, room)
-        return StopConfig(max_tokens=max(limit, 1), stop_strings=self.stop)
+        return StopConfig(max_tokens=max(limit, 1), stop_strings=self.stop, loop_guard=self.loop_guard)
 
 
 # Fields that ask for what the engine does not do. A value equal to the harmless default is let through
@@ -212,6 +213,9 @@ def _common(body: dict[str, Any], served_model: str, default_lookahead: str, *,
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise bad("stream", "must be true or false")
+    loop_guard = body.get("loop_guard", False)
+    if not isinstance(loop_guard, bool):
+        raise bad("loop_guard", "must be true or false")
     options = body.get("stream_options")
     include_usage = False
     if options is not None:
@@ -225,6 +229,7 @@ def _common(body: dict[str, Any], served_model: str, default_lookahead: str, *,
     return CompletionRequest(
         model=served_model, messages=messages, prompt=prompt, sampling=sampling, stop=_stop(body.get("stop")),
         max_tokens=limit, lookahead=lookahead, lookahead_asked=asked, stream=stream, include_usage=include_usage,
+        loop_guard=loop_guard,
     )
 
 

@@ -11,8 +11,9 @@ from engine.decoding.generation import StepEvent
 from engine.server.requests import CompletionRequest
 from engine.speed.run_stats import RunStats
 
+# A reply the loop guard ended stopped for a reason of its own choosing, as one ended by a stop string did.
 FINISH_REASONS = {"eog": "stop", "stop_string": "stop", "max_tokens": "length", "context_full": "length",
-                  "cancelled": "stop"}
+                  "cancelled": "stop", "loop": "stop"}
 
 
 class Reply:

@@ -48,6 +48,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help=f"how many recent tokens the penalty looks at (0 = off; default {d.repeat_last_n})")
     g.add_argument("--stop", action="append", default=[], metavar="TEXT",
                    help="end the reply before this text (repeatable)")
+    g.add_argument("--loop-guard", action=argparse.BooleanOptionalAction, default=True,
+                   help="stop a reply that repeats one passage over and over, as the app does (default: on)")
     g.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
     g.add_argument("--attach", action="append", default=[], metavar="FILE",
                    help="attach a file to the prompt (repeatable): text, Markdown, code, CSV, JSON, HTML, PDF or "
@@ -67,7 +69,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p, seed=args.seed,
         repeat_penalty=args.repeat_penalty, repeat_last_n=args.repeat_last_n,
     ).validate()
-    stop = StopConfig(max_tokens=args.max_tokens, stop_strings=tuple(args.stop)).validate()
+    stop = StopConfig(max_tokens=args.max_tokens, stop_strings=tuple(args.stop), loop_guard=args.loop_guard).validate()
     docs = read_attachments(args.attach)
     with open_engine(args) as eng:
         lookahead = lookahead_from_args(args, eng)

@@ -52,8 +52,33 @@ def test_a_folded_section_says_what_its_controls_are_set_to_and_follows_them(qtb
 def test_the_summary_names_a_repeat_penalty_only_when_it_applies():
     on = SamplingConfig(temperature=0.0, repeat_penalty=1.1, repeat_last_n=64)
     off = SamplingConfig(temperature=0.0, repeat_penalty=1.1, repeat_last_n=0)
-    assert sampling_summary(on, StopConfig(max_tokens=10)) == "greedy · repeat penalty 1.1 · up to 10 tokens"
-    assert sampling_summary(off, StopConfig(max_tokens=10)) == "greedy · up to 10 tokens"
+    guarded = StopConfig(max_tokens=10, loop_guard=True)
+    assert sampling_summary(on, guarded) == "greedy · repeat penalty 1.1 · up to 10 tokens"
+    assert sampling_summary(off, guarded) == "greedy · up to 10 tokens"
+
+
+def test_the_loop_guard_is_on_by_default_and_its_switch_goes_into_the_stop_settings_and_the_chats(qtbot):
+    panel = DecodingPanel()
+    qtbot.addWidget(panel)
+    panel.load_settings(AppSettings())
+    assert panel.loop_guard_check.isChecked() and panel.stop_config().loop_guard
+    sampling = panel.sections["sampling"]
+
+    panel.loop_guard_check.setChecked(False)
+    assert not panel.stop_config().loop_guard
+    assert sampling.summary_text() == "greedy · up to 512 tokens · loops not stopped"
+    saved = panel.chat_settings()
+    assert saved["loop_guard"] is False
+
+    panel.load_chat_settings({"loop_guard": True})  # another chat, saved with the guard on
+    assert panel.stop_config().loop_guard
+    panel.load_chat_settings({"loop_guard": 1})  # a wrong type keeps what the panel shows
+    assert panel.stop_config().loop_guard
+    panel.load_chat_settings(saved)
+    assert not panel.stop_config().loop_guard
+    stored = AppSettings()
+    panel.store_settings(stored)
+    assert stored.loop_guard is False
 
 
 def test_the_header_unfolds_by_click_and_by_keyboard_and_says_what_the_open_controls_apply_to(qtbot):
