@@ -162,6 +162,7 @@ class DecodingPanel(QWidget):
         self.stop_edit.setMaximumHeight(self.fontMetrics().lineSpacing() * 3 + 14)
         self.loop_guard_check = QCheckBox("Stop a reply that repeats itself")
         self.loop_guard_check.setToolTip(LOOP_GUARD_TIP)
+        self.loop_guard_check.setChecked(True)  # as AppSettings: on until the user says otherwise
         sampling_box = QWidget()
         form = QFormLayout(sampling_box)
         form.setContentsMargins(0, 0, 0, 0)

@@ -363,7 +363,9 @@ def test_a_regenerated_reply_drafts_from_the_one_it_replaces(engine):
     with auto_on_curve(engine, DEFAULT_CURVE):
         auto, choices = reply(DEFAULT_LOOKAHEAD, drafts_from=[first.text])
     assert auto.token_ids == first.token_ids
-    assert auto.tokens_per_step > 2.5
+    # How soon Auto trusts the replaced reply's matches depends on the machine (which tokens the model was sure
+    # of, to the last bit of its kernels' arithmetic): the bar is one that drafting from it clears on any of them.
+    assert auto.tokens_per_step > 2.0
     assert any(c.startswith("history match") for c in choices)
 
 

@@ -218,7 +218,7 @@ def set_panel(panel: DecodingPanel) -> None:
 
 PANEL_SAMPLING = SamplingConfig(temperature=0.7, top_k=12, top_p=0.8, min_p=0.1, seed=99, repeat_penalty=1.15,
                                 repeat_last_n=128)
-PANEL_STOP = StopConfig(max_tokens=20, stop_strings=("###", "\n\n"))
+PANEL_STOP = StopConfig(max_tokens=20, stop_strings=("###", "\n\n"), loop_guard=True)  # the guard: on by default
 
 
 def test_the_panel_remembers_the_new_controls_in_the_app_settings(qtbot):
