@@ -47,9 +47,10 @@ class ReplyStats(RunStats):
             self.drafting_steps += 1
 
     def speedup_text(self) -> str:
-        """What the steps predict against plain decoding, e.g. ``≈1.3× vs plain``; "" when no step was priced."""
+        """What the steps predict against plain decoding, e.g. ``≈1.3× vs plain``; "" when no step was priced, or
+        when the reply was stopped for repeating itself (drafts land in a loop: no speed of text worth keeping)."""
         estimate = self.predicted_speedup
-        return f"≈{estimate:.1f}× vs plain" if estimate > 0 else ""
+        return f"≈{estimate:.1f}× vs plain" if estimate > 0 and self.stop_reason != "loop" else ""
 
     @property
     def mode(self) -> str:

@@ -197,7 +197,10 @@ def acceptance_text(stats: RunStats) -> str:
 
 
 def speedup_text(stats: RunStats) -> str:
-    """The steps' predicted speed against plain decoding, e.g. ``≈ 1.4× vs plain``; a dash when no step was priced."""
+    """The steps' predicted speed against plain decoding, e.g. ``≈ 1.4× vs plain``; a dash when no step was priced
+    or the reply was stopped for repeating itself (drafts land in a loop: that is no speed of text worth keeping)."""
+    if stats.stop_reason == "loop":
+        return "vs plain: – (it was repeating itself)"
     estimate = stats.predicted_speedup
     return f"≈ {estimate:.1f}× vs plain" if estimate > 0 else "vs plain: –"
 

@@ -401,3 +401,16 @@ def test_stats_stored_by_an_earlier_version_load_and_read_the_same():
     )
     assert stats.prefill_s == pytest.approx(0.06)
     assert stats.to_stats_json() == STORED_BEFORE_RUNSTATS  # and are written back byte for byte
+
+
+def test_a_reply_stopped_for_repeating_itself_says_so_and_claims_no_speedup():
+    from app.widgets.stats_view import speedup_text
+
+    stats = ReplyStats.from_stats_json(STORED_BEFORE_RUNSTATS)
+    assert stats is not None
+    stats.cost = 20.0  # its 48 tokens priced at 20 one-token steps: a predicted 2.4x
+    assert stats.speedup_text() == "≈2.4× vs plain" and speedup_text(stats).startswith("≈ 2.4×")
+    stats.stop_reason = "loop"
+    assert stats.speedup_text() == "" and "vs plain" not in stats.summary_line()
+    assert stats.summary_line().endswith("SmolLM2 · stopped: the reply was repeating itself")
+    assert speedup_text(stats) == "vs plain: – (it was repeating itself)"
