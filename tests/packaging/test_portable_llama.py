@@ -59,6 +59,17 @@ def test_a_portable_build_registers_its_backend_in_the_libggml_that_libllama_use
     assert result.probed
 
 
+def test_the_backend_is_registered_where_libllama_looks_whatever_was_imported_first(portable_lib, monkeypatch,
+                                                                                    probe_cache):
+    monkeypatch.setenv("LLAMA_CPP_LIB_PATH", str(portable_lib))
+    model = default_model_path()
+    # llama_cpp._ggml opened first: the copy of libggml that libllama does not use is loaded before the engine's
+    child = ("import sys, llama_cpp._ggml; from engine.decoding.load_check import main; "
+             "sys.exit(main(sys.argv[1:]))")
+    command = [sys.executable, "-c", child, str(model), "--ctx", "256", "--threads", "1"]
+    assert ensure_loadable(model, n_ctx=256, n_threads=1, cache=probe_cache, command=command).probed
+
+
 def test_without_its_cpu_libraries_the_test_load_blames_the_app_not_the_model(portable_lib, tmp_path, monkeypatch,
                                                                               probe_cache):
     broken = tmp_path / "lib"
