@@ -117,6 +117,7 @@ class SpeedReportRequest:
     system_prompt: str = ""
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     max_tokens: int = 64
+    loop_guard: bool = False
 
     def comparison(self, workload: Workload, plain_first: bool) -> CompareRequest:
         messages = [Message("system", self.system_prompt)] if self.system_prompt.strip() else []
@@ -126,7 +127,7 @@ class SpeedReportRequest:
             messages=tuple(messages),
             lookahead=self.lookahead,
             sampling=self.sampling,
-            stop=StopConfig(max_tokens=self.max_tokens),
+            stop=StopConfig(max_tokens=self.max_tokens, loop_guard=self.loop_guard),
             plain_first=plain_first,
         )
 

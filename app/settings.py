@@ -12,7 +12,7 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from engine.decoding.settings import DEFAULT_FIXED
+from engine.decoding.settings import APP_LOOP_GUARD, APP_SAMPLING, DEFAULT_FIXED
 from engine.files import write_json_atomic
 from engine.server import DEFAULT_PORT
 
@@ -25,7 +25,7 @@ DEFAULT_SYSTEM_PROMPT = "You are a helpful assistant."
 # Remembered per model file (``AppSettings.per_model``): what suits one model rarely suits another.
 PER_MODEL_FIELDS = (
     "n_ctx", "threads", "system_prompt", "temperature", "top_k", "top_p", "min_p", "repeat_penalty",
-    "repeat_last_n", "seed", "max_tokens", "stop_strings", "loop_guard",
+    "repeat_last_n", "dry_multiplier", "seed", "max_tokens", "stop_strings", "loop_guard",
 )
 _WRONG_TYPE = object()
 
@@ -52,16 +52,18 @@ class AppSettings:
     window: int = DEFAULT_FIXED.window
     ngram: int = DEFAULT_FIXED.ngram
     guesses: int = DEFAULT_FIXED.guesses
-    temperature: float = 0.0  # greedy by default
-    top_k: int = 40
-    top_p: float = 0.95
-    min_p: float = 0.05
-    repeat_penalty: float = 1.0  # off
-    repeat_last_n: int = 64
-    seed: int = 0
+    # The sampler and the loop guard start as the engine's measured defaults (APP_SAMPLING).
+    temperature: float = APP_SAMPLING.temperature
+    top_k: int = APP_SAMPLING.top_k
+    top_p: float = APP_SAMPLING.top_p
+    min_p: float = APP_SAMPLING.min_p
+    repeat_penalty: float = APP_SAMPLING.repeat_penalty
+    repeat_last_n: int = APP_SAMPLING.repeat_last_n
+    dry_multiplier: float = APP_SAMPLING.dry_multiplier
+    seed: int = APP_SAMPLING.seed
     max_tokens: int = 512
     stop_strings: list[str] = field(default_factory=list)
-    loop_guard: bool = True  # stop a reply that repeats one passage over and over
+    loop_guard: bool = APP_LOOP_GUARD  # stop a reply that repeats one passage over and over
     n_ctx: int = 4096
     threads: int = 0  # 0 = let the engine pick
     system_prompt: str = DEFAULT_SYSTEM_PROMPT  # for new chats

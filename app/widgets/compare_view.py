@@ -303,7 +303,9 @@ class CompareView(QWidget):
         self.plain_pane.reset("Plain decoding")
         self.lookahead_pane.reset(lookahead_title(request.lookahead))
         first, second = ("plain", "lookahead") if request.plain_first else ("lookahead", "plain")
-        self.note.setText(f"{FAIRNESS_NOTE} This time {first} runs first, then {second}.")
+        settings = request.sampling.describe(request.stop.loop_guard)
+        self.note.setText(f"{FAIRNESS_NOTE} This time {first} runs first, then {second}. Settings: {settings}, "
+                          f"{request.stop.max_tokens} tokens at most.")
         for pane in (self.plain_pane, self.lookahead_pane):
             pane.state.setText("waiting")
         self.verdict.setText("")
@@ -450,6 +452,9 @@ class CompareView(QWidget):
         speed = f"<b>{verdict.headline}</b> ({_escape(verdict.explanation)}) · {_escape(verdict.times)}"
         if verdict.notice:
             speed = f"<b>{_escape(verdict.notice)}</b><br>{speed}"
+        if result.plain is not None and result.plain.stats.stop_reason == "loop":
+            speed += " · <b>the reply repeated itself and was stopped</b>: a loop's drafts land easily, so this " \
+                     "figure flatters lookahead"
         div = result.divergence
         if result.identical:
             same = "Texts identical: <b>yes</b>"

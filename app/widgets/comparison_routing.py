@@ -148,12 +148,9 @@ class Comparisons(QObject):
         return self.report_dialog
 
     def _settings_text(self) -> str:
-        sampling = self._panel.sampling_config()
-        mode = "greedy" if sampling.greedy else f"temperature {sampling.temperature}, seed {sampling.seed}"
-        return (
-            f"{lookahead_title(self.lookahead_config())} (from the decoding panel), "
-            f"with this chat's system prompt and sampling ({mode})."
-        )
+        sampling = self._panel.sampling_config().describe(self._panel.stop_config().loop_guard)
+        return f"{lookahead_title(self.lookahead_config())} (from the decoding panel), with this chat's system " \
+               f"prompt and settings: {sampling}."
 
     @Slot(list, int)
     def start_speed_report(self, workloads: list[Workload], max_tokens: int) -> None:
@@ -167,6 +164,7 @@ class Comparisons(QObject):
             system_prompt=self._panel.system_prompt(),
             sampling=self._panel.sampling_config(),
             max_tokens=max_tokens,
+            loop_guard=self._panel.stop_config().loop_guard,
         )
         self._report_request_id = request.request_id
         dialog.set_settings_text(self._settings_text())

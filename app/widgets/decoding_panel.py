@@ -24,7 +24,13 @@ from PySide6.QtWidgets import (
 )
 
 from engine import LookaheadConfig, SamplingConfig, StepEvent, StopConfig
-from engine.decoding.settings import DEFAULT_LOOKAHEAD, MAX_REPEAT_LAST_N, MAX_REPEAT_PENALTY, MAX_TOP_K
+from engine.decoding.settings import (
+    DEFAULT_LOOKAHEAD,
+    MAX_DRY_MULTIPLIER,
+    MAX_REPEAT_LAST_N,
+    MAX_REPEAT_PENALTY,
+    MAX_TOP_K,
+)
 
 from ..settings import AppSettings
 from .plain import Label
@@ -40,7 +46,8 @@ GUESSES_RANGE = (0, 16)
 # What a chat keeps of the panel (ChatStore.conversation_settings), by the names of SamplingConfig/StopConfig.
 CHAT_SETTING_TYPES: dict[str, type] = {
     "temperature": float, "top_k": int, "top_p": float, "min_p": float, "repeat_penalty": float,
-    "repeat_last_n": int, "seed": int, "max_tokens": int, "stop_strings": list, "loop_guard": bool,
+    "repeat_last_n": int, "dry_multiplier": float, "seed": int, "max_tokens": int, "stop_strings": list,
+    "loop_guard": bool,
 }
 
 AUTO_TIP = (
@@ -63,6 +70,11 @@ GUESSES_TIP = "Guesses G: n-grams from the pool checked each step (0 = none; eac
 LOOP_GUARD_TIP = (
     "End the reply when it starts repeating one passage over and over, as small models can; repeating what the "
     "message or an attached file holds is not stopped. Plain decoding and lookahead stop at the same word."
+)
+DRY_TIP = (
+    "Don't repeat yourself: make a token less likely the longer the run of the reply's own earlier text it would "
+    "extend (0.8 is llama.cpp's usual strength; off = 0). Copying the prompt or a document is not penalised. "
+    "Applies when greedy too"
 )
 STOP_STRINGS_TIP = (
     "The reply ends before any of these texts. One per line; write \\n for a line break, "
@@ -153,6 +165,8 @@ class DecodingPanel(QWidget):
         self.repeat_last_n_spin.setSingleStep(16)
         self.repeat_last_n_spin.setSuffix(" tokens")
         self.repeat_last_n_spin.setSpecialValueText("off")
+        self.dry_spin = self._fraction(0.0, MAX_DRY_MULTIPLIER, 0.1, DRY_TIP)
+        self.dry_spin.setSpecialValueText("off")
         self.seed_spin = self._spin(0, 2**31 - 1, "Random seed (sampling only)")
         self.max_tokens_spin = self._spin(1, 32768, "Longest reply, in tokens")
         self.stop_edit = QPlainTextEdit()
@@ -172,6 +186,7 @@ class DecodingPanel(QWidget):
         form.addRow("Min-p", self.min_p_spin)
         form.addRow("Repeat penalty", self.repeat_penalty_spin)
         form.addRow("Penalty window", self.repeat_last_n_spin)
+        form.addRow("Don't repeat (DRY)", self.dry_spin)
         form.addRow("Seed", self.seed_spin)
         form.addRow("Max tokens", self.max_tokens_spin)
         form.addRow("Stop strings", self.stop_edit)
@@ -222,7 +237,8 @@ class DecodingPanel(QWidget):
             box.toggled.connect(self._on_lookahead_controls_changed)
         for spin in (self.window_spin, self.ngram_spin, self.guesses_spin):
             spin.valueChanged.connect(self._on_lookahead_controls_changed)
-        for fraction in (self.temperature_spin, self.top_p_spin, self.min_p_spin, self.repeat_penalty_spin):
+        for fraction in (self.temperature_spin, self.top_p_spin, self.min_p_spin, self.repeat_penalty_spin,
+                         self.dry_spin):
             fraction.valueChanged.connect(self._on_setting_changed)
         for spin in (self.top_k_spin, self.repeat_last_n_spin, self.seed_spin, self.max_tokens_spin,
                      self.n_ctx_spin, self.threads_spin):
@@ -292,7 +308,8 @@ class DecodingPanel(QWidget):
         spins: dict[str, QSpinBox | QDoubleSpinBox] = {
             "temperature": self.temperature_spin, "top_k": self.top_k_spin, "top_p": self.top_p_spin,
             "min_p": self.min_p_spin, "repeat_penalty": self.repeat_penalty_spin,
-            "repeat_last_n": self.repeat_last_n_spin, "seed": self.seed_spin, "max_tokens": self.max_tokens_spin,
+            "repeat_last_n": self.repeat_last_n_spin, "dry_multiplier": self.dry_spin, "seed": self.seed_spin,
+            "max_tokens": self.max_tokens_spin,
         }
         widgets = (*spins.values(), self.stop_edit, self.loop_guard_check)
         for w in widgets:
@@ -317,7 +334,8 @@ class DecodingPanel(QWidget):
         return {
             "temperature": sampling.temperature, "top_k": sampling.top_k, "top_p": sampling.top_p,
             "min_p": sampling.min_p, "repeat_penalty": sampling.repeat_penalty,
-            "repeat_last_n": sampling.repeat_last_n, "seed": sampling.seed, "max_tokens": stop.max_tokens,
+            "repeat_last_n": sampling.repeat_last_n, "dry_multiplier": sampling.dry_multiplier, "seed": sampling.seed,
+            "max_tokens": stop.max_tokens,
             "stop_strings": list(stop.stop_strings), "loop_guard": stop.loop_guard,
         }
 
@@ -356,6 +374,7 @@ class DecodingPanel(QWidget):
             seed=self.seed_spin.value(),
             repeat_penalty=round(self.repeat_penalty_spin.value(), 2),
             repeat_last_n=self.repeat_last_n_spin.value(),
+            dry_multiplier=round(self.dry_spin.value(), 2),
         )
 
     def stop_config(self) -> StopConfig:
@@ -461,6 +480,8 @@ def sampling_summary(sampling: SamplingConfig, stop: StopConfig) -> str:
             parts.append(f"min-p {sampling.min_p:g}")
     if sampling.repeat_penalty > 1 and sampling.repeat_last_n:
         parts.append(f"repeat penalty {sampling.repeat_penalty:g}")
+    if sampling.dry:
+        parts.append(f"DRY {sampling.dry_multiplier:g}")
     parts.append(f"up to {stop.max_tokens:,} tokens")
     if stop.stop_strings:
         n = len(stop.stop_strings)

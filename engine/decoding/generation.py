@@ -188,11 +188,12 @@ class Generation:
         self._sampler: Sampler | None = None
         if not sampling.plain_argmax:
             self._sampler = Sampler(
-                engine.ctx.n_vocab, temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p,
+                engine.model, temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p,
                 min_p=sampling.min_p, seed=sampling.seed, repeat_penalty=sampling.repeat_penalty,
-                repeat_last_n=sampling.repeat_last_n)
-            if sampling.penalized:  # the window starts with the prompt's tail, as in llama.cpp's own tools
-                self._sampler.accept(prompt[-sampling.repeat_last_n :])
+                repeat_last_n=sampling.repeat_last_n, dry_multiplier=sampling.dry_multiplier,
+                dry_base=sampling.dry_base, dry_allowed_length=sampling.dry_allowed_length)
+            if sampling.prompt_tail:  # the penalties' history starts with the prompt's tail
+                self._sampler.accept(prompt[-sampling.prompt_tail :])
         try:
             drawer = TokenDrawer(engine.ctx, self._sampler)
             self._plain = PlainDecoder(engine.ctx, engine.batch, drawer, engine.commit_seqs, record_gaps=record_gaps)

@@ -15,6 +15,8 @@ The thresholds come from replies measured both ways (docs/SPEED.md, "The loop gu
 
 from __future__ import annotations
 
+import re
+from collections import Counter
 from collections.abc import Sequence
 
 import numpy as np
@@ -92,3 +94,13 @@ def _contains(haystack: list[int], needle: list[int]) -> bool:
         if haystack[i : i + m] == needle:
             return True
         start = i + 1
+
+
+def reads_as_a_loop(text: str) -> bool:
+    """A reader's rule, which does not share the guard's method: a run of 6 words that comes 4 or more times, or
+    one word or character over and over. Benchmarks count a reply it flags as looped, stopped or not."""
+    words = text.split()
+    grams = Counter(tuple(words[i : i + 6]) for i in range(len(words) - 5))
+    if grams and max(grams.values()) >= 4:
+        return True
+    return bool(re.search(r"(\S+)(\s+\1){7,}", text) or re.search(r"(.)\1{19,}", text))

@@ -19,6 +19,9 @@ MAX_GUESSES = 16
 MAX_TOP_K = 1000
 MAX_REPEAT_PENALTY = 2.0
 MAX_REPEAT_LAST_N = 4096
+MAX_DRY_MULTIPLIER = 5.0
+MAX_DRY_BASE = 4.0
+MAX_NGRAM_REPEAT = 64
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,13 @@ class SamplingConfig:
     included, as llama.cpp's own tools do); 1.0 or a window of 0 turns it off.
     It applies under greedy decoding too: the draw is then the argmax of the
     penalised logits.
+
+    dry_multiplier > 0 turns on DRY ("don't repeat yourself", llama.cpp's
+    sampler): a token that would extend a repeat of an earlier span longer than
+    ``dry_allowed_length`` is penalised by multiplier * base^(length - allowed).
+    It looks at the reply and the last ``dry_last_n`` tokens of the prompt
+    (0: the reply only), so how much of the prompt a reply may copy freely is
+    set here.
     """
 
     temperature: float = 0.0
@@ -68,6 +78,10 @@ class SamplingConfig:
     seed: int = 0
     repeat_penalty: float = 1.0
     repeat_last_n: int = 64
+    dry_multiplier: float = 0.0
+    dry_base: float = 1.75
+    dry_allowed_length: int = 2
+    dry_last_n: int = 0
 
     @property
     def greedy(self) -> bool:
@@ -79,9 +93,36 @@ class SamplingConfig:
         return self.repeat_penalty != 1.0 and self.repeat_last_n > 0
 
     @property
+    def dry(self) -> bool:
+        return self.dry_multiplier > 0.0
+
+    @property
+    def prompt_tail(self) -> int:
+        """How many of the prompt's last tokens the penalties see."""
+        return max(self.repeat_last_n if self.penalized else 0, self.dry_last_n if self.dry else 0)
+
+    @property
     def plain_argmax(self) -> bool:
         """True when the draw is the argmax of the raw logits: no sampler chain is needed."""
-        return self.greedy and not self.penalized
+        return self.greedy and not self.penalized and not self.dry
+
+    def describe(self, loop_guard: bool | None = None) -> str:
+        """The settings in words, as a speed report states what it ran with: "greedy, repeat penalty 1.1 over
+        the last 64 tokens, loop guard on"."""
+        parts = ["greedy"] if self.greedy else [
+            f"temperature {self.temperature:g}, seed {self.seed}"
+            + "".join(f", {name} {value:g}" for name, value, on in (
+                ("top-k", self.top_k, self.top_k > 0), ("top-p", self.top_p, self.top_p < 1.0),
+                ("min-p", self.min_p, self.min_p > 0.0)) if on)]
+        if self.penalized:
+            parts.append(f"repeat penalty {self.repeat_penalty:g} over the last {self.repeat_last_n} tokens")
+        if self.dry:
+            seen = f"the reply and the prompt's last {self.dry_last_n} tokens" if self.dry_last_n else "the reply"
+            parts.append(f"DRY {self.dry_multiplier:g} (base {self.dry_base:g}, {self.dry_allowed_length} tokens "
+                         f"free) over {seen}")
+        if loop_guard is not None:
+            parts.append(f"loop guard {'on' if loop_guard else 'off'}")
+        return ", ".join(parts)
 
     def validate(self) -> SamplingConfig:
         if not 0 <= self.temperature <= 5:
@@ -98,6 +139,14 @@ class SamplingConfig:
             raise SettingsError(f"repeat penalty {self.repeat_penalty} is out of range 1..{MAX_REPEAT_PENALTY}")
         if not 0 <= self.repeat_last_n <= MAX_REPEAT_LAST_N:
             raise SettingsError(f"repeat window {self.repeat_last_n} is out of range 0..{MAX_REPEAT_LAST_N}")
+        if not 0.0 <= self.dry_multiplier <= MAX_DRY_MULTIPLIER:
+            raise SettingsError(f"DRY multiplier {self.dry_multiplier} is out of range 0..{MAX_DRY_MULTIPLIER}")
+        if not 1.0 < self.dry_base <= MAX_DRY_BASE:
+            raise SettingsError(f"DRY base {self.dry_base} is out of range (1, {MAX_DRY_BASE}]")
+        if not 1 <= self.dry_allowed_length <= MAX_NGRAM_REPEAT:
+            raise SettingsError(f"DRY allowed length {self.dry_allowed_length} is out of range 1..{MAX_NGRAM_REPEAT}")
+        if not 0 <= self.dry_last_n <= MAX_REPEAT_LAST_N:
+            raise SettingsError(f"DRY prompt window {self.dry_last_n} is out of range 0..{MAX_REPEAT_LAST_N}")
         return self
 
 
@@ -120,3 +169,8 @@ class StopConfig:
 DEFAULT_FIXED = LookaheadConfig(window=0, ngram=2, guesses=1)
 # Auto is the default: W and N here bound its window, G>0 lets it draft.
 DEFAULT_LOOKAHEAD = LookaheadConfig(window=4, ngram=MAX_NGRAM, guesses=2, auto=True)
+
+# What the app writes replies with until the user changes it; ``engine generate`` and ``engine bench`` start
+# from the same. Chosen by measurement (docs/SPEED.md, "Choosing the sampler").
+APP_SAMPLING = SamplingConfig()
+APP_LOOP_GUARD = True

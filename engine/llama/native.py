@@ -88,6 +88,11 @@ class Model:
             raise NativeError("model is closed")
         return self._ptr
 
+    @property
+    def vocab(self) -> ll.llama_vocab_p:
+        self.ptr  # noqa: B018 - raises once the model is closed
+        return self._vocab
+
     def close(self) -> None:
         if self._ptr:
             ll.llama_model_free(self._ptr)
@@ -372,26 +377,36 @@ class Context:
 # --- sampler ----------------------------------------------------------------------
 
 
+# DRY's sequence breakers, llama.cpp's defaults: a repeat is not followed across a line end, a colon, a quote or an
+# asterisk, so lists, tables and dialogue whose lines share a shape are not penalised as one long repeat.
+DRY_BREAKERS = ("\n", ":", '"', "*")
+DRY_WINDOW = 8192  # DRY looks this far back in what the sampler was given: any reply and the prompt's tail it saw
+
+
 class Sampler:
-    """A llama.cpp sampler chain: the repetition penalty first, then greedy, or top-k/top-p/min-p/temperature
-    with a seeded draw.
+    """A llama.cpp sampler chain: the repetition penalty and DRY first, then greedy, or
+    top-k/top-p/min-p/temperature with a seeded draw.
 
     ``sample`` draws and accepts in one call, so the penalty's window holds the
     drawn tokens in the order they were drawn; ``accept`` adds tokens that were
     not drawn (the prompt).
     """
 
-    def __init__(self, n_vocab: int, *, temperature: float, top_k: int, top_p: float, min_p: float, seed: int,
-                 repeat_penalty: float, repeat_last_n: int) -> None:
+    def __init__(self, model: Model, *, temperature: float, top_k: int, top_p: float, min_p: float, seed: int,
+                 repeat_penalty: float, repeat_last_n: int, dry_multiplier: float = 0.0, dry_base: float = 1.75,
+                 dry_allowed_length: int = 2) -> None:
         """The values of a ``SamplingConfig`` (engine/decoding/settings.py), which checks them: temperature 0 is
-        greedy, top_k and min_p 0 are off, a repeat penalty of 1 or a window of 0 is off."""
+        greedy, top_k and min_p 0 are off, a repeat penalty of 1 or a window of 0 is off, DRY's multiplier 0 is
+        off."""
         params = ll.llama_sampler_chain_default_params()
         params.no_perf = True
         self._ptr = ll.llama_sampler_chain_init(params)
+        # Penalties act on the raw logits, before any filter, as llama.cpp's own sampler chains place them.
         if repeat_penalty != 1.0 and repeat_last_n > 0:
-            # On the raw logits, before any filter, as llama.cpp's own sampler chains place it.
-            penalties = ll.llama_sampler_init_penalties(n_vocab, repeat_last_n, repeat_penalty, 0.0, 0.0)
+            penalties = ll.llama_sampler_init_penalties(model.n_vocab, repeat_last_n, repeat_penalty, 0.0, 0.0)
             ll.llama_sampler_chain_add(self._ptr, penalties)
+        if dry_multiplier > 0.0:
+            self._add_dry(model, dry_multiplier, dry_base, dry_allowed_length)
         if temperature <= 0.0:
             ll.llama_sampler_chain_add(self._ptr, ll.llama_sampler_init_greedy())
         else:
@@ -402,6 +417,14 @@ class Sampler:
                 ll.llama_sampler_chain_add(self._ptr, ll.llama_sampler_init_min_p(min_p, 1))
             ll.llama_sampler_chain_add(self._ptr, ll.llama_sampler_init_temp(temperature))
             ll.llama_sampler_chain_add(self._ptr, ll.llama_sampler_init_dist(seed))
+
+    def _add_dry(self, model: Model, multiplier: float, base: float, allowed_length: int) -> None:
+        breakers = (ctypes.c_char_p * len(DRY_BREAKERS))(*(b.encode("utf-8") for b in DRY_BREAKERS))
+        dry = ll.llama_sampler_init_dry(model.vocab, multiplier, base, allowed_length, DRY_WINDOW, breakers,
+                                        len(DRY_BREAKERS))
+        if not dry:
+            raise NativeError("llama.cpp could not make the DRY sampler")
+        ll.llama_sampler_chain_add(self._ptr, dry)
 
     def accept(self, tokens: Sequence[int]) -> None:
         """Add ``tokens`` to the sampler's history, in order, without drawing."""

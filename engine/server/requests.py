@@ -15,8 +15,11 @@ from typing import Any
 
 from engine.decoding.settings import (
     DEFAULT_LOOKAHEAD,
+    MAX_DRY_BASE,
+    MAX_DRY_MULTIPLIER,
     MAX_GUESSES,
     MAX_NGRAM,
+    MAX_NGRAM_REPEAT,
     MAX_WINDOW,
     LookaheadConfig,
     SamplingConfig,
@@ -201,6 +204,9 @@ def _common(body: dict[str, Any], served_model: str, default_lookahead: str, *,
             seed=seed,
             repeat_penalty=_number(body, "repeat_penalty", d.repeat_penalty, 1.0, 2.0),
             repeat_last_n=_integer(body, "repeat_last_n", d.repeat_last_n, 0, 4096),
+            dry_multiplier=_number(body, "dry_multiplier", d.dry_multiplier, 0.0, MAX_DRY_MULTIPLIER),
+            dry_base=_number(body, "dry_base", d.dry_base, 1.0, MAX_DRY_BASE, low_open=True),
+            dry_allowed_length=_integer(body, "dry_allowed_length", d.dry_allowed_length, 1, MAX_NGRAM_REPEAT),
         ).validate()
     except SettingsError as exc:  # the ranges above are the engine's: this is a safety net
         raise bad("sampling", str(exc)) from None

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from engine.decoding.loops import reads_as_a_loop
 from engine.speed.run_stats import Divergence, RunStats, geomean, speedup
 from engine.speed.workloads import Workload
 
@@ -69,6 +70,8 @@ class PromptResult:
     plain_s: float = 0.0
     lookahead_s: float = 0.0
     accepted_by_source: dict[str, int] = field(default_factory=dict)  # the lookahead run's (RunStats)
+    stop_reason: str | None = None  # plain's reply's
+    looped: bool = False  # plain's reply was stopped by the loop guard or reads as a loop (``reads_as_a_loop``)
     verdict: VerdictFigures | None = None  # None: one pair, not repeats (a grid's row, a row from before repeats)
     bench: BenchFigures | None = None  # engine bench's rows only
 
@@ -96,6 +99,8 @@ class PromptResult:
             plain_s=round(plain.decode_s, 4),
             lookahead_s=round(lookahead.decode_s, 4),
             accepted_by_source=dict(sorted(lookahead.accepted_by_source.items())),
+            stop_reason=plain.stop_reason,
+            looped=plain.stop_reason == "loop" or reads_as_a_loop(plain.text),
             verdict=verdict,
         )
 

@@ -22,7 +22,7 @@ from engine.decoding.origins import DraftOrigin
 from engine.decoding.replay import ReplayDrafts
 from engine.decoding.runtime import Engine, GenerationControls
 from engine.decoding.session import ChatSession
-from engine.decoding.settings import LookaheadConfig, StopConfig
+from engine.decoding.settings import APP_LOOP_GUARD, APP_SAMPLING, LookaheadConfig, SamplingConfig, StopConfig
 from engine.decoding.text import Message
 from engine.documents import DocumentContext, read_document, with_documents
 from engine.speed.comparison import compare_decoders, prompt_result
@@ -49,6 +49,8 @@ class BenchReport:
     max_tokens: int
     simulated: bool = False  # speedups priced on a what-if curve (run_stats.simulated_speedup), not timed
     replay: float | None = None  # drafts replayed from plain's reply, right at this share of positions
+    sampling: SamplingConfig = APP_SAMPLING
+    loop_guard: bool = APP_LOOP_GUARD
 
     def summary(self) -> dict:
         cats, overall = _split_roll_up(self.results)
@@ -58,8 +60,14 @@ class BenchReport:
                 by_source[source] = by_source.get(source, 0) + n
         figures = [r.bench for r in self.results if r.bench is not None]
         all_sources = [b.oracle_all_sources for b in figures if b.oracle_all_sources is not None]
+        kept = [r for r in self.results if not r.looped]
         return {
             "simulated": self.simulated,
+            "settings": self.sampling.describe(self.loop_guard),
+            "looped": len(self.results) - len(kept),
+            "stopped_by_guard": sum(r.stop_reason == "loop" for r in self.results),
+            "geomean_not_looped": round(geomean(r.speedup for r in kept), 4),
+            "min_not_looped": round(min((r.speedup for r in kept), default=0.0), 4),
             "accepted_by_source": dict(sorted(by_source.items())),
             "oracle_prompt_history": round(overall.oracle_bound or 0.0, 4),
             "oracle_all_sources": round(geomean(all_sources), 4),
@@ -85,6 +93,8 @@ class BenchReport:
             "threads": self.threads,
             "max_tokens": self.max_tokens,
             "replay": self.replay,
+            "sampling": asdict(self.sampling),
+            "loop_guard": self.loop_guard,
         }
 
     def table(self) -> str:
@@ -100,6 +110,10 @@ class BenchReport:
             f"  min {s['min_speedup']:.3f}  "
             f"identical {s['identical']}/{s['n']}  mean tokens/step {s['tokens_per_step']:.2f}"
         )
+        lines.append(f"replies that looped: {s['looped']} of {s['n']} ({s['stopped_by_guard']} stopped by the guard); "
+                     f"over the {s['n'] - s['looped']} that did not: geomean {s['geomean_not_looped']:.3f}  "
+                     f"min {s['min_not_looped']:.3f}")
+        lines.append(f"settings: {s['settings']}, {self.max_tokens} tokens at most")
         by_source = ", ".join(f"{k} {v}" for k, v in s["accepted_by_source"].items()) or "none"
         lines.append(f"accepted draft tokens by source: {by_source}")
         if s["drafted_steps"]:
@@ -121,6 +135,8 @@ def run_one(
     record_gaps: bool = False,
     exact_only: bool = True,
     cancel: threading.Event | None = None,
+    sampling: SamplingConfig = APP_SAMPLING,
+    loop_guard: bool = APP_LOOP_GUARD,
 ) -> RunStats:
     """One generation from an empty cache; setting ``cancel`` ends it before its next step."""
     engine.reset()
@@ -131,7 +147,8 @@ def run_one(
         engine.generate(
             prompt,
             controls,
-            stop=StopConfig(max_tokens=max_tokens),
+            sampling=sampling,
+            stop=StopConfig(max_tokens=max_tokens, loop_guard=loop_guard),
             record_gaps=record_gaps,
             exact_only=exact_only,
         )
@@ -150,8 +167,11 @@ def run_bench(
     earlier_chats: bool = True,
     replay: float | None = None,
     exact_pairs: int | None = None,
+    sampling: SamplingConfig = APP_SAMPLING,
+    loop_guard: bool = APP_LOOP_GUARD,
 ) -> BenchReport:
-    """Plain against ``lookahead`` on every workload.
+    """Plain against ``lookahead`` on every workload, every reply written with ``sampling`` and ``loop_guard``
+    (the app's defaults unless told).
 
     ``null`` runs plain in both places instead, on the same schedule: the
     "speedups" it reports are this machine's timing noise. Setting ``cancel``
@@ -174,6 +194,7 @@ def run_bench(
     cancel = cancel if cancel is not None else threading.Event()
     results: list[PromptResult] = []
     second_mode = None if null else lookahead
+    reply = _Reply(StopConfig(max_tokens=max_tokens, loop_guard=loop_guard), sampling)
     if workloads:  # warm-up: page in the weights before anything is timed
         run_one(engine, engine.render_chat([Message("user", workloads[0].prompt)]), None, 16, cancel=cancel)
     earlier = _EarlierChats() if earlier_chats and replay is None else None
@@ -184,7 +205,7 @@ def run_bench(
         for k, w in enumerate(workloads):
             if cancel.is_set():
                 break
-            res = _bench_prompt(engine, w, k % 2 == 1, second_mode, max_tokens, cancel, price_on, earlier,
+            res = _bench_prompt(engine, w, k % 2 == 1, second_mode, reply, cancel, price_on, earlier,
                                 replay=None if replay is None else (replay, k), exact_pairs=exact_pairs)
             if res is None:
                 break
@@ -201,7 +222,23 @@ def run_bench(
         threads=engine.n_threads,
         max_tokens=max_tokens,
         simulated=price_on is not None,
+        sampling=sampling,
+        loop_guard=loop_guard,
     )
+
+
+@dataclass(frozen=True)
+class _Reply:
+    """How each of a bench's replies is written."""
+
+    stop: StopConfig
+    sampling: SamplingConfig
+
+    def run(self, engine: Engine, prompt: Sequence[int], cancel: threading.Event, record_gaps: bool = False
+            ) -> RunStats:
+        """Plain decoding's reply, from an empty cache."""
+        return run_one(engine, prompt, None, self.stop.max_tokens, record_gaps=record_gaps, cancel=cancel,
+                       sampling=self.sampling, loop_guard=self.stop.loop_guard)
 
 
 def _bench_prompt(
@@ -209,7 +246,7 @@ def _bench_prompt(
     w: Workload,
     lookahead_first: bool,
     second_mode: LookaheadConfig | None,
-    max_tokens: int,
+    reply: _Reply,
     cancel: threading.Event,
     price_on: CostCurve | None = None,
     earlier: _EarlierChats | None = None,
@@ -222,23 +259,23 @@ def _bench_prompt(
     and every file whole to draft from. ``replay``: (share of right drafts, seed) for replayed drafts;
     ``exact_pairs``: as ``run_bench``'s.
     """
-    with workload_prompt(engine, w, max_tokens) as (prompt, context):
+    with workload_prompt(engine, w, reply.stop.max_tokens) as (prompt, context):
         seen = None if context is None else {name: round(f, 3) for name, f in context.coverage.items()}
-        with _replayed(engine, prompt, replay, max_tokens, cancel):
-            return _bench_prompt_runs(engine, w, prompt, lookahead_first, second_mode, max_tokens, cancel, price_on,
+        with _replayed(engine, prompt, replay, reply, cancel):
+            return _bench_prompt_runs(engine, w, prompt, lookahead_first, second_mode, reply, cancel, price_on,
                                       earlier, seen, exact_pairs)
 
 
 @contextmanager
 def _replayed(
-    engine: Engine, prompt: list[int], replay: tuple[float, int] | None, max_tokens: int, cancel: threading.Event,
+    engine: Engine, prompt: list[int], replay: tuple[float, int] | None, reply: _Reply, cancel: threading.Event,
 ) -> Iterator[None]:
     """With ``replay`` (share of right drafts, seed): plain's reply to ``prompt``, recorded by an untimed run, is
     the engine's only document to draft from until the block ends."""
     if replay is None:
         yield
         return
-    recorded = run_one(engine, prompt, None, max_tokens, cancel=cancel)
+    recorded = reply.run(engine, prompt, cancel)
     saved = engine.documents
     engine.documents = ReplayDrafts(prompt, recorded.token_ids, replay[0], engine.ctx.n_vocab, replay[1])
     try:
@@ -274,7 +311,7 @@ def _bench_prompt_runs(
     prompt: list[int],
     lookahead_first: bool,
     second_mode: LookaheadConfig | None,
-    max_tokens: int,
+    reply: _Reply,
     cancel: threading.Event,
     price_on: CostCurve | None,
     earlier: _EarlierChats | None,
@@ -284,7 +321,7 @@ def _bench_prompt_runs(
     # The one measurement of engine/speed/comparison.py, as the app's Compare tab and speed report take it:
     # A-B-B-A pairs (the first mode alternating per prompt) until their speedups agree (or ``exact_pairs``), median
     # runs.
-    comparison = compare_decoders(engine, prompt, second_mode, stop=StopConfig(max_tokens=max_tokens),
+    comparison = compare_decoders(engine, prompt, second_mode, sampling=reply.sampling, stop=reply.stop,
                                   plain_first=not lookahead_first, cancel=cancel,
                                   max_pairs=1 if price_on is not None else None,  # priced, not timed: one pair
                                   exact_pairs=exact_pairs)
@@ -296,7 +333,7 @@ def _bench_prompt_runs(
     plain, la = verdict.plain, verdict.lookahead
     if comparison.divergence is not None:
         # The timed run skips the top-2 bookkeeping; an untimed one supplies the gap.
-        gapped = run_one(engine, prompt, None, max_tokens, record_gaps=True, cancel=cancel)
+        gapped = reply.run(engine, prompt, cancel, record_gaps=True)
         if cancel.is_set():
             return None
         div = first_divergence(gapped, la, engine.detokenize)

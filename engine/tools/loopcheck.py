@@ -15,12 +15,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
-from engine.decoding.loops import LoopGuard
+from engine.decoding.loops import LoopGuard, reads_as_a_loop
 from engine.decoding.runtime import Engine, GenerationControls
 from engine.decoding.session import ChatSession
 from engine.decoding.settings import StopConfig
@@ -29,15 +28,6 @@ from engine.llama.bundled import default_model_path
 
 PROMPTS = Path(__file__).resolve().parents[1] / "data" / "loop-prompts.jsonl"
 SYSTEM_PROMPT = "You are a helpful assistant."  # the app's default
-
-
-def reads_as_a_loop(text: str) -> bool:
-    """A reader's rule: a run of 6 words that comes 4 or more times, or one word or character over and over."""
-    words = text.split()
-    grams = Counter(tuple(words[i : i + 6]) for i in range(len(words) - 5))
-    if grams and max(grams.values()) >= 4:
-        return True
-    return bool(re.search(r"(\S+)(\s+\1){7,}", text) or re.search(r"(.)\1{19,}", text))
 
 
 def guard_stop(context: Sequence[int], reply: Sequence[int]) -> int | None:

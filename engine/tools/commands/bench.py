@@ -33,9 +33,11 @@ from engine.tools.commands.common import (
     CliError,
     add_lookahead_args,
     add_model_args,
+    add_sampling_args,
     lookahead_from_args,
     open_engine,
     prepare_auto,
+    sampling_from_args,
 )
 
 MAX_EXACT_PAIRS = 32  # --pairs: 64 runs of one prompt at most
@@ -48,6 +50,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--prompts", help="JSONL of {id, cat, prompt} (default: the repo's workloads)")
     b.add_argument("--max-tokens", type=int, default=128)
     add_lookahead_args(b)
+    add_sampling_args(b)
     b.add_argument("--json", action="store_true")
     b.add_argument("--grid", help='measure a grid of fixed settings instead, e.g. "W=0,1,2;N=2,3,4;G=0,1,2"')
     b.add_argument("--only", help="comma-separated workload ids or categories to run")
@@ -83,6 +86,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     lookahead = lookahead_from_args(args)
     if lookahead is None:
         raise CliError("bench compares plain against lookahead: --mode plain makes no sense here")
+    sampling = sampling_from_args(args)
     try:
         workloads = load_workloads(args.prompts)
     except (OSError, ValueError) as exc:
@@ -121,10 +125,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
             if not args.json:
                 differs = f"DIFFERS at {(r.first_divergence or {}).get('index')}"
                 pairs = r.verdict.pairs if r.verdict is not None else 1
+                looped = "  looped" + (" (stopped)" if r.stop_reason == "loop" else "") if r.looped else ""
                 print(
                     f"{r.id:<18} {r.cat:<7} speedup {speedup_cell(r)} over {pairs} pair{'s' if pairs != 1 else ''}  "
                     f"tokens/step {r.tokens_per_step:.2f}  "
-                    f"{'identical' if r.identical else differs}",
+                    f"{'identical' if r.identical else differs}{looped}",
                     file=sys.stderr,
                 )
 
@@ -134,7 +139,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             prepare_auto(eng, lookahead)
         report = run_bench(eng, workloads, lookahead, max_tokens=args.max_tokens, on_result=progress, null=args.null,
                            price_on=what_if, earlier_chats=not args.no_earlier_chats, replay=args.replay,
-                           exact_pairs=args.pairs)
+                           exact_pairs=args.pairs, sampling=sampling, loop_guard=args.loop_guard)
         references: dict[str, Any] = {"cost_curve": eng.cost_curve.to_json(),
                                       "perfect_draft_bound": round(perfect_draft_bound(eng.cost_curve), 4)}
         if not args.no_references and not args.null and what_if is None and args.replay is None:

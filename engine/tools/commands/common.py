@@ -1,5 +1,5 @@
-"""What the commands of ``python -m engine`` share: the one-line error and exit codes, the model and lookahead
-options, opening the engine, Auto's curve for benchmarks, and attached files."""
+"""What the commands of ``python -m engine`` share: the one-line error and exit codes, the model, lookahead and
+sampler options, opening the engine, Auto's curve for benchmarks, and attached files."""
 
 from __future__ import annotations
 
@@ -10,11 +10,12 @@ from pathlib import Path
 from engine.costs.calibration import MachineBusy
 from engine.decoding.runtime import Engine, default_threads
 from engine.decoding.session import ChatSession
-from engine.decoding.settings import DEFAULT_LOOKAHEAD, LookaheadConfig
+from engine.decoding.settings import APP_LOOP_GUARD, APP_SAMPLING, DEFAULT_LOOKAHEAD, LookaheadConfig, SamplingConfig
 from engine.decoding.text import Message
 from engine.documents import Document, DocumentContext, DocumentError, read_document, with_documents
 from engine.llama.bundled import default_model_path
 from engine.llama.probe import ensure_loadable
+from engine.llama.problems import SettingsError
 
 EXIT_BAD_INPUT = 2
 EXIT_FAILED = 1
@@ -42,6 +43,47 @@ def add_lookahead_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--window", type=int, default=None, help="lookahead window W (0..16)")
     p.add_argument("--ngram", type=int, default=None, help="n-gram size N (2..8)")
     p.add_argument("--guesses", type=int, default=None, help="verification candidates G (0..16)")
+
+
+def add_sampling_args(p: argparse.ArgumentParser) -> None:
+    """The sampler and the loop guard, defaulting to the app's (``APP_SAMPLING``, ``APP_LOOP_GUARD``)."""
+    d = APP_SAMPLING
+    p.add_argument("--temperature", type=float, default=d.temperature, help=f"0 = greedy (default {d.temperature:g})")
+    p.add_argument("--seed", type=int, default=d.seed, help=f"seed of the sampled draws (default {d.seed})")
+    p.add_argument("--top-k", type=int, default=d.top_k,
+                   help=f"sample from the k likeliest tokens (0 = all; default {d.top_k})")
+    p.add_argument("--top-p", type=float, default=d.top_p, help=f"nucleus sampling threshold (default {d.top_p:g})")
+    p.add_argument("--min-p", type=float, default=d.min_p,
+                   help=f"drop tokens below this fraction of the likeliest one's probability (default {d.min_p:g})")
+    p.add_argument("--repeat-penalty", type=float, default=d.repeat_penalty,
+                   help=f"penalise tokens seen in the last --repeat-last-n tokens, also when greedy (1 = off; 1..2; "
+                        f"default {d.repeat_penalty:g})")
+    p.add_argument("--repeat-last-n", type=int, default=d.repeat_last_n,
+                   help=f"how many recent tokens the penalty looks at (0 = off; default {d.repeat_last_n})")
+    p.add_argument("--dry", type=float, default=d.dry_multiplier, metavar="MULTIPLIER",
+                   help=f"DRY: penalise a token that extends a repeat of an earlier span (0 = off; 0.8 is "
+                        f"llama.cpp's usual value; default {d.dry_multiplier:g})")
+    p.add_argument("--dry-base", type=float, default=d.dry_base,
+                   help=f"DRY's growth per token (default {d.dry_base:g})")
+    p.add_argument("--dry-allowed-length", type=int, default=d.dry_allowed_length,
+                   help=f"DRY: a repeat this long is free (default {d.dry_allowed_length})")
+    p.add_argument("--dry-prompt-tokens", type=int, default=d.dry_last_n,
+                   help=f"DRY also sees this many of the prompt's last tokens (0 = the reply only; "
+                        f"default {d.dry_last_n})")
+    p.add_argument("--loop-guard", action=argparse.BooleanOptionalAction, default=APP_LOOP_GUARD,
+                   help=f"stop a reply that repeats one passage over and over, as the app does "
+                        f"(default: {'on' if APP_LOOP_GUARD else 'off'})")
+
+
+def sampling_from_args(args: argparse.Namespace) -> SamplingConfig:
+    try:
+        return SamplingConfig(
+            temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p, seed=args.seed,
+            repeat_penalty=args.repeat_penalty, repeat_last_n=args.repeat_last_n, dry_multiplier=args.dry,
+            dry_base=args.dry_base, dry_allowed_length=args.dry_allowed_length, dry_last_n=args.dry_prompt_tokens,
+        ).validate()
+    except SettingsError as exc:
+        raise CliError(str(exc)) from None
 
 
 def lookahead_from_args(args: argparse.Namespace, eng: Engine | None = None) -> LookaheadConfig | None:

@@ -9,17 +9,19 @@ from pathlib import Path
 
 from engine.decoding.runtime import GenerationControls
 from engine.decoding.session import ChatSession
-from engine.decoding.settings import SamplingConfig, StopConfig
+from engine.decoding.settings import StopConfig
 from engine.decoding.text import Message, conversation_messages
 from engine.speed.run_stats import RunStats
 from engine.tools.commands.common import (
     CliError,
     add_lookahead_args,
     add_model_args,
+    add_sampling_args,
     attach_to,
     lookahead_from_args,
     open_engine,
     read_attachments,
+    sampling_from_args,
 )
 
 
@@ -34,22 +36,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--system", default="", help="system prompt (with --chat)")
     add_lookahead_args(g)
     g.add_argument("--max-tokens", type=int, default=256)
-    g.add_argument("--temperature", type=float, default=0.0)
-    g.add_argument("--seed", type=int, default=0)
-    d = SamplingConfig()
-    g.add_argument("--top-k", type=int, default=d.top_k,
-                   help=f"sample from the k likeliest tokens (0 = all; default {d.top_k})")
-    g.add_argument("--top-p", type=float, default=d.top_p, help=f"nucleus sampling threshold (default {d.top_p})")
-    g.add_argument("--min-p", type=float, default=d.min_p,
-                   help=f"drop tokens below this fraction of the likeliest one's probability (default {d.min_p})")
-    g.add_argument("--repeat-penalty", type=float, default=d.repeat_penalty,
-                   help="penalise tokens seen in the last --repeat-last-n tokens, also when greedy (1 = off; 1..2)")
-    g.add_argument("--repeat-last-n", type=int, default=d.repeat_last_n,
-                   help=f"how many recent tokens the penalty looks at (0 = off; default {d.repeat_last_n})")
+    add_sampling_args(g)
     g.add_argument("--stop", action="append", default=[], metavar="TEXT",
                    help="end the reply before this text (repeatable)")
-    g.add_argument("--loop-guard", action=argparse.BooleanOptionalAction, default=True,
-                   help="stop a reply that repeats one passage over and over, as the app does (default: on)")
     g.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
     g.add_argument("--attach", action="append", default=[], metavar="FILE",
                    help="attach a file to the prompt (repeatable): text, Markdown, code, CSV, JSON, HTML, PDF or "
@@ -65,10 +54,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     else:
         prompt_text = args.prompt
     lookahead = lookahead_from_args(args)
-    sampling = SamplingConfig(
-        temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p, seed=args.seed,
-        repeat_penalty=args.repeat_penalty, repeat_last_n=args.repeat_last_n,
-    ).validate()
+    sampling = sampling_from_args(args)
     stop = StopConfig(max_tokens=args.max_tokens, stop_strings=tuple(args.stop), loop_guard=args.loop_guard).validate()
     docs = read_attachments(args.attach)
     with open_engine(args) as eng:

@@ -1,4 +1,4 @@
-"""Top-k, min-p, the repeat penalty and stop strings: lookahead keeps the text exact, the panel passes them on."""
+"""Top-k, min-p, the repeat penalty, DRY and stop strings: lookahead keeps the text exact, the panel passes them on."""
 
 from __future__ import annotations
 
@@ -28,6 +28,8 @@ CONTROLS = {
     "min_p": SamplingConfig(temperature=0.9, top_k=0, top_p=1.0, min_p=0.08, seed=12),
     "repeat_penalty": SamplingConfig(temperature=0.9, seed=13, repeat_penalty=1.3, repeat_last_n=64),
     "repeat_penalty_greedy": SamplingConfig(temperature=0.0, repeat_penalty=1.3, repeat_last_n=64),
+    "dry": SamplingConfig(temperature=0.0, dry_multiplier=0.8),
+    "dry_sampled_prompt": SamplingConfig(temperature=0.8, seed=14, dry_multiplier=0.8, dry_last_n=256),
 }
 
 
@@ -126,6 +128,26 @@ def test_the_repeat_penalty_changes_the_text(engine):
 
 
 @pytest.mark.model
+def test_dry_ends_a_loop_that_greedy_decoding_falls_into(engine):
+    """A greedy reply that repeats one phrase over and over does not under DRY, and the phrase is still written."""
+    from engine.decoding.loops import reads_as_a_loop
+
+    prompt = engine.render_chat([Message("user", "Write the word hello twenty times, then say goodbye.")])
+    greedy = run(engine, prompt, None, SamplingConfig())
+    dry = run(engine, prompt, None, CONTROLS["dry"])
+    assert reads_as_a_loop(greedy.text), greedy.text
+    assert not reads_as_a_loop(dry.text) and "hello" in dry.text.lower(), dry.text
+
+
+def test_the_settings_say_what_they_are_in_words():
+    assert SamplingConfig().describe(True) == "greedy, loop guard on"
+    sampled = SamplingConfig(temperature=0.7, seed=7, top_k=0, top_p=1.0, min_p=0.1, repeat_penalty=1.1)
+    assert sampled.describe() == "temperature 0.7, seed 7, min-p 0.1, repeat penalty 1.1 over the last 64 tokens"
+    assert SamplingConfig(dry_multiplier=0.8).describe(False) == \
+        "greedy, DRY 0.8 (base 1.75, 2 tokens free) over the reply, loop guard off"
+
+
+@pytest.mark.model
 def test_top_k_of_one_samples_the_greedy_text(engine):
     """top-k reaches the sampler: with k=1 every temperature draws the argmax."""
     prompt = chat_prompt(engine, WORKLOADS[0])
@@ -166,8 +188,11 @@ def test_stop_strings_cut_the_text_at_the_same_place_in_both_modes(engine):
 @pytest.mark.parametrize("bad", [
     SamplingConfig(top_k=-1), SamplingConfig(top_k=100_000), SamplingConfig(min_p=1.0),
     SamplingConfig(repeat_penalty=0.9), SamplingConfig(repeat_penalty=2.5), SamplingConfig(repeat_penalty=float("nan")),
+    SamplingConfig(dry_multiplier=-0.1), SamplingConfig(dry_multiplier=9.0), SamplingConfig(dry_base=1.0),
+    SamplingConfig(dry_allowed_length=0), SamplingConfig(dry_last_n=-1),
     SamplingConfig(repeat_last_n=-1), SamplingConfig(repeat_last_n=5000), SamplingConfig(temperature=float("nan")),
-], ids=["top_k<0", "top_k huge", "min_p=1", "penalty<1", "penalty>2", "penalty nan", "window<0", "window huge",
+], ids=["top_k<0", "top_k huge", "min_p=1", "penalty<1", "penalty>2", "penalty nan", "dry<0", "dry huge",
+        "dry base 1", "dry free 0", "dry prompt<0", "window<0", "window huge",
         "temperature nan"])
 def test_out_of_range_sampling_settings_are_refused(bad):
     with pytest.raises(SettingsError):

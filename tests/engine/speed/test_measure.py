@@ -211,6 +211,30 @@ def test_the_bench_summary_is_the_same_roll_up():
     assert (empty["geomean"], empty["n"], empty["by_cat"], empty["oracle_geomean"]) == (0.0, 0, {}, 0.0)
 
 
+def test_the_bench_counts_the_replies_that_looped_and_gives_the_speedup_over_the_rest():
+    rows = [_row("a", "code", 1.2, 2.0, True), _row("b", "chat", 3.0, 5.0, True), _row("c", "chat", 0.9, 1.0, True)]
+    rows[1].looped, rows[1].stop_reason = True, "loop"  # stopped by the guard
+    rows[2].looped, rows[2].stop_reason = True, "length"  # read as a loop, not stopped
+    report = BenchReport(results=rows, model="m", lookahead={}, threads=1, max_tokens=8,
+                         sampling=SamplingConfig(repeat_penalty=1.1), loop_guard=True)
+    s = report.summary()
+    assert (s["looped"], s["stopped_by_guard"], s["geomean_not_looped"], s["min_not_looped"]) == (2, 1, 1.2, 1.2)
+    assert s["settings"] == "greedy, repeat penalty 1.1 over the last 64 tokens, loop guard on"
+    table = report.table()
+    assert "replies that looped: 2 of 3 (1 stopped by the guard); over the 1 that did not: geomean 1.200" in table
+    assert "settings: greedy, repeat penalty 1.1 over the last 64 tokens, loop guard on, 8 tokens at most" in table
+    assert report.to_json()["sampling"]["repeat_penalty"] == 1.1
+
+
+def test_a_row_is_looped_when_the_guard_stopped_plain_or_its_text_reads_as_a_loop():
+    work = Workload("p", "chat", "hi")
+    looping = RunStats(text="not only " * 12, n_tokens=24, stop_reason="length")
+    stopped = RunStats(text="fine", n_tokens=24, stop_reason="loop")
+    fine = RunStats(text="A short and ordinary reply.", n_tokens=24, stop_reason="eog")
+    assert [PromptResult.from_runs(work, plain, plain, identical=True).looped for plain in (looping, stopped, fine)] \
+        == [True, True, False]
+
+
 FIGURES = VerdictFigures(plain_first=True, speedup_low=1.2, speedup_high=1.4, pairs=4, steps_predict=1.25,
                          same_steps=False, measurable=True, busy=False)
 
@@ -232,7 +256,8 @@ def test_a_rows_json_holds_its_figures_under_extra_as_bench_json_printed_them():
     assert row.to_json() == {
         "id": "a1", "cat": "code", "n_tokens": 64, "plain_tps": 10.0, "lookahead_tps": 13.0, "speedup": 1.3,
         "tokens_per_step": 2.0, "identical": True, "first_divergence": None, "plain_s": 0.0, "lookahead_s": 0.0,
-        "accepted_by_source": {}, "extra": {},  # a row without figures (a grid's, one from before repeats)
+        "accepted_by_source": {}, "stop_reason": None, "looped": False,
+        "extra": {},  # a row without figures (a grid's, one from before repeats)
     }
     row.verdict = FIGURES
     row.bench = BenchFigures(oracle_bound=2.5, runs=8, drafted=30, accepted=12, drafted_steps=10, landed_steps=6,

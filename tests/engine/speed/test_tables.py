@@ -69,3 +69,13 @@ def test_the_report_rolls_the_steps_prediction_up_by_category_where_rows_recorde
         "same steps as plain: no speedup to claim there. 1 of 5 showed no measurable difference (their repeats "
         "spanned 1.00×). Another program was using the CPU during this run: times may be off."
     )
+
+
+def test_the_report_says_how_many_replies_looped_and_the_gain_over_the_others():
+    rows = [_row("a", "code", 1.2, 2.0, True, REPEATS), _row("b", "chat", 3.0, 5.0, True, REPEATS),
+            _row("c", "chat", 1.5, 2.0, True, REPEATS)]
+    rows[1].looped, rows[1].stop_reason = True, "loop"
+    text = report_summary(rows)
+    assert "1 of 3 replies repeated themselves (1 stopped by the loop guard)" in text
+    assert "over the other 2, 1.34×." in text  # sqrt(1.2 * 1.5)
+    assert "repeated" not in report_summary(rows[:1] + rows[2:])
