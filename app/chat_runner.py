@@ -14,6 +14,7 @@ JSON backup). Their actions are here; the window puts them in its menus.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 from PySide6.QtCore import QObject, Signal, Slot
 from PySide6.QtGui import QAction, QKeySequence
@@ -102,6 +103,7 @@ class ChatRunner(QObject):
         pane.sendRequested.connect(self.send_message)
         pane.editRequested.connect(self.begin_edit)
         pane.regenerateRequested.connect(self.regenerate_last)
+        pane.writeOutRequested.connect(self.write_out_last)
         pane.cancelEditRequested.connect(self.cancel_edit)
         pane.alternativeRequested.connect(self.show_alternative)
         pane.forkRequested.connect(self.fork)
@@ -318,9 +320,20 @@ class ChatRunner(QObject):
     @Slot()
     def regenerate_last(self) -> None:
         """Generate the last reply again (the one it replaces stays, as an alternative)."""
+        self._regenerate(self._settings())
+
+    @Slot()
+    def write_out_last(self) -> None:
+        """The last reply, stopped for repeating itself, written again without the loop guard this once: the same
+        text up to where it stopped (the same settings; drafted from the stopped reply, so that part comes fast),
+        then on to its end."""
+        settings = self._settings()
+        self._regenerate(replace(settings, stop=replace(settings.stop, loop_guard=False)))
+
+    def _regenerate(self, settings: TurnSettings) -> None:
         if self.chat.conversation_id is None or not self._can_start():
             return
-        started = self.chat.begin_regenerate(self._settings())
+        started = self.chat.begin_regenerate(settings)
         if started is not None:
             self._send(started[1])
 
@@ -445,6 +458,7 @@ class ChatRunner(QObject):
             else:
                 bubble.set_message_id(record.message_id, self.chat.store.siblings(record.message_id))
                 bubble.set_stats_line(record.stats.summary_line())
+                self._pane.chat_view.set_last_stopped_looping(record.stats.stop_reason == "loop")
         if record.message_id is None:
             if bubble is None:  # nothing kept: the panel goes back to the chat in view (shown above otherwise)
                 self._label_live_stats()

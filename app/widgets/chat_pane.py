@@ -49,6 +49,7 @@ class ChatPane(QWidget):
         stopRequested(): the button while a reply is being written (it reads Stop then).
         editRequested(int): "Edit" on a user message (its store id).
         regenerateRequested(): "Regenerate" on the last reply.
+        writeOutRequested(): "Write it out" on the last reply, which the loop guard stopped.
         cancelEditRequested(): "Cancel edit" on the banner.
         alternativeRequested(int): ‹ or › on a message: show that alternative (its store id).
         forkRequested(int): "Fork" on a message (its store id).
@@ -61,6 +62,7 @@ class ChatPane(QWidget):
     stopRequested = Signal()
     editRequested = Signal(int)
     regenerateRequested = Signal()
+    writeOutRequested = Signal()
     cancelEditRequested = Signal()
     alternativeRequested = Signal(int)
     forkRequested = Signal(int)
@@ -72,6 +74,7 @@ class ChatPane(QWidget):
         self.chat_view = ChatView()
         self.chat_view.editRequested.connect(self.editRequested)
         self.chat_view.regenerateRequested.connect(self.regenerateRequested)
+        self.chat_view.writeOutRequested.connect(self.writeOutRequested)
         self.chat_view.alternativeRequested.connect(self.alternativeRequested)
         self.chat_view.forkRequested.connect(self.forkRequested)
 
@@ -159,6 +162,7 @@ class ChatPane(QWidget):
             bubble = self.chat_view.add_message(
                 m.role, m.content, m.id, stats.summary_line() if stats else "", marks,
                 alternatives=(alternatives or {}).get(m.id, ()),
+                stopped_looping=stats is not None and stats.stop_reason == "loop",
             )
             files = m.attachments
             placed = ReplySources.from_json(m.documents_json)

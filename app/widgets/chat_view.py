@@ -18,12 +18,14 @@ class ChatView(QScrollArea):
     Signals:
         editRequested(int): forwarded from a user bubble.
         regenerateRequested(): forwarded from the last reply's bubble.
+        writeOutRequested(): forwarded from the last reply's bubble (a reply the loop guard stopped).
         alternativeRequested(int): forwarded from a bubble's ‹ ›.
         forkRequested(int): forwarded from a bubble's "Fork".
     """
 
     editRequested = Signal(int)
     regenerateRequested = Signal()
+    writeOutRequested = Signal()
     alternativeRequested = Signal(int)
     forkRequested = Signal(int)
 
@@ -89,8 +91,10 @@ class ChatView(QScrollArea):
         stats_line: str = "",
         marks: TokenMarks | None = None,
         alternatives: Sequence[int] = (),
+        stopped_looping: bool = False,
     ) -> MessageBubble:
         bubble = MessageBubble(role, text, message_id)
+        bubble.stopped_looping = stopped_looping
         bubble.marks = marks
         bubble.set_show_lookahead(self._show_lookahead)
         bubble.set_stats_line(stats_line)
@@ -98,6 +102,7 @@ class ChatView(QScrollArea):
         bubble.set_actions_enabled(not self._busy)
         bubble.editRequested.connect(self.editRequested)
         bubble.regenerateRequested.connect(self.regenerateRequested)
+        bubble.writeOutRequested.connect(self.writeOutRequested)
         bubble.alternativeRequested.connect(self.alternativeRequested)
         bubble.forkRequested.connect(self.forkRequested)
         self._layout.insertWidget(self._layout.count() - 1, bubble)
@@ -146,11 +151,19 @@ class ChatView(QScrollArea):
         for bubble in self._bubbles:
             bubble.set_actions_enabled(not busy)
 
+    def set_last_stopped_looping(self, on: bool) -> None:
+        """The last reply was (or was not) stopped by the loop guard: offer to write it out anyway."""
+        if self._bubbles:
+            self._bubbles[-1].stopped_looping = on
+            self._update_regenerate()
+
     def _update_regenerate(self) -> None:
         for bubble in self._bubbles:
             bubble.regenerate_button.setVisible(False)
+            bubble.write_out_button.setVisible(False)
         if self._bubbles and self._bubbles[-1].role == "assistant":
             self._bubbles[-1].regenerate_button.setVisible(True)
+            self._bubbles[-1].write_out_button.setVisible(self._bubbles[-1].stopped_looping)
 
     def scroll_to_bottom(self) -> None:
         self._follow = True

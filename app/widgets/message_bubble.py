@@ -186,12 +186,14 @@ class MessageBubble(QFrame):
     Signals:
         editRequested(int): "Edit" on a user message (its store id).
         regenerateRequested(): "Regenerate" on the last reply.
+        writeOutRequested(): "Write it out" on the last reply, stopped for repeating itself.
         alternativeRequested(int): ‹ or › : show this alternative of the message instead (its store id).
         forkRequested(int): "Fork": a new chat with the conversation down to this message (its store id).
     """
 
     editRequested = Signal(int)
     regenerateRequested = Signal()
+    writeOutRequested = Signal()
     alternativeRequested = Signal(int)
     forkRequested = Signal(int)
 
@@ -219,10 +221,15 @@ class MessageBubble(QFrame):
         self.next_button.setAccessibleName("Next alternative")
         self.edit_button = self._tool_button("Edit", "Edit and resend (the original stays)", self._on_edit)
         self.regenerate_button = self._tool_button("Regenerate", "Generate this reply again", self._on_regenerate)
+        self.write_out_button = self._tool_button(
+            "Write it out", "This reply was stopped for repeating itself: write it again without stopping it "
+            "(the stopped one stays, as an alternative)", self.writeOutRequested.emit)
         self.fork_button = self._tool_button("Fork", "A new chat with the conversation up to here", self._on_fork)
         self.copy_button = CopyButton("Copy", "Copy this message as Markdown", self.text, self)
         self.edit_button.setVisible(role == "user")
         self.regenerate_button.setVisible(False)  # only the last reply, set by the chat view
+        self.write_out_button.setVisible(False)  # only the last reply, when the loop guard stopped it
+        self.stopped_looping = False
         self._actions_enabled = True
         self.highlighted = False
 
@@ -232,7 +239,8 @@ class MessageBubble(QFrame):
         for w in (self.previous_button, self.alternative_label, self.next_button):
             header.addWidget(w)
         header.addStretch(1)
-        for b in (self.edit_button, self.regenerate_button, self.fork_button, self.copy_button):
+        for b in (self.edit_button, self.regenerate_button, self.write_out_button, self.fork_button,
+                  self.copy_button):
             header.addWidget(b)
 
         self.body = MarkdownView(self)
@@ -360,6 +368,7 @@ class MessageBubble(QFrame):
         saved = enabled and self.message_id is not None
         self.edit_button.setEnabled(saved)
         self.regenerate_button.setEnabled(enabled)
+        self.write_out_button.setEnabled(enabled)
         self.fork_button.setEnabled(saved)
         k = self._alternative_index()
         self.previous_button.setEnabled(saved and k > 0)

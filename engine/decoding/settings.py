@@ -172,5 +172,5 @@ DEFAULT_LOOKAHEAD = LookaheadConfig(window=4, ngram=MAX_NGRAM, guesses=2, auto=T
 
 # What the app writes replies with until the user changes it; ``engine generate`` and ``engine bench`` start
 # from the same. Chosen by measurement (docs/SPEED.md, "Choosing the sampler").
-APP_SAMPLING = SamplingConfig()
+APP_SAMPLING = SamplingConfig(dry_multiplier=0.8)
 APP_LOOP_GUARD = True

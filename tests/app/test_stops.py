@@ -70,3 +70,25 @@ def test_closing_while_a_model_loads_exits_quickly(qtbot, make_window):
     window.close()
     assert time.perf_counter() - t0 < 2.0
     assert not window.engine.worker_thread.isRunning()
+
+
+LOOPING_PROMPT = "Make a Markdown table of four planets with their diameter and number of moons."
+
+
+def test_a_reply_stopped_for_repeating_itself_can_be_written_out_anyway(qtbot, make_window):
+    """The loop guard stops the reply and says so; "Write it out" writes it again without the guard: the same text
+    up to the stop, then on, and the stopped reply stays as an alternative."""
+    from tests.helpers.app_fixtures import click_and_wait, quick_settings, send
+
+    window = make_window(quick_settings(max_tokens=160))
+    stopped = send(qtbot, window, LOOPING_PROMPT)
+    assert stopped.outcome.stop_reason == "loop", stopped.text
+    bubble = window.chat_view.bubbles()[-1]
+    assert "repeating itself" in bubble.stats_label.text()
+    assert bubble.write_out_button.isVisibleTo(window) and not bubble.regenerate_button.isHidden()
+    whole = click_and_wait(qtbot, window, bubble.write_out_button)
+    assert whole.outcome.stop_reason != "loop"
+    assert whole.text.startswith(stopped.text) and len(whole.text) > len(stopped.text)
+    last = window.chat_view.bubbles()[-1]
+    assert len(last.alternatives) == 2 and not last.write_out_button.isVisibleTo(window)
+    assert window.panel.stop_config().loop_guard  # this once: the panel's switch stays on

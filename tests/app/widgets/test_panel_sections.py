@@ -10,6 +10,7 @@ from PySide6.QtCore import Qt
 from app.settings import AppSettings
 from app.widgets.decoding_panel import DecodingPanel, sampling_summary
 from engine import SamplingConfig, StopConfig
+from engine.decoding.settings import APP_SAMPLING
 from tests.helpers.app_fixtures import OFFSCREEN_NOISE, quick_settings, use_fake_engine
 
 pytestmark = [OFFSCREEN_NOISE]
@@ -32,7 +33,7 @@ def test_a_folded_section_says_what_its_controls_are_set_to_and_follows_them(qtb
     sampling, model, prompt = (panel.sections[n] for n in ("sampling", "model", "system_prompt"))
 
     assert not sampling.is_expanded() and not sampling.body.isVisible()
-    assert sampling.summary_text() == "greedy · up to 512 tokens"
+    assert sampling.summary_text() == "greedy · DRY 0.8 · up to 512 tokens"
     assert model.summary_text() == "context 4,096 · threads auto"
     assert prompt.summary_text() == "You are terse. Answer in one line."
 
@@ -41,12 +42,12 @@ def test_a_folded_section_says_what_its_controls_are_set_to_and_follows_them(qtb
     panel.stop_edit.setPlainText("###\nUser:")
     panel.threads_spin.setValue(2)
     assert sampling.summary_text() == (
-        "temperature 0.7 · top-k 40 · top-p 0.95 · min-p 0.05 · up to 2,048 tokens · 2 stop strings"
+        "temperature 0.7 · top-k 40 · top-p 0.95 · min-p 0.05 · DRY 0.8 · up to 2,048 tokens · 2 stop strings"
     )
     assert model.summary_text() == "context 4,096 · threads 2"
 
     panel.load_chat_settings({"temperature": 0.0, "max_tokens": 64, "stop_strings": []})  # another chat opened
-    assert sampling.summary_text() == "greedy · up to 64 tokens"
+    assert sampling.summary_text() == "greedy · DRY 0.8 · up to 64 tokens"
 
 
 def test_the_summary_names_a_repeat_penalty_only_when_it_applies():
@@ -55,6 +56,22 @@ def test_the_summary_names_a_repeat_penalty_only_when_it_applies():
     guarded = StopConfig(max_tokens=10, loop_guard=True)
     assert sampling_summary(on, guarded) == "greedy · repeat penalty 1.1 · up to 10 tokens"
     assert sampling_summary(off, guarded) == "greedy · up to 10 tokens"
+
+
+def test_dry_is_on_by_default_and_its_box_goes_into_the_sampling_and_the_chats(qtbot):
+    panel = DecodingPanel()
+    qtbot.addWidget(panel)
+    panel.load_settings(AppSettings())
+    assert panel.sampling_config().dry_multiplier == 0.8 and panel.sampling_config() == APP_SAMPLING
+    panel.dry_spin.setValue(0.0)
+    assert not panel.sampling_config().dry and "DRY" not in panel.sections["sampling"].summary_text()
+    saved = panel.chat_settings()
+    assert saved["dry_multiplier"] == 0.0
+    panel.load_chat_settings({"dry_multiplier": 1.5})
+    assert panel.sampling_config().dry_multiplier == 1.5
+    stored = AppSettings()
+    panel.store_settings(stored)
+    assert stored.dry_multiplier == 1.5
 
 
 def test_the_loop_guard_is_on_by_default_and_its_switch_goes_into_the_stop_settings_and_the_chats(qtbot):
@@ -66,7 +83,7 @@ def test_the_loop_guard_is_on_by_default_and_its_switch_goes_into_the_stop_setti
 
     panel.loop_guard_check.setChecked(False)
     assert not panel.stop_config().loop_guard
-    assert sampling.summary_text() == "greedy · up to 512 tokens · loops not stopped"
+    assert sampling.summary_text() == "greedy · DRY 0.8 · up to 512 tokens · loops not stopped"
     saved = panel.chat_settings()
     assert saved["loop_guard"] is False
 
@@ -91,7 +108,7 @@ def test_the_header_unfolds_by_click_and_by_keyboard_and_says_what_the_open_cont
     sampling = panel.sections["sampling"]
     assert sampling.summary.isVisible()
 
-    assert sampling.summary.full_text() == sampling.summary_text() == "greedy · up to 512 tokens"
+    assert sampling.summary.full_text() == sampling.summary_text() == "greedy · DRY 0.8 · up to 512 tokens"
     with qtbot.waitSignal(panel.settingsChanged):
         qtbot.mouseClick(sampling.header, Qt.MouseButton.LeftButton)
     assert sampling.is_expanded() and panel.top_k_spin.isVisible()

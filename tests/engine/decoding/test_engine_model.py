@@ -308,8 +308,9 @@ def test_auto_drafts_where_the_reply_copies_the_prompt_and_says_why(engine):
         assert all(ev.batch_size <= cap for ev in events)
 
 
-@pytest.mark.auto
 def test_the_bench_measures_in_pairs_as_compare_does_and_checks_equality(engine):
+    """What it asserts (pairs, equality, the table's words) holds whatever Auto plans: not run again on the
+    reference curves."""
     from engine.speed.comparison import MAX_PAIRS, MIN_PAIRS
     from engine.tools.bench import run_bench
 
