@@ -111,6 +111,9 @@ BAD_SAMPLING = {
     "penalty above 2": ["--repeat-penalty", "3"],
     "negative penalty window": ["--repeat-last-n", "-1"],
     "huge penalty window": ["--repeat-last-n", "100000"],
+    "negative DRY": ["--dry", "-0.5"],
+    "DRY base of 1": ["--dry-base", "1"],
+    "DRY allowing nothing": ["--dry-allowed-length", "0"],
 }
 
 
@@ -119,6 +122,25 @@ def test_bad_sampling_values_exit_2_with_one_error_line(extra):
     r = engine_cli("generate", "--prompt", "hi", *extra)
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith("error:"), r.stderr
+
+
+@pytest.mark.model
+def test_bench_runs_at_the_app_s_settings_or_the_ones_given_and_counts_the_replies_that_looped():
+    def bench(*extra: str) -> dict:
+        r = engine_cli("bench", "--only", "chat-hello", "--max-tokens", "8", "--no-references", "--pairs", "2",
+                       "--json", "--threads", "2", *extra)
+        assert r.returncode == 0, r.stderr
+        return json.loads(r.stdout)
+
+    default = bench()
+    assert default["summary"]["settings"] == "greedy, DRY 0.8 (base 1.75, 2 tokens free) over the reply, loop guard on"
+    assert default["loop_guard"] and default["sampling"]["dry_multiplier"] == 0.8
+    given = bench("--repeat-penalty", "1.1", "--dry", "0", "--no-loop-guard", "--temperature", "0.7", "--seed", "7")
+    assert given["summary"]["settings"] == ("temperature 0.7, seed 7, top-k 40, top-p 0.95, min-p 0.05, repeat "
+                                           "penalty 1.1 over the last 64 tokens, loop guard off")
+    for out in (default, given):
+        s = out["summary"]
+        assert s["looped"] == 0 and s["geomean_not_looped"] == s["geomean"] > 0 and s["identical"] == 1
 
 
 @pytest.mark.model
