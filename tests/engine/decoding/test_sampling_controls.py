@@ -129,14 +129,16 @@ def test_the_repeat_penalty_changes_the_text(engine):
 
 @pytest.mark.model
 def test_dry_ends_a_loop_that_greedy_decoding_falls_into(engine):
-    """A greedy reply that repeats one phrase over and over does not under DRY, and the phrase is still written."""
+    """Asked to copy a chorus, greedy decoding sings "la la la" until the limit; DRY, which does not count the
+    prompt's own repeats against the reply, copies it and reaches the last line."""
     from engine.decoding.loops import reads_as_a_loop
 
-    prompt = engine.render_chat([Message("user", "Write the word hello twenty times, then say goodbye.")])
+    chorus = "La la la, la la la,\n" * 4 + "sing it all night long."
+    prompt = engine.render_chat([Message("user", f"Copy this song chorus exactly, as it is:\n\n{chorus}")])
     greedy = run(engine, prompt, None, SamplingConfig())
     dry = run(engine, prompt, None, CONTROLS["dry"])
-    assert reads_as_a_loop(greedy.text), greedy.text
-    assert not reads_as_a_loop(dry.text) and "hello" in dry.text.lower(), dry.text
+    assert reads_as_a_loop(greedy.text) and "night long" not in greedy.text, greedy.text
+    assert not reads_as_a_loop(dry.text) and "night long" in dry.text.lower(), dry.text
 
 
 def test_the_settings_say_what_they_are_in_words():
@@ -236,13 +238,14 @@ def set_panel(panel: DecodingPanel) -> None:
     panel.min_p_spin.setValue(0.1)
     panel.repeat_penalty_spin.setValue(1.15)
     panel.repeat_last_n_spin.setValue(128)
+    panel.dry_spin.setValue(1.2)
     panel.seed_spin.setValue(99)
     panel.max_tokens_spin.setValue(20)
     panel.stop_edit.setPlainText("###\n\\n\\n")
 
 
 PANEL_SAMPLING = SamplingConfig(temperature=0.7, top_k=12, top_p=0.8, min_p=0.1, seed=99, repeat_penalty=1.15,
-                                repeat_last_n=128)
+                                repeat_last_n=128, dry_multiplier=1.2)
 PANEL_STOP = StopConfig(max_tokens=20, stop_strings=("###", "\n\n"), loop_guard=True)  # the guard: on by default
 
 
@@ -305,6 +308,7 @@ def test_opening_a_chat_shows_the_sampling_values_it_was_saved_with(qtbot, app_h
     tuned = store.create_conversation("Tuned")
     store.set_conversation_settings(tuned.id, {"temperature": 0.7, "top_k": 12, "top_p": 0.8, "min_p": 0.1,
                                                "repeat_penalty": 1.15, "repeat_last_n": 128, "seed": 99,
+                                               "dry_multiplier": 1.2,
                                                "max_tokens": 20, "stop_strings": ["###", "\n\n"],
                                                "future_setting": "kept out of the panel"})
     store.create_conversation("Untuned")
