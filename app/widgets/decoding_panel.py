@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (
 
 from engine import LookaheadConfig, SamplingConfig, StepEvent, StopConfig
 from engine.decoding.settings import (
+    APP_LOOP_GUARD,
     DEFAULT_LOOKAHEAD,
     MAX_DRY_MULTIPLIER,
     MAX_REPEAT_LAST_N,
@@ -176,7 +177,7 @@ class DecodingPanel(QWidget):
         self.stop_edit.setMaximumHeight(self.fontMetrics().lineSpacing() * 3 + 14)
         self.loop_guard_check = QCheckBox("Stop a reply that repeats itself")
         self.loop_guard_check.setToolTip(LOOP_GUARD_TIP)
-        self.loop_guard_check.setChecked(True)  # as AppSettings: on until the user says otherwise
+        self.loop_guard_check.setChecked(APP_LOOP_GUARD)  # as AppSettings, until the user says otherwise
         sampling_box = QWidget()
         form = QFormLayout(sampling_box)
         form.setContentsMargins(0, 0, 0, 0)

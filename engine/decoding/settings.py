@@ -68,7 +68,9 @@ class SamplingConfig:
     ``dry_allowed_length`` is penalised by multiplier * base^(length - allowed).
     It looks at the reply and the last ``dry_last_n`` tokens of the prompt
     (0: the reply only), so how much of the prompt a reply may copy freely is
-    set here.
+    set here. Both penalties read one history (one llama.cpp sampler chain), so
+    with the repeat penalty on too, DRY also sees its window of the prompt:
+    ``prompt_tail`` is what both see.
     """
 
     temperature: float = 0.0
@@ -117,7 +119,7 @@ class SamplingConfig:
         if self.penalized:
             parts.append(f"repeat penalty {self.repeat_penalty:g} over the last {self.repeat_last_n} tokens")
         if self.dry:
-            seen = f"the reply and the prompt's last {self.dry_last_n} tokens" if self.dry_last_n else "the reply"
+            seen = f"the reply and the prompt's last {self.prompt_tail} tokens" if self.prompt_tail else "the reply"
             parts.append(f"DRY {self.dry_multiplier:g} (base {self.dry_base:g}, {self.dry_allowed_length} tokens "
                          f"free) over {seen}")
         if loop_guard is not None:

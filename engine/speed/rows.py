@@ -134,6 +134,25 @@ class CategoryRow:
     steps_predict: float = 0.0  # geometric mean of the rows' ``steps_predict`` (0.0: none recorded)
 
 
+@dataclass(frozen=True)
+class Loops:
+    """Rows whose plain reply looped, how many of them the loop guard stopped, and the rows that did not loop."""
+
+    looped: int
+    stopped: int
+    kept: list[PromptResult]
+
+    @classmethod
+    def of(cls, results: Sequence[PromptResult]) -> Loops:
+        kept = [r for r in results if not r.looped]
+        return cls(looped=len(results) - len(kept), stopped=sum(r.stop_reason == "loop" for r in results), kept=kept)
+
+    @property
+    def kept_speedup(self) -> float:
+        """Geometric mean over the rows that did not loop (0.0 for none)."""
+        return geomean(r.speedup for r in self.kept)
+
+
 def by_category(results: Sequence[PromptResult]) -> list[CategoryRow]:
     """One row per category, in order of first appearance, then ``ALL`` over every result (nothing for none)."""
     groups: dict[str, list[PromptResult]] = {}

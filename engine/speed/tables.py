@@ -15,8 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from engine.speed.comparison import BUSY_NOTE
-from engine.speed.rows import CategoryRow, PromptResult, by_category
-from engine.speed.run_stats import geomean
+from engine.speed.rows import CategoryRow, Loops, PromptResult, by_category
 
 
 def speedup_cell(r: PromptResult) -> str:
@@ -125,13 +124,11 @@ def report_summary(results: Sequence[PromptResult]) -> str:
         text += f" {same} of {n} took the same steps as plain: no speedup to claim there."
     if unclear:
         text += f" {unclear} of {n} showed no measurable difference (their repeats spanned 1.00×)."
-    looped = [r for r in results if r.looped]
-    if looped:
-        stopped = sum(r.stop_reason == "loop" for r in looped)
-        rest = [r for r in results if not r.looped]
-        text += (f" {len(looped)} of {n} replies repeated themselves ({stopped} stopped by the loop guard): a loop's "
-                 f"drafts land easily, so it flatters lookahead")
-        text += f"; over the other {len(rest)}, {geomean(r.speedup for r in rest):.2f}×." if rest else "."
+    loops = Loops.of(results)
+    if loops.looped:
+        text += (f" {loops.looped} of {n} replies repeated themselves ({loops.stopped} stopped by the loop guard): a "
+                 f"loop's drafts land easily, so it flatters lookahead")
+        text += f"; over the other {len(loops.kept)}, {loops.kept_speedup:.2f}×." if loops.kept else "."
     if any(v.busy for v in verdicts):
         text += f" {BUSY_NOTE}"
     return text

@@ -26,7 +26,7 @@ from engine.decoding.settings import APP_LOOP_GUARD, APP_SAMPLING, LookaheadConf
 from engine.decoding.text import Message
 from engine.documents import DocumentContext, read_document, with_documents
 from engine.speed.comparison import compare_decoders, prompt_result
-from engine.speed.rows import ALL, BenchFigures, CategoryRow, PromptResult, by_category
+from engine.speed.rows import ALL, BenchFigures, CategoryRow, Loops, PromptResult, by_category
 from engine.speed.run_stats import RunStats, first_divergence, geomean, simulated_speedup
 from engine.speed.tables import console_table
 from engine.speed.workloads import Workload
@@ -60,14 +60,14 @@ class BenchReport:
                 by_source[source] = by_source.get(source, 0) + n
         figures = [r.bench for r in self.results if r.bench is not None]
         all_sources = [b.oracle_all_sources for b in figures if b.oracle_all_sources is not None]
-        kept = [r for r in self.results if not r.looped]
+        loops = Loops.of(self.results)
         return {
             "simulated": self.simulated,
             "settings": self.sampling.describe(self.loop_guard),
-            "looped": len(self.results) - len(kept),
-            "stopped_by_guard": sum(r.stop_reason == "loop" for r in self.results),
-            "geomean_not_looped": round(geomean(r.speedup for r in kept), 4),
-            "min_not_looped": round(min((r.speedup for r in kept), default=0.0), 4),
+            "looped": loops.looped,
+            "stopped_by_guard": loops.stopped,
+            "geomean_not_looped": round(loops.kept_speedup, 4),
+            "min_not_looped": round(min((r.speedup for r in loops.kept), default=0.0), 4),
             "accepted_by_source": dict(sorted(by_source.items())),
             "oracle_prompt_history": round(overall.oracle_bound or 0.0, 4),
             "oracle_all_sources": round(geomean(all_sources), 4),

@@ -147,6 +147,8 @@ def test_the_settings_say_what_they_are_in_words():
     assert sampled.describe() == "temperature 0.7, seed 7, min-p 0.1, repeat penalty 1.1 over the last 64 tokens"
     assert SamplingConfig(dry_multiplier=0.8).describe(False) == \
         "greedy, DRY 0.8 (base 1.75, 2 tokens free) over the reply, loop guard off"
+    both = SamplingConfig(repeat_penalty=1.1, repeat_last_n=32, dry_multiplier=0.8)  # one history: DRY sees 32 too
+    assert both.prompt_tail == 32 and both.describe().endswith("over the reply and the prompt's last 32 tokens")
 
 
 @pytest.mark.model
