@@ -57,6 +57,8 @@ _CORPUS_SHORT_PRIORS = {
     SPLIT: {1: 0.1, 2: 0.1, 3: 0.15},
 }
 POOL_PRIOR = 0.2
+# Text a grammar forces lands unless the model splits it into other tokens than the grammar's own.
+GRAMMAR_PRIOR = 0.95
 # An n-gram kept from earlier replies lands less often than one of this reply's pool: replaying plain decoding's
 # replies to the 30 repo workloads in bench order, the first token of the kept pool's drafts Auto is offered
 # landed 9% of the time after a token the model was not sure of and 14% after one it was (this reply's pool: 19%
@@ -125,6 +127,8 @@ def _prior(b: Bucket) -> float:
         return KEPT_PRIORS[sure]
     if source == DraftSource.OPENING:
         return OPENING_PRIOR
+    if source == DraftSource.GRAMMAR:
+        return GRAMMAR_PRIOR
     return POOL_PRIOR
 
 

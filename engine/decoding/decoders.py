@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from engine.decoding.grammar import GrammarState
 from engine.decoding.origins import DraftOrigin
 from engine.decoding.plan import ALL_SEQS, StepChoice, StepPlan, build_step
 from engine.decoding.pool import NgramPool
@@ -88,22 +89,36 @@ class StepOutcome:
 
 
 class TokenDrawer:
-    """Draws emitted tokens: argmax of the raw row when nothing changes the logits, else the sampler chain.
+    """Draws emitted tokens: argmax of the raw row when nothing changes the logits, else the sampler chain;
+    under a grammar, among the tokens it allows.
 
     Each emitted position is drawn exactly once, in order, in every decoder, so
     a fixed seed gives the same stream whatever the decoding mode, and the
-    repetition penalty sees the same history: a draft token reaches the
-    sampler only as the draw at its position.
+    repetition penalty and the grammar see the same history: a draft token
+    reaches them only as the draw at its position.
     """
 
-    def __init__(self, ctx: Context, sampler: Sampler | None) -> None:
+    def __init__(self, ctx: Context, sampler: Sampler | None, grammar: GrammarState | None = None) -> None:
         self.ctx = ctx
         self.sampler = sampler
+        self.grammar = grammar
 
     def draw(self, batch_index: int, logits_row: np.ndarray) -> int:
+        grammar = self.grammar
+        if grammar is None:
+            if self.sampler is None:
+                return int(np.argmax(logits_row))
+            return self.sampler.sample(self.ctx, batch_index)
         if self.sampler is None:
-            return int(np.argmax(logits_row))
-        return self.sampler.sample(self.ctx, batch_index)
+            tok = int(np.argmax(logits_row))
+            if not grammar.allows(tok):  # masking the whole row only where the model's choice is not allowed
+                grammar.mask(logits_row)
+                tok = int(np.argmax(logits_row))
+        else:  # the sampler reads the decode's logits buffer, which ``logits_row`` is a view of
+            grammar.mask(logits_row)
+            tok = self.sampler.sample(self.ctx, batch_index)
+        grammar.commit(tok)
+        return tok
 
 
 def top2_gap(row: np.ndarray) -> float:

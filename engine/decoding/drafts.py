@@ -233,6 +233,18 @@ class CorpusIndex:
         return _distinct_drafts(found, conts, count, self.source, lambda _i: self.origin)
 
 
+class DraftScreen(Protocol):
+    """What cuts a draft short: ``keep`` says how many of its tokens (which follow the reply so far) to verify."""
+
+    def keep(self, tokens: tuple[int, ...]) -> int: ...
+
+
+class ForcedText(Protocol):
+    """Text the next tokens must be (a grammar's), as up to ``limit`` tokens; () when there is a choice."""
+
+    def forced(self, limit: int) -> tuple[int, ...]: ...
+
+
 class DraftCorpus(Protocol):
     """Text to draft from by suffix match, as ``CorpusIndex`` offers it (or replay.py's recorded reply)."""
 
@@ -253,6 +265,28 @@ class DraftSources:
     corpus: CorpusIndex | None = None  # earlier chats with this model
     kept: NgramPool | None = None  # n-grams kept from earlier replies of this model
     documents: DraftCorpus | None = None  # the chat's attached documents, whole
+    # What cuts drafts short: DRY where it would turn a token down, a grammar where it forbids one (dry.py,
+    # grammar.py).
+    screens: tuple[DraftScreen, ...] = ()
+    forced: ForcedText | None = None  # what a grammar forces next, drafted first
+
+    def _keep(self, tokens: tuple[int, ...]) -> int:
+        """How many of ``tokens`` come before the first one a screen cuts."""
+        keep = len(tokens)
+        for screen in self.screens:
+            keep = min(keep, screen.keep(tokens[:keep])) if keep else 0
+        return keep
+
+    def _screened(self, drafts: list[Draft]) -> list[Draft]:
+        """``drafts`` cut by the screens; those with nothing left dropped."""
+        out = []
+        for d in drafts:
+            keep = self._keep(d.tokens)
+            if keep == len(d.tokens):
+                out.append(d)
+            elif keep > 0:
+                out.append(replace(d, tokens=d.tokens[:keep], support=d.support[:keep]))
+        return out
 
     def matches(self, token: int, length: int, count: int) -> list[Draft]:
         """Suffix-match drafts: this reply's history first, then the attached documents, then earlier chats.
@@ -272,6 +306,11 @@ class DraftSources:
             for d in corpus.propose(self.history.tokens, length, 1):
                 if not any(o.tokens[: len(d.tokens)] == d.tokens for o in drafts):
                     drafts.append(d)
+        drafts = self._screened(drafts)
+        forced = self.forced.forced(length) if self.forced is not None else ()
+        if forced:  # the grammar's text first; a draft that holds it and goes on stays an alternative
+            longer = [d for d in drafts if not (len(d.tokens) <= len(forced) and forced[: len(d.tokens)] == d.tokens)]
+            drafts = [Draft(forced, DraftSource.GRAMMAR, MAX_MATCH, origin=DraftOrigin.GRAMMAR), *longer]
         return drafts
 
     def ngrams(
@@ -284,7 +323,8 @@ class DraftSources:
             if pool is None or not wanted or len(out) >= count:
                 continue
             for cont, origin in pool.ranked(token, count, length):
-                if any(d.tokens[: len(cont)] == cont for d in (*taken, *out)):
+                cont = cont[: self._keep(cont)]
+                if not cont or any(d.tokens[: len(cont)] == cont for d in (*taken, *out)):
                     continue
                 out.append(Draft(cont, source, 1, origin=origin))
                 if len(out) == count:

@@ -35,6 +35,8 @@ from engine.decoding.decoders import (
     TokenDrawer,
 )
 from engine.decoding.drafts import CorpusIndex, DraftCorpus, DraftSources, HistoryIndex
+from engine.decoding.dry import DRY_CUT, DryScreen
+from engine.decoding.grammar import GrammarState
 from engine.decoding.loops import LoopGuard
 from engine.decoding.origins import OWN, DraftOrigin
 from engine.decoding.plan import StepChoice
@@ -172,6 +174,7 @@ class Generation:
         notice: str,
         record_gaps: bool,
         exact_only: bool,
+        grammar: GrammarState | None = None,
     ) -> None:
         self._engine = engine
         self._controls = controls
@@ -195,7 +198,8 @@ class Generation:
             if sampling.prompt_tail:  # the penalties' history starts with the prompt's tail
                 self._sampler.accept(prompt[-sampling.prompt_tail :])
         try:
-            drawer = TokenDrawer(engine.ctx, self._sampler)
+            self._grammar = grammar
+            drawer = TokenDrawer(engine.ctx, self._sampler, self._grammar)
             self._plain = PlainDecoder(engine.ctx, engine.batch, drawer, engine.commit_seqs, record_gaps=record_gaps)
             self._pool = NgramPool(max_len=MAX_NGRAM - 1)
             self._pool.add_tokens(history, origin=DraftOrigin.HISTORY)
@@ -205,7 +209,10 @@ class Generation:
             self._index.extend(prompt, DraftOrigin.PROMPT)
             self._lookahead = LookaheadDecoder(engine.ctx, engine.batch, drawer, self._pool, JacobiWindow(prompt))
             self._chain = ChainDecoder(engine.ctx, engine.batch, drawer, engine.commit_seqs[0])
-            sources = DraftSources(self._index, self._pool, engine.corpus, engine.kept, engine.documents)
+            self._screen = _dry_screen(engine.model, sampling, prompt)
+            screens = tuple(s for s in (self._grammar, self._screen) if s is not None)
+            sources = DraftSources(self._index, self._pool, engine.corpus, engine.kept, engine.documents,
+                                   screens, self._grammar)
             self._fixed = FixedPolicy(sources)
             self._auto = AutoPolicy(sources, engine.live_costs, engine.acceptance)
             model = engine.model
@@ -262,6 +269,8 @@ class Generation:
             pieces[-1] += self._text.finish()
         self._n_generated += len(committed)
         self._tokens.extend(committed)
+        if self._screen is not None:
+            self._screen.extend(committed)
         if cfg is not None:
             self._sync_pool(len(committed))
             self._pool_grew = True
@@ -394,6 +403,17 @@ class Generation:
             decode_s=0.0,
             stop_reason=reason,
         )
+
+
+def _dry_screen(model: Model, sampling: SamplingConfig, prompt: Sequence[int]) -> DryScreen | None:
+    """What cuts drafts where DRY would turn them down, seeing what the sampler sees (None: DRY is off)."""
+    if not sampling.dry:
+        return None
+    screen = DryScreen(model.is_dry_breaker, sampling.dry_multiplier, sampling.dry_base,
+                       sampling.dry_allowed_length, DRY_CUT)
+    if sampling.prompt_tail:
+        screen.extend(prompt[-sampling.prompt_tail :])
+    return screen
 
 
 class _TextOut:

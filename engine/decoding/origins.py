@@ -21,6 +21,7 @@ class DraftSource(Word):
     KEPT = "kept"  # the same from the n-grams kept from earlier replies
     OPENING = "opening"  # either pool's, drafted by the step that reads the prompt's last token
     REPLAY = "replay"  # the bench's replay of a known reply (engine.decoding.replay)
+    GRAMMAR = "grammar"  # the text a grammar forces next
 
 
 class DraftOrigin(Word):
@@ -34,6 +35,7 @@ class DraftOrigin(Word):
     WINDOW = "window"  # the Jacobi window's trajectories
     KEPT = "kept"  # n-grams kept from earlier replies
     REPLAY = "replay"  # the bench's replay of a known reply
+    GRAMMAR = "grammar"  # forced by the reply's grammar (a schema's keys and punctuation)
     UNKNOWN = "unknown"  # a draft that landed without a recorded origin
 
 

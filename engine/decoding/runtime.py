@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
@@ -38,6 +39,7 @@ from engine.decoding.auto import AcceptanceStats
 from engine.decoding.decoders import KvState
 from engine.decoding.drafts import CorpusIndex, DraftCorpus
 from engine.decoding.generation import Generation, GenerationControls, StepEvent
+from engine.decoding.grammar import Constraint, GrammarState
 from engine.decoding.origins import DraftOrigin, DraftSource
 from engine.decoding.plan import ALL_SEQS, N_SEQ
 from engine.decoding.pool import NgramPool
@@ -395,17 +397,18 @@ class Engine(PromptCache):
     def tokenize(self, text: str, add_special: bool = True) -> list[int]:
         return self.model.tokenize(text, add_special=add_special, parse_special=True)
 
-    def render_chat(self, messages: Sequence[Message]) -> list[int]:
+    def render_chat(self, messages: Sequence[Message], tools: Sequence[Any] = ()) -> list[int]:
         """The chat as the model reads it: the template's markers as control tokens, what people wrote as text.
 
         A message that holds the text of a control token ("<|im_end|>" in a question about chat templates, or
         in an attached file) is tokenized apart from the template, as plain text, so it cannot end a turn or
-        start another role's.
+        start another role's. ``tools``: the tools offered (OpenAI's function tools), for a template that
+        takes them.
         """
         literal = {i for i, m in enumerate(messages) if self._reads_as_control(m.content)}
-        parts = render_parts(self.template, messages, literal) if literal else None
+        parts = render_parts(self.template, messages, literal, tools=tools) if literal else None
         if parts is None:
-            parts = [(self.template.render(messages, add_generation_prompt=True), False)]
+            parts = [(self.template.render(messages, add_generation_prompt=True, tools=tools), False)]
         # The template writes the BOS token itself when the model wants one.
         bos = self.template.bos_token
         first, first_literal = parts[0]
@@ -444,11 +447,13 @@ class Engine(PromptCache):
         notice: str = "",
         record_gaps: bool = False,
         exact_only: bool = True,
+        constraint: Constraint | None = None,
     ) -> Iterator[StepEvent]:
         """Generate from ``prompt`` (token ids): one event per forward pass of a ``Generation``.
 
         ``history`` adds tokens to the lookahead pool besides the prompt (earlier
         turns of a chat). Settings in ``controls`` may change between steps.
+        ``constraint``: a grammar every token of the reply must follow (GrammarError if it cannot be used).
         ``exact_only`` keeps every step within the batch size measured to give
         bit-identical logits (turn off only to reproduce oversized reference shapes).
         """
@@ -468,9 +473,12 @@ class Engine(PromptCache):
                 f"the prompt is {len(prompt)} tokens but the context holds {self.n_ctx}; "
                 "shorten it or raise the context size"
             )
+        # A grammar that cannot be used is refused here, before the prompt is read.
+        grammar = GrammarState(self.model, constraint) if constraint is not None else None
         return _events(
             functools.partial(
-                Generation, self, list(prompt), controls, sampling, stop, list(history), notice, record_gaps, exact_only
+                Generation, self, list(prompt), controls, sampling, stop, list(history), notice, record_gaps,
+                exact_only, grammar,
             )
         )
 

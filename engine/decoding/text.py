@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import codecs
 import datetime
+import functools
+import json
 import re
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass
-from typing import NoReturn
+from dataclasses import dataclass, replace
+from typing import Any, NoReturn
 
 from jinja2.exceptions import SecurityError, TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
@@ -72,9 +74,40 @@ class TemplateRenderError(ValueError):
 
 
 @dataclass(frozen=True)
+class ToolCall:
+    """A call of one of the tools a request offered: ``arguments`` is the JSON text of its arguments object."""
+
+    id: str
+    name: str
+    arguments: str
+
+    def as_dict(self) -> dict[str, Any]:
+        """As chat templates read it: OpenAI's shape, the arguments as an object."""
+        function = {"name": self.name, "arguments": _object(self.arguments)}
+        return {"id": self.id, "type": "function", "function": function}
+
+
+@dataclass(frozen=True)
 class Message:
-    role: str  # "system" | "user" | "assistant"
+    role: str  # "system" | "user" | "assistant" | "tool"
     content: str
+    tool_calls: tuple[ToolCall, ...] = ()  # an assistant's calls of the tools offered
+    tool_call_id: str = ""  # a tool's answer: the call it answers
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.tool_calls:
+            out["tool_calls"] = [c.as_dict() for c in self.tool_calls]
+        if self.tool_call_id:
+            out["tool_call_id"] = self.tool_call_id
+        return out
+
+
+def _object(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
 
 
 def conversation_messages(
@@ -129,19 +162,36 @@ class ChatTemplate:
         self.bos_token = bos_token
         self.eos_token = eos_token
 
-    def render(self, messages: Sequence[Message], add_generation_prompt: bool = True) -> str:
+    def render(
+        self, messages: Sequence[Message], add_generation_prompt: bool = True, tools: Sequence[Any] = (),
+    ) -> str:
+        """``tools``: the tools offered, as OpenAI's function tools (templates that take them read ``tools``)."""
+        extra = {"tools": list(tools)} if tools else {}
         try:
             return self._template.render(
-                messages=[{"role": m.role, "content": m.content} for m in messages],
+                messages=[m.as_dict() for m in messages],
                 add_generation_prompt=add_generation_prompt,
                 bos_token=self.bos_token,
                 eos_token=self.eos_token,
+                **extra,
             )
         except SecurityError as exc:
             raise TemplateRenderError(f"the model's chat template tried an unsafe operation: {exc}") from exc
         except Exception as exc:  # untrusted code: whatever it raises (OverflowError on a huge range...) is its failure
             raise TemplateRenderError(f"the model's chat template failed: {type(exc).__name__}: {exc}") from exc
 
+
+    @functools.cached_property
+    def takes_tools(self) -> bool:
+        """Whether the template writes the tools it is given into the prompt (a probe tool's name shows)."""
+        probe = {"type": "function", "function": {"name": _PROBE_TOOL, "description": "", "parameters": {}}}
+        try:
+            return _PROBE_TOOL in self.render([Message("user", "hi")], tools=[probe])
+        except TemplateRenderError:
+            return False
+
+
+_PROBE_TOOL = "probe_tool_7f3a"
 
 # Stands in for a message's text while the template renders, so the text can be told apart from the template's
 # own markers afterwards (private-use characters: a template has no reason to touch them).
@@ -150,7 +200,8 @@ _STAND_IN_RE = re.compile("\ue000([0-9]+)\ue001")
 
 
 def render_parts(
-    template: ChatTemplate, messages: Sequence[Message], literal: Collection[int], add_generation_prompt: bool = True
+    template: ChatTemplate, messages: Sequence[Message], literal: Collection[int], add_generation_prompt: bool = True,
+    tools: Sequence[Any] = (),
 ) -> list[tuple[str, bool]] | None:
     """The rendered chat as pieces ``(text, is_literal)``: the contents of the messages indexed in ``literal``
     are pieces of their own, to be read as plain text (never as the model's control tokens).
@@ -158,10 +209,8 @@ def render_parts(
     None when the pieces do not join into the chat as rendered with the real texts (the template changed a
     message's text, or looked into it), so they could not be told apart.
     """
-    stand_ins = [
-        Message(m.role, _STAND_IN.format(i)) if i in literal else m for i, m in enumerate(messages)
-    ]
-    text = template.render(stand_ins, add_generation_prompt=add_generation_prompt)
+    stand_ins = [replace(m, content=_STAND_IN.format(i)) if i in literal else m for i, m in enumerate(messages)]
+    text = template.render(stand_ins, add_generation_prompt=add_generation_prompt, tools=tools)
     pieces = _STAND_IN_RE.split(text)
     parts: list[tuple[str, bool]] = []
     for k, piece in enumerate(pieces):
@@ -174,7 +223,7 @@ def render_parts(
             if "\ue000" in piece or "\ue001" in piece:
                 return None
             parts.append((piece, False))
-    whole = template.render(messages, add_generation_prompt=add_generation_prompt)
+    whole = template.render(messages, add_generation_prompt=add_generation_prompt, tools=tools)
     return parts if "".join(text for text, _ in parts) == whole else None
 
 

@@ -81,6 +81,7 @@ class Model:
         self._vocab = ll.llama_model_get_vocab(self._ptr)
         self.n_vocab = int(ll.llama_vocab_n_tokens(self._vocab))
         self._piece_buf = ctypes.create_string_buffer(256)
+        self._dry_breakers: dict[int, bool] = {}
 
     @property
     def ptr(self) -> ll.llama_model_p:
@@ -139,6 +140,14 @@ class Model:
             n = ll.llama_token_to_piece(self._vocab, int(token), buf, len(buf), 0, special)
         return bytes(buf.raw[:n])
 
+    def is_dry_breaker(self, token: int) -> bool:
+        """Whether DRY treats ``token`` as a sequence breaker: its text holds one of ``DRY_BREAKERS``."""
+        known = self._dry_breakers.get(token)
+        if known is None:
+            piece = self.token_bytes(token, special=True)
+            known = self._dry_breakers[token] = any(b.encode("utf-8") in piece for b in DRY_BREAKERS)
+        return known
+
     def is_eog(self, token: int) -> bool:
         return bool(ll.llama_vocab_is_eog(self._vocab, int(token)))
 
@@ -147,6 +156,10 @@ class Model:
 
     def eos(self) -> int:
         return int(ll.llama_vocab_eos(self._vocab))
+
+    def eot(self) -> int:
+        """The end-of-turn token (-1: the vocabulary has none)."""
+        return int(ll.llama_vocab_eot(self._vocab))
 
     def add_bos(self) -> bool:
         return bool(ll.llama_vocab_get_add_bos(self._vocab))

@@ -17,9 +17,10 @@ import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from engine import ChatSession, GenerationControls, Message, SamplingConfig, StepEvent, StopConfig
+from engine.decoding.grammar import Constraint
 from engine.decoding.session import FittedPrompt
 from tests.helpers.app_fixtures import FakeEngine
 
@@ -42,6 +43,7 @@ class Generate(Protocol):
         notice: str = "",
         record_gaps: bool = False,
         exact_only: bool = True,
+        constraint: Constraint | None = None,
     ) -> Iterator[StepEvent]: ...
 
 
@@ -62,7 +64,7 @@ class ComparedEngine(Generating, Protocol):
 class ChatEngine(ComparedEngine, Protocol):
     """A compared engine that also renders a chat as the prompt's tokens (what ``FakeChatSession`` fits with)."""
 
-    def render_chat(self, messages: Sequence[Message]) -> list[int]: ...
+    def render_chat(self, messages: Sequence[Message], tools: Sequence[Any] = ()) -> list[int]: ...
 
 
 class ComparedSession(Protocol):
@@ -153,7 +155,7 @@ class ScriptedEngine(FakeEngine, ChatEngine):
     def detokenize(self, tokens: Sequence[int]) -> str:
         return "".join(piece(t) for t in tokens)
 
-    def render_chat(self, messages: Sequence[Message]) -> list[int]:
+    def render_chat(self, messages: Sequence[Message], tools: Sequence[Any] = ()) -> list[int]:
         return [1, 2, 3]
 
     def generate(
@@ -166,6 +168,7 @@ class ScriptedEngine(FakeEngine, ChatEngine):
         notice: str = "",
         record_gaps: bool = False,
         exact_only: bool = True,
+        constraint: Constraint | None = None,
     ) -> Iterator[StepEvent]:
         controls = controls or GenerationControls()
         script = self.script

@@ -10,11 +10,13 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
 from engine import GenerationControls, LookaheadConfig, Message, SamplingConfig, StepEvent, StopConfig
 from engine.costs.curve import DEFAULT_CURVE
+from engine.decoding.grammar import Constraint
 from engine.speed.rows import ALL, BenchFigures, PromptResult, VerdictFigures, by_category
 from engine.speed.run_stats import Divergence, RunStats, first_divergence, geomean, speedup
 from engine.speed.workloads import Workload
@@ -71,7 +73,7 @@ class RecordedEngine(ChatEngine):
     def tokenize(self, text: str, add_special: bool = True) -> list[int]:
         return [len(word) for word in text.split()]
 
-    def render_chat(self, messages: Sequence[Message]) -> list[int]:
+    def render_chat(self, messages: Sequence[Message], tools: Sequence[Any] = ()) -> list[int]:
         return [1, 5, 6]
 
     def detokenize(self, tokens: Sequence[int]) -> str:
@@ -87,6 +89,7 @@ class RecordedEngine(ChatEngine):
         notice: str = "",
         record_gaps: bool = False,
         exact_only: bool = True,
+        constraint: Constraint | None = None,
     ) -> Iterator[StepEvent]:
         controls = controls or GenerationControls()
         recorded = PLAIN_RUN if controls.lookahead is None else LOOKAHEAD_RUN
@@ -348,6 +351,7 @@ class ScheduledEngine(RecordedEngine):
         notice: str = "",
         record_gaps: bool = False,
         exact_only: bool = True,
+        constraint: Constraint | None = None,
     ) -> Iterator[StepEvent]:
         mode = "plain" if controls is None or controls.lookahead is None else "lookahead"
         factor = 1.0

@@ -1,0 +1,137 @@
+"""Constrained decoding: a grammar every token of the reply must follow (a JSON Schema, GBNF, or any JSON).
+
+The grammar is llguidance's (the library behind guidance and llama.cpp's ``--llguidance``): it takes JSON
+Schema and GBNF alike, works out the tokens a state allows fast enough to do at every emitted position, and
+says which tokens the grammar forces next. ``GrammarState`` follows one reply:
+
+- ``TokenDrawer`` masks every position's logits to the tokens the state allows before drawing, and commits
+  the drawn token. Every emitted position is drawn once, in order, whatever the decoder, so the state only
+  ever advances by committed tokens, never by a rejected draft: lookahead's text is plain decoding's.
+- ``forced()`` is the text the grammar leaves no choice about (a schema's keys, quotes, commas and braces,
+  the rest of an enum value once its first token is chosen), as tokens: a draft that will land unless the
+  model splits that text into other tokens.
+- ``keep()`` cuts other drafts at their first token the grammar forbids.
+
+A JSON Schema is compiled to one line of JSON with ``, `` and ``: `` between items: no whitespace is left
+to the model, so more of the reply is forced and every reply reads the same way.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+import weakref
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import llguidance
+import numpy as np
+from llguidance.llamacpp import lltokenizer_from_vocab
+
+from engine.llama.native import Model
+from engine.llama.problems import SettingsError
+
+if TYPE_CHECKING:
+    from llguidance._lib import JsonCompileOptions  # in the stubs only
+
+# How the JSON a schema asks for is laid out (see the module's docstring).
+JSON_LAYOUT: JsonCompileOptions = {
+    "whitespace_flexible": False, "item_separator": ", ", "key_separator": ": ",
+}
+MAX_GRAMMAR_CHARS = 200_000
+
+_TOKENIZERS: weakref.WeakKeyDictionary[Model, llguidance.LLTokenizer] = weakref.WeakKeyDictionary()
+
+
+class GrammarError(SettingsError):
+    """A grammar or schema that cannot be used: the message says why."""
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """What a reply must follow, as the caller gave it.
+
+    ``kind``: "json_schema" (``text`` is the schema as JSON), "json" (any JSON object; ``text`` unused),
+    "gbnf" (``text`` is a grammar in llama.cpp's GBNF, or in Lark) or "lark" (llguidance's Lark, which can
+    hold JSON schemas: the tool calls' grammar).
+    """
+
+    kind: str
+    text: str = ""
+
+    @classmethod
+    def json_schema(cls, schema: dict[str, Any]) -> Constraint:
+        return cls("json_schema", json.dumps(schema))
+
+    def describe(self) -> str:
+        kinds = {"json_schema": "JSON schema", "json": "JSON object format", "gbnf": "grammar", "lark": "grammar"}
+        return kinds.get(self.kind, self.kind)
+
+    def grammar(self) -> str:
+        """llguidance's grammar for this constraint; GrammarError if it cannot be made."""
+        if len(self.text) > MAX_GRAMMAR_CHARS:
+            raise GrammarError(f"the grammar is {len(self.text)} characters long; at most {MAX_GRAMMAR_CHARS}")
+        try:
+            if self.kind == "json":
+                return llguidance.LLMatcher.grammar_from_json_schema({"type": "object"}, defaults=JSON_LAYOUT)
+            if self.kind == "json_schema":
+                return llguidance.LLMatcher.grammar_from_json_schema(self.text, defaults=JSON_LAYOUT)
+            if self.kind == "gbnf":
+                return llguidance.grammar_from("gbnf", self.text)
+            if self.kind == "lark":
+                return llguidance.LLMatcher.grammar_from_lark(self.text)
+        except ValueError as exc:
+            raise GrammarError(f"the {self.describe()} cannot be used: {exc}") from None
+        raise GrammarError(f"unknown kind of constraint: {self.kind}")
+
+
+def tokenizer_of(model: Model) -> llguidance.LLTokenizer:
+    """llguidance's view of ``model``'s vocabulary, made once per model (it reads every token's text)."""
+    found = _TOKENIZERS.get(model)
+    if found is None:
+        ends = sorted({t for t in (model.eos(), model.eot()) if t >= 0})
+        with warnings.catch_warnings():  # it reads token attributes by a name the bindings call deprecated
+            warnings.simplefilter("ignore", DeprecationWarning)
+            found = _TOKENIZERS[model] = lltokenizer_from_vocab(model.vocab, eos_token=ends)
+    return found
+
+
+class GrammarState:
+    """Where one reply stands in its grammar: what each position allows, and what the grammar forces next."""
+
+    def __init__(self, model: Model, constraint: Constraint) -> None:
+        grammar = constraint.grammar()
+        self._matcher = llguidance.LLMatcher(tokenizer_of(model), grammar, log_level=0)
+        if self._matcher.is_error():
+            raise GrammarError(f"the {constraint.describe()} cannot be used: {self._matcher.get_error()}")
+        self._n_vocab = model.n_vocab
+
+    def allows(self, token: int) -> bool:
+        return self._matcher.validate_tokens([token]) == 1
+
+    def mask(self, row: np.ndarray) -> None:
+        """Lower every token the grammar does not allow here to -inf, in place."""
+        bits = np.unpackbits(np.frombuffer(self._matcher.compute_bitmask(), dtype=np.uint8), bitorder="little")
+        allowed = bits[: self._n_vocab].astype(bool)
+        row[: len(allowed)][~allowed] = -np.inf
+        row[len(allowed) :] = -np.inf
+
+    def commit(self, token: int) -> None:
+        """The token drawn at the next position (one the mask allowed)."""
+        if not self._matcher.consume_token(token):
+            raise RuntimeError(f"the grammar refused a token it allowed: {self._matcher.get_error()}")
+
+    def forced(self, limit: int) -> tuple[int, ...]:
+        """Up to ``limit`` tokens the grammar forces next (none when it leaves a choice)."""
+        if limit <= 0 or self._matcher.is_stopped():
+            return ()
+        return tuple(self._matcher.compute_ff_tokens()[:limit])
+
+    def keep(self, tokens: tuple[int, ...]) -> int:
+        """How many of ``tokens``, from the next position on, the grammar allows."""
+        return int(self._matcher.validate_tokens(list(tokens)))
+
+    @property
+    def complete(self) -> bool:
+        """Whether the text so far is a whole sentence of the grammar."""
+        return bool(self._matcher.is_accepting())

@@ -1,0 +1,97 @@
+"""Constrained decoding (engine/decoding/grammar.py): every reply follows its grammar, lookahead's text is plain
+decoding's, and the text a grammar forces is drafted."""
+
+from __future__ import annotations
+
+import json
+
+import jsonschema
+import pytest
+
+from engine import GenerationControls, Message, SamplingConfig, StopConfig
+from engine.decoding.grammar import Constraint, GrammarError, GrammarState
+from engine.decoding.origins import DraftOrigin
+from engine.decoding.settings import DEFAULT_LOOKAHEAD, LookaheadConfig
+
+PERSON = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string"},
+        "age": {"type": "integer"},
+        "role": {"enum": ["engineer", "teacher", "doctor"]},
+        "skills": {"type": "array", "items": {"type": "string"}, "maxItems": 3},
+    },
+    "required": ["name", "age", "role", "skills"],
+    "additionalProperties": False,
+}
+ASK = "Extract the person: Ana Ruiz, 41, teaches chemistry and plays the cello."
+SAMPLERS = {
+    "greedy": SamplingConfig(),
+    "dry": SamplingConfig(dry_multiplier=0.8),
+    "sampled": SamplingConfig(temperature=0.8, seed=5),
+}
+
+
+def _reply(engine, constraint, lookahead, sampling=SamplingConfig(), ask=ASK, max_tokens=96):
+    engine.reset()
+    prompt = engine.render_chat([Message("user", ask)])
+    events = list(engine.generate(prompt, GenerationControls(lookahead=lookahead), sampling=sampling,
+                                  stop=StopConfig(max_tokens=max_tokens), constraint=constraint))
+    return events
+
+
+def _text(events):
+    return "".join(ev.text for ev in events)
+
+
+@pytest.mark.parametrize("sampler", sorted(SAMPLERS))
+def test_a_schema_reply_validates_and_lookahead_gives_plain_decodings_text(engine, sampler):
+    constraint = Constraint.json_schema(PERSON)
+    plain = _reply(engine, constraint, None, SAMPLERS[sampler])
+    jsonschema.validate(json.loads(_text(plain)), PERSON)
+    for lookahead in (DEFAULT_LOOKAHEAD, LookaheadConfig(window=2, ngram=3, guesses=2)):
+        events = _reply(engine, constraint, lookahead, SAMPLERS[sampler])
+        assert [t for ev in events for t in ev.token_ids] == [t for ev in plain for t in ev.token_ids]
+
+
+def test_the_text_a_schema_forces_is_drafted_and_lands(engine):
+    events = _reply(engine, Constraint.json_schema(PERSON), DEFAULT_LOOKAHEAD)
+    sources = [s for ev in events for s in ev.token_sources]
+    # the keys, quotes and punctuation: a good part of the reply, and fewer forward passes than tokens
+    assert sources.count(DraftOrigin.GRAMMAR) >= len(sources) // 4
+    assert len(events) < len(sources)
+    assert events[-1].stop_reason == "eog"  # the object closed and the reply ended there
+
+
+def test_any_json_object_and_a_gbnf_grammar(engine):
+    ask = "Give me a JSON object with a cat's name and age."
+    events = _reply(engine, Constraint("json"), DEFAULT_LOOKAHEAD, ask=ask)
+    assert isinstance(json.loads(_text(events)), dict)
+    yes_no = Constraint("gbnf", 'root ::= ("yes" | "no") "."')
+    answer = _text(_reply(engine, yes_no, DEFAULT_LOOKAHEAD, ask="Is the sky blue? Answer yes or no."))
+    assert answer in ("yes.", "no.")
+
+
+def test_a_grammar_that_cannot_be_used_is_refused_with_a_reason_and_the_engine_goes_on(engine):
+    with pytest.raises(GrammarError, match="grammar"):
+        _reply(engine, Constraint("gbnf", "root ::= ( unclosed"), None)
+    with pytest.raises(GrammarError):
+        _reply(engine, Constraint("json_schema", "{not json"), None)
+    with pytest.raises(GrammarError):
+        _reply(engine, Constraint("json_schema", json.dumps({"type": "object", "$ref": "#/nowhere"})), None)
+    assert _text(_reply(engine, None, None, max_tokens=4))
+
+
+def test_the_state_cuts_drafts_at_the_first_forbidden_token_and_forces_only_what_is_forced(engine):
+    model = engine.model
+    state = GrammarState(model, Constraint("gbnf", 'root ::= "The answer is " [0-9]+ "."'))
+    forced = state.forced(20)
+    assert engine.detokenize(list(forced)) == "The answer is "  # then a digit: a choice
+    good, bad = model.tokenize("The answer is 42."), model.tokenize("The answer was 42.")
+    assert state.keep(tuple(good)) == len(good)
+    assert 0 < state.keep(tuple(bad)) < len(bad)
+    for tok in good:
+        assert state.allows(tok)
+        state.commit(tok)
+    assert state.complete
+    assert state.forced(5) == ()
