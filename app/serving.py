@@ -53,6 +53,7 @@ class ServerController(QObject):
         self._engine = engine
         self.settings = settings
         self.server: ModelServer | None = None  # engine.server.api's
+        self._stopped: ModelServer | None = None  # stopped without waiting: perhaps still sending its last answers
         self.model: LoadedModel | None = None
         self.error = ""
 
@@ -120,6 +121,7 @@ class ServerController(QObject):
             self.stateChanged.emit()
             return
         self._stop("the server is restarting")
+        self._wait_stopped()  # the port is free once the last server's thread has ended (mostly at once)
         from engine.server.api import ModelServer  # aiohttp: loaded once the user serves, not at start-up
 
         try:
@@ -137,14 +139,24 @@ class ServerController(QObject):
         self.stateChanged.emit()
 
     def shutdown(self) -> None:
-        """The window closes: answer what waits and close the port."""
+        """The window closes: answer what waits, close the port, and wait until the answers are sent (the process
+        may end next, and with it the server's thread, mid-answer)."""
         self._stop("Lookahead Chat is closing")
+        self._wait_stopped()
 
     def _stop(self, message: str) -> None:
+        """Close the port and return: the server's thread answers what waits with ``message`` and ends on its own,
+        so a client that reads slowly, or not at all, never holds up the window."""
         server, self.server = self.server, None
         if server is not None:
-            server.stop(message)
+            server.stop(message, wait=False)
+            self._stopped = server
             self.stateChanged.emit()
+
+    def _wait_stopped(self) -> None:
+        stopped, self._stopped = self._stopped, None
+        if stopped is not None:
+            stopped.join()
 
     def _on_change(self, stats: ServerStats) -> None:  # the server's thread
         self.statsChanged.emit(dataclasses.replace(stats, history=list(stats.history)))  # a copy for the GUI thread

@@ -4,7 +4,8 @@ aiohttp because it is one well-kept library that is both the server and, in test
 on its own asyncio loop in a thread, beside whatever owns the engine (the app's Qt worker, or ``EngineRunner``).
 
 Safe by default: it binds 127.0.0.1; another address only with an API key. With a key, every request but
-``GET /health`` must carry ``Authorization: Bearer KEY``. A request whose ``Host`` is not an address served is
+``GET /health`` must carry ``Authorization: Bearer KEY`` (or ``x-api-key: KEY``, as Anthropic's clients send
+it). A request whose ``Host`` is not an address served is
 refused (DNS rebinding), and so is one from a browser page whose ``Origin`` the user did not allow (no CORS
 header is ever sent for it). One generation runs at a time; at most ``max_waiting`` wait; then 503. The log
 holds method, path, status, tokens and time of each request, never what was asked or answered.
@@ -19,7 +20,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, cast
 
 from aiohttp import web
@@ -27,12 +28,17 @@ from aiohttp import web
 from engine.decoding.generation import StepEvent
 from engine.server.config import ANY_ADDRESS, LOOPBACK_NAMES, ServerConfig, ServerStats, is_loopback
 from engine.server.jobs import FINISHED, Job, JobRunner
-from engine.server.requests import ApiError, CompletionRequest, parse_chat, parse_completion
+from engine.server.messages import ROUTE, MessageReply, anthropic_errors, sse, to_chat_body
+from engine.server.requests import ApiError, CompletionRequest, internal_error, parse_chat, parse_completion
 from engine.server.responses import Reply
 
 log = logging.getLogger("engine.server")
 
 TOKENS = web.RequestKey("tokens", int)  # a request's generated tokens, for its log line
+# How a route other than OpenAI's answers a generation: from its request, the reply, the step events and the
+# time its turn came.
+Answer = Callable[[web.Request, Reply, AsyncIterator[StepEvent], float], Awaitable[web.StreamResponse]]
+PORT_CLOSE_WAIT_S = 0.25  # how long a stop that does not wait still waits for the port to close (a moment)
 
 
 class ModelServer:
@@ -48,8 +54,10 @@ class ModelServer:
         self.on_change = on_change
         self.port = config.port
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
+        self._thread: threading.Thread | None = None  # serving
+        self._ending: threading.Thread | None = None  # stopped, perhaps still sending its last answers
         self._runner: web.AppRunner | None = None
+        self._shutting_down: asyncio.Task[None] | None = None  # held: the loop keeps only a weak reference
         self._outstanding: dict[Job, asyncio.Queue[object]] = {}
         self._start_error: BaseException | None = None
         self._allowed_hosts: set[str] | None = set()
@@ -74,6 +82,7 @@ class ModelServer:
         """Listen; returns once the port is bound. Raises OSError when it cannot be (port taken, no such address)."""
         if self.running:
             return
+        self.join()  # a stop that did not wait: its thread lets go of the port first
         ready = threading.Event()
         self._start_error = None
         self._thread = threading.Thread(target=self._serve, args=(ready,), name="model-server", daemon=True)
@@ -84,19 +93,34 @@ class ModelServer:
             self._thread = None
             raise self._start_error
 
-    def stop(self, message: str = "the server was stopped") -> None:
-        """Answer every waiting or running request with ``message`` (503), close the port and end the thread."""
-        loop, thread = self._loop, self._thread
-        if loop is None or thread is None:
+    def stop(self, message: str = "the server was stopped", wait: bool = True) -> None:
+        """Close the port, answer every waiting or running request with ``message`` (503) and end the thread.
+
+        ``wait=False`` returns once the port is closed, which the server's loop does first, at once: a window's
+        thread must not wait on clients. The thread then sends the answers and ends on its own; ``join`` waits
+        for that, and ``start`` does before it listens again.
+        """
+        thread, loop, self._thread = self._thread, self._loop, None
+        if thread is None or loop is None:
             return
-        if thread.is_alive():
-            try:
-                asyncio.run_coroutine_threadsafe(self._shutdown(message), loop).result(timeout=15)
-            except Exception:  # already closing
-                log.exception("server shutdown")
-            loop.call_soon_threadsafe(loop.stop)
-        thread.join(timeout=15)
-        self._thread = None
+        self._ending = thread
+        port_closed = threading.Event()
+        try:
+            loop.call_soon_threadsafe(self._begin_shutdown, message, port_closed)
+        except RuntimeError:  # its loop has closed already: nothing is left to answer
+            port_closed.set()
+        if wait:
+            self.join()
+        else:
+            port_closed.wait(PORT_CLOSE_WAIT_S)
+
+    def join(self, timeout: float = 15.0) -> None:
+        """Wait, at most ``timeout`` s, until the thread of the last ``stop`` has ended (every answer sent)."""
+        thread = self._ending
+        if thread is not None:
+            thread.join(timeout)
+            if not thread.is_alive():
+                self._ending = None
 
     def _serve(self, ready: threading.Event) -> None:
         loop = asyncio.new_event_loop()
@@ -124,17 +148,29 @@ class ModelServer:
             loop.close()
             log.info("server stopped")
 
-    async def _shutdown(self, message: str) -> None:
-        for job, events in list(self._outstanding.items()):
-            job.cancel.set()
-            events.put_nowait(ApiError(503, message, "server_stopped", kind="server_error"))
-        for _ in range(50):  # let the handlers answer
-            if not self._outstanding:
-                break
-            await asyncio.sleep(0.02)
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
+    def _begin_shutdown(self, message: str, port_closed: threading.Event) -> None:  # on the loop
+        self._shutting_down = asyncio.ensure_future(self._shutdown(message, port_closed))
+
+    async def _shutdown(self, message: str, port_closed: threading.Event) -> None:
+        """Close the port; answer what waits or runs with ``message`` and give the handlers a second to send it;
+        close the connections (the handlers still going are cancelled after ``shutdown_timeout``); end the loop."""
+        runner, self._runner = self._runner, None
+        try:
+            if runner is not None:
+                for site in list(runner.sites):
+                    await site.stop()  # no new connection from here on
+            port_closed.set()
+            for job, events in list(self._outstanding.items()):
+                job.cancel.set()
+                events.put_nowait(ApiError(503, message, "server_stopped", kind="server_error"))
+            for _ in range(50):  # let the handlers answer
+                if not self._outstanding:
+                    break
+                await asyncio.sleep(0.02)
+            if runner is not None:
+                await runner.cleanup()
+        finally:
+            asyncio.get_running_loop().stop()
 
     def _hosts_allowed(self) -> set[str] | None:
         """The Host header values a request may carry (None: any, when serving every address with a key)."""
@@ -155,12 +191,13 @@ class ModelServer:
 
     def _make_app(self) -> web.Application:
         app = web.Application(client_max_size=self.config.max_body_bytes,
-                              middlewares=[self._errors, self._guard])
+                              middlewares=[self._errors, anthropic_errors, self._guard])
         app.router.add_get("/health", self._health)
         app.router.add_get("/v1/models", self._models)
         app.router.add_get("/v1/models/{model}", self._model)
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_post("/v1/completions", self._completions)
+        app.router.add_post(ROUTE, self._messages)
         return app
 
     @web.middleware
@@ -178,6 +215,9 @@ class ModelServer:
             log.info("%s %s client gone after %.2f s, %d tokens", request.method, request.path,
                      time.perf_counter() - start, request.get(TOKENS, 0))
             raise
+        except Exception:  # a fault of ours: the traceback goes to the log, never to the client
+            log.exception("%s %s failed", request.method, request.path)
+            response = _error_response(internal_error())
         if not response.prepared:  # a stream has sent its headers already
             response.headers.update(self._cors(request))
         if response.status >= 400:
@@ -212,10 +252,12 @@ class ModelServer:
                     "Access-Control-Allow-Methods": "GET, POST, OPTIONS",
                     "Access-Control-Allow-Headers": "Authorization, Content-Type", "Access-Control-Max-Age": "600"})
         if self.config.api_key and request.path != "/health":
-            given = request.headers.get("Authorization", "")
-            expected = f"Bearer {self.config.api_key}"
-            if not hmac.compare_digest(given.encode("utf-8", "replace"), expected.encode("utf-8")):
-                raise ApiError(401, "a valid API key is required: send Authorization: Bearer KEY",
+            key = self.config.api_key.encode("utf-8")
+            bearer = request.headers.get("Authorization", "").encode("utf-8", "replace")
+            x_api_key = request.headers.get("X-Api-Key", "").encode("utf-8", "replace")  # Anthropic's clients'
+            # both compared whatever the first gives (``|``, not ``or``): the time taken tells nothing of the key
+            if not (hmac.compare_digest(bearer, b"Bearer " + key) | hmac.compare_digest(x_api_key, key)):
+                raise ApiError(401, "a valid API key is required: send Authorization: Bearer KEY (or x-api-key: KEY)",
                                "invalid_api_key", kind="authentication_error")
         return await handler(request)
 
@@ -242,9 +284,44 @@ class ModelServer:
         body = await _json_body(request, self.config.max_body_bytes)
         return await self._generate(request, parse_completion(body, self.model_id, self.config.lookahead), chat=False)
 
+    async def _messages(self, request: web.Request) -> web.StreamResponse:
+        """Anthropic's Messages API: its body read as a chat's, its reply told as Anthropic's message (refusals
+        take Anthropic's shape in ``anthropic_errors``)."""
+        body = await _json_body(request, self.config.max_body_bytes)
+        req = parse_chat(to_chat_body(body), self.model_id, self.config.lookahead)
+        return await self._generate(request, req, chat=True, answer=self._answer_message)
+
+    async def _answer_message(self, request: web.Request, reply: Reply, steps: AsyncIterator[StepEvent],
+                              started: float) -> web.StreamResponse:
+        message = MessageReply(reply)
+        if not reply.request.stream:
+            async for _ in steps:
+                pass
+            whole = web.json_response(message.whole())
+            self._served(reply, started)
+            return whole
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
+                                               "X-Accel-Buffering": "no", **self._cors(request)})
+        await response.prepare(request)
+        try:
+            async for event in steps:
+                await response.write(sse(message.step(event)))
+            await response.write(sse(message.finish()))
+            self._served(reply, started)
+        except ApiError as exc:  # the status is sent already: the error goes in the stream
+            await response.write(sse(message.error(exc)))
+        except ConnectionResetError:
+            raise
+        except Exception:  # a fault of ours after the headers went: said in the stream, without its text
+            log.exception("%s %s failed mid-stream", request.method, request.path)
+            await response.write(sse(message.error(internal_error())))
+        await response.write_eof()
+        return response
+
     # -- generation -------------------------------------------------------------------------------------------
 
-    async def _generate(self, request: web.Request, req: CompletionRequest, chat: bool) -> web.StreamResponse:
+    async def _generate(self, request: web.Request, req: CompletionRequest, chat: bool,
+                        answer: Answer | None = None) -> web.StreamResponse:
         waiting = self._waiting()
         if self._outstanding and waiting >= self.config.max_waiting:
             recent = self.stats.history[-8:] or [10.0]
@@ -272,6 +349,8 @@ class ModelServer:
             if isinstance(first, ApiError):
                 raise first
             steps = self._steps(request, reply, first, events)
+            if answer is not None:
+                return await answer(request, reply, steps, started)
             if req.stream:
                 return await self._stream(request, reply, steps, started)
             async for _ in steps:
@@ -316,18 +395,24 @@ class ModelServer:
         async def send(obj: dict[str, Any]) -> None:
             await response.write(b"data: " + json.dumps(obj, ensure_ascii=False).encode("utf-8") + b"\n\n")
 
-        await send(reply.chunk(role=True))
         try:
+            await send(reply.chunk(role=True))
             async for event in steps:
-                if event.text:
-                    await send(reply.chunk(text=event.text))
-        except ApiError as exc:  # the status is sent already: the error goes in the stream
-            await send(exc.body())
-        else:
+                for chunk in reply.text_chunks(event.text):
+                    await send(chunk)
+            for chunk in reply.closing_chunks():
+                await send(chunk)
             await send(reply.chunk(finish=True))
             if reply.request.include_usage:
                 await send(reply.usage_chunk())
             self._served(reply, started)
+        except ApiError as exc:  # the status is sent already: the error goes in the stream
+            await send(exc.body())
+        except ConnectionResetError:  # the client went away: there is no one to tell
+            raise
+        except Exception:  # a fault of ours after the headers went: said in the stream, without its text
+            log.exception("%s %s failed mid-stream", request.method, request.path)
+            await send(internal_error().body())
         await response.write(b"data: [DONE]\n\n")
         await response.write_eof()
         return response

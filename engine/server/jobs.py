@@ -14,10 +14,12 @@ import threading
 from collections.abc import Callable
 from typing import Protocol
 
+from engine.decoding.grammar import Constraint
 from engine.decoding.runtime import Engine, GenerationControls, LookaheadUnsupportedError, PromptTooLongError
 from engine.decoding.text import TemplateRenderError
 from engine.llama.problems import SettingsError
 from engine.server.requests import ApiError, CompletionRequest
+from engine.server.tools import ToolsUnsupported, markup_of
 
 log = logging.getLogger("engine.server")
 
@@ -48,9 +50,9 @@ class Job:
             self._sink(ApiError(400, str(exc), "context_length_exceeded", field))
         except (SettingsError, TemplateRenderError, LookaheadUnsupportedError) as exc:
             self._sink(ApiError(400, str(exc), "invalid_value"))
-        except Exception as exc:  # the engine failed: the client hears it, the server goes on
-            log.exception("generation failed")
-            self._sink(ApiError(500, f"the generation failed: {exc}", "generation_failed", kind="server_error"))
+        except Exception:  # the engine failed: the client hears that it did (not the exception's text), the server
+            log.exception("generation failed")  # goes on
+            self._sink(ApiError(500, "the generation failed", "generation_failed", kind="server_error"))
         else:
             self._sink(FINISHED)
 
@@ -60,8 +62,9 @@ class Job:
 
     def _generate(self, engine: Engine) -> None:
         req = self.request
+        tools, constraint = _tools_and_constraint(engine, req)
         if req.messages is not None:
-            tokens = engine.render_chat(req.messages)
+            tokens = engine.render_chat(req.messages, tools=tools)
         else:
             tokens = engine.tokenize(req.prompt or "")
         room = engine.n_ctx - len(tokens)  # none left: engine.generate refuses the prompt (PromptTooLongError)
@@ -71,8 +74,24 @@ class Job:
                 raise ApiError(400, f"lookahead: {engine.lookahead_block_reason}", "unsupported_parameter", "lookahead")
             lookahead = None  # Auto on a model that cannot draft is plain decoding
         controls = GenerationControls(lookahead=lookahead, cancel=self.cancel)
-        for event in engine.generate(tokens, controls=controls, sampling=req.sampling, stop=req.stop_config(room)):
+        for event in engine.generate(tokens, controls=controls, sampling=req.sampling, stop=req.stop_config(room),
+                                     constraint=constraint):
             self._sink(event)
+
+
+def _tools_and_constraint(engine: Engine, req: CompletionRequest) -> tuple[tuple[dict, ...], Constraint | None]:
+    """The tools to show the model and the grammar its reply follows: the tool calls' (in the markup the loaded
+    model writes), else the structured output asked for, else none."""
+    use = req.tool_use
+    if use is None:
+        return (), req.constraint
+    try:
+        markup = markup_of(engine.template)
+    except ToolsUnsupported as exc:
+        if not use.calls_allowed:  # "none": the model answers in text, without seeing the tools
+            return (), req.constraint
+        raise ApiError(400, f"tools: {exc}", "unsupported_parameter", "tools") from None
+    return use.tools, use.constraint(markup)
 
 
 class JobRunner(Protocol):

@@ -1,8 +1,9 @@
 """OpenAI-shaped request bodies to the engine's settings, checked field by field.
 
 Every refusal is an ``ApiError`` that names the field, so a client learns what to change; nothing the engine
-cannot honour is ignored in silence (``n`` > 1, log probabilities, tools, images, logit bias, penalties other
-than the repeat penalty).
+cannot honour is ignored in silence (``n`` > 1, log probabilities, images, logit bias, penalties other than the
+repeat penalty). Tools and structured output (``response_format``, llama-server's ``grammar`` and
+``json_schema``) are taken; whether the loaded model can take tools is known only where it runs (jobs.py).
 """
 
 from __future__ import annotations
@@ -10,9 +11,10 @@ from __future__ import annotations
 import math
 import secrets
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from engine.decoding.grammar import Constraint
 from engine.decoding.settings import (
     DEFAULT_LOOKAHEAD,
     MAX_DRY_BASE,
@@ -25,12 +27,13 @@ from engine.decoding.settings import (
     SamplingConfig,
     StopConfig,
 )
-from engine.decoding.text import Message
+from engine.decoding.text import Message, ToolCall
 from engine.llama.problems import SettingsError
+from engine.server.tools import MAX_TOOLS, NAME, ToolUse
 
 MAX_STOP_STRINGS = 16
 MAX_STOP_LENGTH = 256
-ROLES = ("system", "developer", "user", "assistant")
+ROLES = ("system", "developer", "user", "assistant", "tool")
 
 
 class ApiError(Exception):
@@ -48,6 +51,11 @@ class ApiError(Exception):
 
     def body(self) -> dict[str, Any]:
         return {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}}
+
+
+def internal_error() -> ApiError:
+    """What a client hears of a fault of ours: never the exception's text, which may hold anything."""
+    return ApiError(500, "the server failed to answer this request", "internal_error", kind="server_error")
 
 
 def bad(param: str, message: str, code: str = "invalid_value") -> ApiError:
@@ -69,6 +77,8 @@ class CompletionRequest:
     stream: bool
     include_usage: bool
     loop_guard: bool = False  # off unless asked: clients expect the text to run to a stop, the end or the limit
+    tool_use: ToolUse | None = None  # the tools offered, if any
+    constraint: Constraint | None = None  # structured output asked for (response_format, grammar, json_schema)
 
     def stop_config(self, room: int) -> StopConfig:
         """The engine's stop settings with ``room`` tokens left in the context."""
@@ -85,8 +95,6 @@ _UNSUPPORTED: dict[str, tuple[Any, ...]] = {
     "best_of": (1, None),
     "echo": (False, None),
     "suffix": (None, ""),
-    "tools": (None, []),
-    "tool_choice": (None, "none", "auto"),
     "functions": (None, []),
     "function_call": (None, "none", "auto"),
     "logit_bias": (None, {}),
@@ -107,10 +115,19 @@ def parse_chat(body: Any, served_model: str, default_lookahead: str = "auto") ->
     if not isinstance(raw, list) or not raw:
         raise bad("messages", "must be a non-empty array of messages")
     messages = tuple(_message(m, i) for i, m in enumerate(raw))
-    if messages[-1].role != "user":
-        raise bad(f"messages[{len(messages) - 1}]", "the last message must be the user's")
-    return _common(body, served_model, default_lookahead, messages=messages, prompt=None,
-                   max_tokens=_first_present(body, "max_completion_tokens", "max_tokens"))
+    called: set[str] = set()
+    for i, m in enumerate(messages):
+        called |= {c.id for c in m.tool_calls}
+        if m.role == "tool" and m.tool_call_id not in called:
+            raise bad(f"messages[{i}].tool_call_id", "answers no tool call of an earlier assistant message")
+    if messages[-1].role not in ("user", "tool"):
+        raise bad(f"messages[{len(messages) - 1}]", "the last message must be the user's or a tool's")
+    req = _common(body, served_model, default_lookahead, messages=messages, prompt=None,
+                  max_tokens=_first_present(body, "max_completion_tokens", "max_tokens"))
+    tool_use = _tool_use(body)
+    if tool_use is not None and tool_use.calls_allowed and req.constraint is not None:
+        raise bad("response_format", "cannot be combined with tools the model may call", "unsupported_parameter")
+    return replace(req, tool_use=tool_use)
 
 
 def parse_completion(body: Any, served_model: str, default_lookahead: str = "auto") -> CompletionRequest:
@@ -150,10 +167,14 @@ def _message(raw: Any, i: int) -> Message:
         raise bad(where, "must be an object with role and content")
     role = raw.get("role")
     if role not in ROLES:
-        raise bad(f"{where}.role", f"must be one of {', '.join(ROLES)} (tool messages are not supported)")
-    for name in ("tool_calls", "function_call", "audio"):
+        raise bad(f"{where}.role", f"must be one of {', '.join(ROLES)}")
+    for name in ("function_call", "audio"):
         if raw.get(name):
             raise bad(f"{where}.{name}", "is not supported by this server", "unsupported_parameter")
+    calls = _tool_calls(raw.get("tool_calls"), where) if role == "assistant" else ()
+    call_id = raw.get("tool_call_id")
+    if role == "tool" and (not isinstance(call_id, str) or not call_id):
+        raise bad(f"{where}.tool_call_id", "is required in a tool message", "missing_field")
     content = raw.get("content")
     if isinstance(content, str):
         text = content
@@ -170,7 +191,119 @@ def _message(raw: Any, i: int) -> Message:
         text = ""
     else:
         raise bad(f"{where}.content", "must be a string or an array of text parts")
-    return Message("system" if role == "developer" else role, text)
+    return Message("system" if role == "developer" else role, text, calls, str(call_id) if role == "tool" else "")
+
+
+def _tool_calls(raw: Any, where: str) -> tuple[ToolCall, ...]:
+    """An assistant message's ``tool_calls``: each a function's name and its arguments as JSON text."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise bad(f"{where}.tool_calls", "must be an array")
+    calls = []
+    for k, call in enumerate(raw):
+        at = f"{where}.tool_calls[{k}]"
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+            raise bad(at, "must be {\"id\", \"type\": \"function\", \"function\": {\"name\", \"arguments\"}}")
+        arguments = function.get("arguments", "{}")
+        if not isinstance(arguments, str):
+            raise bad(f"{at}.function.arguments", "must be a string of JSON")
+        call_id = call.get("id", "")
+        if not isinstance(call_id, str):
+            raise bad(f"{at}.id", "must be a string")
+        calls.append(ToolCall(call_id, function["name"], arguments))
+    return tuple(calls)
+
+
+def _tool_use(body: dict[str, Any]) -> ToolUse | None:
+    """``tools``, ``tool_choice`` and ``parallel_tool_calls``; None when no tools are offered."""
+    raw, choice = body.get("tools"), body.get("tool_choice")
+    if raw is None or raw == []:
+        if choice not in (None, "none", "auto"):
+            raise bad("tool_choice", "names a tool, but no tools are offered")
+        return None
+    if not isinstance(raw, list) or len(raw) > MAX_TOOLS:
+        raise bad("tools", f"must be an array of at most {MAX_TOOLS} tools")
+    tools = tuple(_tool(t, k) for k, t in enumerate(raw))
+    names = [t["function"]["name"] for t in tools]
+    if len(set(names)) != len(names):
+        raise bad("tools", "two tools have the same name")
+    parallel = body.get("parallel_tool_calls", True)
+    if not isinstance(parallel, bool):
+        raise bad("parallel_tool_calls", "must be true or false")
+    if choice is None or choice in ("auto", "none", "required"):
+        return ToolUse(tools, choice or "auto", parallel=parallel)
+    name = choice.get("function", {}).get("name") if isinstance(choice, dict) else None
+    if not isinstance(choice, dict) or choice.get("type") != "function" or not isinstance(name, str):
+        raise bad("tool_choice", 'must be "auto", "none", "required" or {"type": "function", "function": {"name"}}')
+    if name not in names:
+        raise bad("tool_choice", f"names {name!r}, which is not among the tools offered")
+    return ToolUse(tools, "function", name, parallel)
+
+
+def _tool(raw: Any, k: int) -> dict[str, Any]:
+    at = f"tools[{k}]"
+    if not isinstance(raw, dict) or raw.get("type") != "function" or not isinstance(raw.get("function"), dict):
+        raise bad(at, 'must be {"type": "function", "function": {"name", "description", "parameters"}}')
+    function = raw["function"]
+    if not isinstance(function.get("name"), str) or not NAME.match(function["name"]):
+        raise bad(f"{at}.function.name", "must be 1 to 64 letters, digits, underscores or dashes")
+    if not isinstance(function.get("description", ""), str):
+        raise bad(f"{at}.function.description", "must be a string")
+    parameters = function.get("parameters", {"type": "object"})
+    if not isinstance(parameters, dict):
+        raise bad(f"{at}.function.parameters", "must be a JSON schema object")
+    try:
+        Constraint.json_schema(parameters).grammar()
+    except SettingsError as exc:
+        raise bad(f"{at}.function.parameters", str(exc)) from None
+    out = {"name": function["name"], "parameters": parameters}
+    if function.get("description"):
+        out["description"] = function["description"]
+    return {"type": "function", "function": out}
+
+
+def _constraint(body: dict[str, Any]) -> Constraint | None:
+    """Structured output: OpenAI's ``response_format``, or llama-server's ``json_schema`` or ``grammar``."""
+    fmt, schema, grammar = body.get("response_format"), body.get("json_schema"), body.get("grammar")
+    asked = [name for name, value in (("response_format", fmt), ("json_schema", schema), ("grammar", grammar))
+             if value is not None and value != {"type": "text"}]
+    if len(asked) > 1:
+        raise bad(asked[1], f"cannot be combined with {asked[0]}", "unsupported_parameter")
+    try:
+        if asked == ["response_format"]:
+            return _response_format(fmt)
+        if asked == ["json_schema"]:
+            if not isinstance(schema, dict):
+                raise bad("json_schema", "must be a JSON schema object")
+            return _checked(Constraint.json_schema(schema))
+        if asked == ["grammar"]:
+            if not isinstance(grammar, str) or not grammar.strip():
+                raise bad("grammar", "must be a grammar in GBNF")
+            return _checked(Constraint("gbnf", grammar))
+    except SettingsError as exc:
+        raise bad(asked[0], str(exc)) from None
+    return None
+
+
+def _response_format(fmt: Any) -> Constraint:
+    kind = fmt.get("type") if isinstance(fmt, dict) else None
+    if kind == "json_object":
+        return Constraint("json")
+    if kind == "json_schema":
+        spec = fmt.get("json_schema")
+        schema = spec.get("schema") if isinstance(spec, dict) else None
+        if not isinstance(schema, dict):
+            raise bad("response_format.json_schema.schema", "must be a JSON schema object", "missing_field")
+        return _checked(Constraint.json_schema(schema))
+    raise bad("response_format", 'must be {"type": "text"}, {"type": "json_object"} or {"type": "json_schema", '
+                                 '"json_schema": {"name", "schema"}}')
+
+
+def _checked(constraint: Constraint) -> Constraint:
+    constraint.grammar()  # GrammarError (a SettingsError) names what is wrong
+    return constraint
 
 
 def _common(body: dict[str, Any], served_model: str, default_lookahead: str, *,
@@ -178,15 +311,13 @@ def _common(body: dict[str, Any], served_model: str, default_lookahead: str, *,
     model = body.get("model")
     if model is not None and not isinstance(model, str):
         raise bad("model", "must be a string")
-    if model and model != served_model:
-        raise ApiError(404, f"model: {model!r} is not served here; this server serves {served_model!r}",
-                       "model_not_found", "model", kind="not_found_error")
+    # Another name than the served model's is answered by the served model, as llama-server does: editors and
+    # agents send the name they were set up with or their own default ("gpt-4o", "claude-…"), often one the
+    # user cannot change, and there is one model here. The response's ``model`` says which answered.
     for name, harmless in _UNSUPPORTED.items():
         if name in body and body[name] not in harmless:
             raise bad(name, f"{body[name]!r} is not supported by this server", "unsupported_parameter")
-    fmt = body.get("response_format")
-    if fmt is not None and fmt != {"type": "text"}:
-        raise bad("response_format", "only {\"type\": \"text\"} is supported", "unsupported_parameter")
+    constraint = _constraint(body)
 
     d = SamplingConfig()
     temperature = _number(body, "temperature", 0.0, 0.0, 2.0)
@@ -235,7 +366,7 @@ def _common(body: dict[str, Any], served_model: str, default_lookahead: str, *,
     return CompletionRequest(
         model=served_model, messages=messages, prompt=prompt, sampling=sampling, stop=_stop(body.get("stop")),
         max_tokens=limit, lookahead=lookahead, lookahead_asked=asked, stream=stream, include_usage=include_usage,
-        loop_guard=loop_guard,
+        loop_guard=loop_guard, constraint=constraint,
     )
 
 

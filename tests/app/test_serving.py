@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import socket
 import threading
+import time
 import urllib.error
 import urllib.request
 
@@ -107,6 +108,32 @@ def test_the_dialog_switches_serving_off_and_on_and_copies_the_address(qtbot, ma
     with pytest.raises(urllib.error.URLError):
         urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5)
     assert not window.serving_label.isVisible()
+
+
+@pytest.mark.timing
+def test_turning_serving_off_returns_at_once_while_requests_run_and_it_serves_again(qtbot, make_window):
+    port = free_port()
+    window = make_window(quick_settings(serve_on=True, serve_port=port, n_ctx=2048))
+    qtbot.waitUntil(lambda: window.serving.running, timeout=10_000)
+    dialog = window.show_serve_dialog()
+    with socket.create_connection(("127.0.0.1", port)) as stalled:
+        # A client that sends half its body and then nothing: a stop that waited would wait on it for seconds.
+        stalled.sendall(f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+                        "Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{".encode())
+        call = counting_request(qtbot, window.serving.server, max_tokens=1500)
+
+        start = time.perf_counter()
+        dialog.serve_box.setChecked(False)
+        assert time.perf_counter() - start < 0.5
+        assert not window.serving.running and not window.serving_label.isVisible()
+    qtbot.waitUntil(lambda: "result" in call, timeout=60_000)
+    status, body = call["result"]
+    assert status == 503 and "turned off" in body["error"]["message"], body
+
+    dialog.serve_box.setChecked(True)  # the same port again
+    qtbot.waitUntil(lambda: window.serving.running, timeout=10_000)
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=10) as response:
+        assert json.loads(response.read())["status"] == "ok"
 
 
 def test_a_port_in_use_is_said_and_the_app_goes_on(qtbot, make_window):

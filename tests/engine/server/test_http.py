@@ -26,6 +26,7 @@ import aiohttp
 import pytest
 
 from engine import GenerationControls, SamplingConfig, StepEvent, StopConfig
+from engine.decoding.grammar import Constraint
 from engine.decoding.text import Message
 from engine.llama.problems import SettingsError
 from engine.server import EngineRunner, ServerConfig, ServerStats
@@ -85,8 +86,10 @@ class WatchedEngine(Generating):
         notice: str = "",
         record_gaps: bool = False,
         exact_only: bool = True,
+        constraint: Constraint | None = None,
     ) -> Iterator[StepEvent]:
-        events = self._engine.generate(prompt, controls, sampling, stop, history, notice, record_gaps, exact_only)
+        events = self._engine.generate(prompt, controls, sampling, stop, history, notice, record_gaps, exact_only,
+                                       constraint)
         generation = Generation()
         self.generations.append(generation)
         return self._follow(events, generation)
@@ -291,7 +294,7 @@ CASES = [
     Case("message-not-an-object", body=chat(messages=["Say hi"]), param="messages[0]"),
     Case("message-role-tool", body=chat(messages=user_then({"role": "tool", "content": "42",
                                                              "tool_call_id": "call_1"})),
-         param="messages[0].role"),
+         param="messages[0].tool_call_id"),
     Case("message-image-url-part", body=chat(messages=[{"role": "user", "content": [
         {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}]}]),
          code="unsupported_parameter", param="messages[0].content[0]"),
@@ -299,7 +302,10 @@ CASES = [
          param="messages[0].content"),
     Case("message-tool-calls", body=chat(messages=[
         {"role": "assistant", "content": None, "tool_calls": [{"id": "1", "type": "function"}]},
-        {"role": "user", "content": "Say hi"}]), code="unsupported_parameter", param="messages[0].tool_calls"),
+        {"role": "user", "content": "Say hi"}]), param="messages[0].tool_calls[0]"),
+    Case("tool-message-without-id", body=chat(messages=[{"role": "user", "content": "Say hi"},
+                                                        {"role": "tool", "content": "7"}]),
+         code="missing_field", param="messages[1].tool_call_id"),
     Case("last-message-assistant", body=chat(messages=[{"role": "user", "content": "Say hi"},
                                                        {"role": "assistant", "content": "Hello"}]),
          param="messages[1]"),
@@ -330,9 +336,10 @@ CASES = [
     Case("logprobs-true", body=chat(logprobs=True), code="unsupported_parameter", param="logprobs"),
     Case("tools", body=chat(tools=[{"type": "function", "function": {"name": "f", "parameters": {}}}]),
          code="unsupported_parameter", param="tools"),
-    Case("response-format-json", body=chat(response_format={"type": "json_object"}), code="unsupported_parameter",
-         param="response_format"),
-    Case("unknown-model", body=chat(model="gpt-4o"), status=404, code="model_not_found", param="model"),
+    Case("response-format-yaml", body=chat(response_format={"type": "yaml"}), param="response_format"),
+    Case("response-format-and-grammar", body=chat(response_format={"type": "json_object"}, grammar='root ::= "a"'),
+         code="unsupported_parameter", param="grammar"),
+    Case("another-model-is-answered-by-the-served-one", body=chat(model="gpt-4o"), status=200),
     Case("lookahead-fast", body=chat(lookahead="fast"), param="lookahead"),
     Case("lookahead-window-99", body=chat(lookahead={"window": 99}), param="lookahead.window"),
     Case("lookahead-unknown-key", body=chat(lookahead={"speed": 3}), param="lookahead.speed"),

@@ -1,0 +1,217 @@
+"""The local server when something goes wrong on its side: a fault of ours is a 500 (or, in a stream that has
+begun, an error event) that tells the client nothing of it, and the server goes on; stopping without waiting
+returns at once whatever the clients do, answers them all, and the port serves again.
+
+No model: the engine is a stand-in that says one word per generation, and can hold its generation until it is
+cancelled, so a request is running for as long as a test needs at any CPU speed.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import logging
+import socket
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+
+from engine import GenerationControls, SamplingConfig, StepEvent, StopConfig
+from engine.decoding.grammar import Constraint
+from engine.decoding.text import Message
+from engine.server import EngineRunner, ServerConfig
+from engine.server.api import ModelServer
+from tests.helpers.fake_engine import Generating, as_engine
+
+MODEL_ID = "stand-in"
+CHAT = "/v1/chat/completions"
+SECRET = "secret text"
+QUESTION = "a question only the client may read"
+BODY = {"model": MODEL_ID, "messages": [{"role": "user", "content": QUESTION}], "max_tokens": 4}
+INTERNAL_ERROR = {"error": {"message": "the server failed to answer this request", "type": "server_error",
+                            "param": None, "code": "internal_error"}}
+WAIT_S = 30  # generous: how long a server may take to notice something, whatever the CPU
+HOLD_S = 120  # the longest a held generation waits for its test
+
+
+class OneWordEngine(Generating):
+    """Stands in for the model: any prompt is three tokens, a generation one step that says "Hi". While ``hold``
+    is set, a generation waits after its step until it is cancelled."""
+
+    n_ctx = 4096
+    lookahead_block_reason = ""
+
+    def __init__(self) -> None:
+        self.hold = False
+
+    def render_chat(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]] = ()) -> list[int]:
+        return [1, 2, 3]
+
+    def tokenize(self, text: str) -> list[int]:
+        return [1, 2, 3]
+
+    def generate(
+        self,
+        prompt: Sequence[int],
+        controls: GenerationControls | None = None,
+        sampling: SamplingConfig = SamplingConfig(),
+        stop: StopConfig = StopConfig(),
+        history: Sequence[int] = (),
+        notice: str = "",
+        record_gaps: bool = False,
+        exact_only: bool = True,
+        constraint: Constraint | None = None,
+    ) -> Iterator[StepEvent]:
+        yield StepEvent(step=0, mode="plain", token_ids=(7,), text="Hi", n_committed=1, batch_size=1, n_logits=1,
+                        n_drafted=0, n_accepted=0, n_reevaluated=0, window=4, ngram=4, guesses=3, elapsed_s=0.01,
+                        decode_s=0.01, prompt_tokens=len(prompt), stop_reason=None if self.hold else "eog")
+        if self.hold and controls is not None:
+            controls.cancel.wait(HOLD_S)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def serving(engine: OneWordEngine, port: int = 0) -> Iterator[ModelServer]:
+    """A server on ``engine``, stopped (and its engine let go) whatever happens."""
+    runner = EngineRunner(as_engine(engine))
+    server = ModelServer(runner, MODEL_ID, ServerConfig(host="127.0.0.1", port=port))
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+        runner.close()
+
+
+def post(port: int, body: dict[str, Any]) -> tuple[int, str, bytes]:
+    """One request on a connection of its own: status, content type, body."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=HOLD_S)
+    try:
+        conn.request("POST", CHAT, json.dumps(body), {"Content-Type": "application/json"})
+        response = conn.getresponse()
+        return response.status, response.headers.get_content_type(), response.read()
+    finally:
+        conn.close()
+
+
+def stream_events(body: bytes) -> list[Any]:
+    """A stream's ``data:`` events, ``[DONE]`` as the string it is."""
+    text = body.decode()
+    assert text.endswith("data: [DONE]\n\n"), text[-300:]
+    events = [event.removeprefix("data: ") for event in text.split("\n\n") if event]
+    return [*map(json.loads, events[:-1]), events[-1]]
+
+
+def in_thread(fn: Any, *args: Any) -> dict[str, Any]:
+    """Run ``fn`` on a thread; its result lands in the dict."""
+    out: dict[str, Any] = {}
+    out["thread"] = threading.Thread(target=lambda: out.setdefault("result", fn(*args)), daemon=True)
+    out["thread"].start()
+    return out
+
+
+def answered(call: dict[str, Any]) -> Any:
+    call["thread"].join(WAIT_S)
+    assert "result" in call, "the client was not answered"
+    return call["result"]
+
+
+def until(condition: Any, what: str) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while not condition():
+        assert time.monotonic() < deadline, f"{what} did not happen within {WAIT_S} s"
+        time.sleep(0.01)
+
+
+def fail(*args: Any) -> None:
+    raise RuntimeError(SECRET)
+
+
+# -- a fault of ours ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_a_fault_in_a_handler_is_a_500_that_tells_nothing_and_the_server_goes_on(monkeypatch, caplog, stream):
+    with serving(OneWordEngine()) as server:
+        monkeypatch.setattr(server.runner, "submit", fail)  # before any byte of the answer went
+        with caplog.at_level(logging.INFO, logger="engine.server"):
+            status, content_type, body = post(server.port, {**BODY, "stream": stream})
+        assert (status, content_type) == (500, "application/json"), body[:300]
+        assert json.loads(body) == INTERNAL_ERROR
+        assert SECRET.encode() not in body
+        assert server.stats.refused == 1
+        [failure] = [r for r in caplog.records if r.levelno >= logging.ERROR]
+        assert failure.exc_info is not None, "the log has the traceback"
+        assert f"POST {CHAT} 500" in caplog.text, "the request's one log line"
+        assert QUESTION not in caplog.text, "the log never holds what was asked"
+
+        monkeypatch.undo()
+        status, _, body = post(server.port, BODY)
+        assert status == 200 and json.loads(body)["choices"][0]["message"]["content"] == "Hi"
+
+
+def test_a_fault_in_a_stream_that_began_ends_it_with_an_error_event_and_done(monkeypatch, caplog):
+    with serving(OneWordEngine()) as server:
+        monkeypatch.setattr(server, "_served", fail)  # after the stream's headers and its text went
+        with caplog.at_level(logging.INFO, logger="engine.server"):
+            status, content_type, body = post(server.port, {**BODY, "stream": True})
+        assert (status, content_type) == (200, "text/event-stream")
+        assert SECRET.encode() not in body
+        events = stream_events(body)
+        assert events[-2:] == [INTERNAL_ERROR, "[DONE]"]
+        assert "".join(e["choices"][0]["delta"].get("content") or "" for e in events[:-2]) == "Hi"
+        assert [r.exc_info is not None for r in caplog.records if r.levelno >= logging.ERROR] == [True]
+        assert QUESTION not in caplog.text, "the log never holds what was asked"
+
+        monkeypatch.undo()
+        status, _, body = post(server.port, {**BODY, "stream": True})
+        assert status == 200 and stream_events(body)[-2]["choices"][0]["finish_reason"] == "stop"
+
+
+# -- stopping without waiting -----------------------------------------------------------------------------------
+
+
+@pytest.mark.timing
+def test_stopping_without_waiting_returns_at_once_answers_everyone_and_the_port_serves_again():
+    engine = OneWordEngine()
+    engine.hold = True
+    port = free_port()
+    with serving(engine, port) as server, socket.create_connection(("127.0.0.1", port)) as stalled:
+        # A client that sends half its body and then nothing: a stop that waited would wait on it for seconds.
+        stalled.sendall(f"POST {CHAT} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
+                        "Content-Length: 1000\r\n\r\n{".encode())
+        streaming = in_thread(post, port, {**BODY, "stream": True})
+        until(lambda: server.stats.running, "the streamed generation's start")
+        waiting = in_thread(post, port, BODY)
+        until(lambda: server.stats.waiting == 1, "the second request's arrival")
+
+        start = time.perf_counter()
+        server.stop("stopped for this test", wait=False)
+        assert time.perf_counter() - start < 0.5
+        assert not server.running
+        with pytest.raises(ConnectionRefusedError):  # the port is closed when stop returns
+            socket.create_connection(("127.0.0.1", port)).close()
+
+        status, _, body = answered(streaming)
+        error = stream_events(body)[-2]["error"]
+        assert status == 200 and (error["code"], error["message"]) == ("server_stopped", "stopped for this test")
+        status, _, body = answered(waiting)
+        assert status == 503 and json.loads(body)["error"]["message"] == "stopped for this test"
+
+        stalled.close()  # else the old thread gives up on it only after its shutdown timeouts
+        engine.hold = False
+        server.start()  # the same server, the same port (it waits for the thread that was ending)
+        assert server.port == port and post(port, BODY)[0] == 200
+        server.stop(wait=False)
+        server.join()
+        with serving(engine, port) as another:  # a new server on the port, once the old thread has ended
+            assert post(another.port, BODY)[0] == 200
