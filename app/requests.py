@@ -38,6 +38,7 @@ class LoadedModel:
     # each weight type's matrices and the kernel that multiplies a batch by them here (engine/llama/kernels.py)
     batch_kernels: tuple[str, ...] = ()
     lookahead_kind: str = LookaheadKind.FULL
+    takes_tools: bool = False  # the server can offer this model tools (its template takes them: engine/server/tools.py)
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,7 @@ from engine.llama.kernels import matrix_kernels
 from engine.llama.probe import ProbeResult, ensure_loadable
 from engine.llama.problems import LoadProblem
 from engine.server import Job
+from engine.server.tools import takes_tool_calls
 from engine.speed.comparison import CompareProgress
 from engine.speed.rows import PromptResult
 
@@ -194,6 +195,7 @@ class EngineWorker(WorkerControls):
             n_ctx_train=s.context_length,
             size_bytes=s.size_bytes,
             batch_kernels=tuple(k.describe for k in matrix_kernels(dict(s.matrix_types), system_features())),
+            takes_tools=takes_tool_calls(engine.template),
         )
         self.modelLoaded.emit(loaded)
         self._probeThreadsLater.emit()

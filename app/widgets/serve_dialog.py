@@ -24,11 +24,20 @@ from PySide6.QtWidgets import (
 
 from engine.server import ServerStats
 
+from ..requests import LoadedModel
 from ..serving import ServerController, new_api_key
 
 HELP = ("Programs that speak the OpenAI API can use the loaded model: give them the address below as the base "
         "URL (and the key, when one is required). Chats here and their requests take turns; their requests do "
         "not appear among your chats.")
+
+
+def served_text(model: LoadedModel | None) -> str:
+    """What programs can ask of the server, with the loaded model."""
+    tools = "tools" if model is not None and model.takes_tools else \
+        "tools (not with this model: its chat template takes none)"
+    return (f"Served: chat (/v1/chat/completions), completions (/v1/completions), JSON and grammars "
+            f"(response_format), {tools}, and Anthropic's messages (/v1/messages).")
 
 
 def stats_text(stats: ServerStats | None) -> str:
@@ -93,6 +102,10 @@ class ServeDialog(QDialog):
         self.state_label.setTextFormat(Qt.TextFormat.PlainText)  # a model's file name is shown as written
         self.state_label.setWordWrap(True)
         layout.addWidget(self.state_label)
+        self.served_label = QLabel()
+        self.served_label.setTextFormat(Qt.TextFormat.PlainText)
+        self.served_label.setWordWrap(True)
+        layout.addWidget(self.served_label)
         self.stats_label = QLabel(stats_text(None))
         self.stats_label.setWordWrap(True)
         layout.addWidget(self.stats_label)
@@ -127,6 +140,7 @@ class ServeDialog(QDialog):
             self.state_label.setText("Serving starts once a model is loaded.")
         else:
             self.state_label.setText("Not serving.")
+        self.served_label.setText(served_text(c.model))
         _show_checked(self.serve_box, s.serve_on)
 
     @Slot(object)

@@ -46,6 +46,15 @@ def markup_of(template: ChatTemplate) -> str:
                            "(Hermes' <tool_call> blocks or Llama 3's JSON)")
 
 
+def takes_tool_calls(template: ChatTemplate) -> bool:
+    """Whether a model with ``template`` can be offered tools here (it takes them, in a markup read here)."""
+    try:
+        markup_of(template)
+    except ToolsUnsupported:
+        return False
+    return True
+
+
 @dataclass(frozen=True)
 class ToolUse:
     """The tools a request offers and how the model may use them (requests.py checks the fields)."""

@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from engine.decoding.generation import GenerationControls, StepEvent
+from engine.decoding.grammar import Constraint
 from engine.decoding.runtime import Engine
 from engine.decoding.settings import LookaheadConfig, SamplingConfig, StopConfig
 from engine.speed.rows import PromptResult, VerdictFigures
@@ -288,6 +289,7 @@ def compare_decoders(
     request_id: int = 0,
     max_pairs: int | None = None,
     exact_pairs: int | None = None,
+    constraint: Constraint | None = None,
 ) -> Comparison:
     """Plain and ``lookahead`` on ``prompt`` in A-B-B-A turns, each from an empty cache, until ``repeats_done``.
 
@@ -296,7 +298,7 @@ def compare_decoders(
     result when there are ``MIN_PAIRS`` of them. ``max_pairs`` (default ``MAX_PAIRS``) caps the pairs below the
     time plan (one pair: a single run of each, as a priced rather than timed bench needs). ``exact_pairs`` (whole
     A-B-B-A blocks) runs that many whether or not they agree, to pin one prompt's figure down further than the
-    plan would. The engine's cache is empty afterwards.
+    plan would. ``constraint``: the grammar both decoders' replies follow. The engine's cache is empty afterwards.
     """
     if exact_pairs is not None and not whole_blocks(exact_pairs):
         raise ValueError(f"exact_pairs must be whole A-B-B-A blocks of {MIN_PAIRS} pairs, not {exact_pairs}")
@@ -319,7 +321,8 @@ def compare_decoders(
                 events: list[StepEvent] = []
                 n_tokens = 0
                 engine.reset()  # the same cold start for every run: none reuses another's cache
-                for ev in engine.generate(prompt, controls, sampling=sampling, stop=stop, history=history):
+                for ev in engine.generate(prompt, controls, sampling=sampling, stop=stop, history=history,
+                                          constraint=constraint):
                     events.append(ev)
                     n_tokens += len(ev.token_ids)
                     if on_progress is not None:

@@ -21,12 +21,14 @@ class Workload:
     cat: str
     prompt: str
     attach: tuple[str, ...] = ()  # files attached to the message (paths), for the "docs" category
+    schema: str = ""  # a JSON schema the reply must match (as JSON text), for structured output
 
 
 def load_workloads(path: str | Path | None = None) -> list[Workload]:
     """Read a JSONL file of {"id", "cat", "prompt"} (the repo's own by default).
 
-    A line may add "attach": files attached to the message, relative to the JSONL file's folder.
+    A line may add "attach": files attached to the message, relative to the JSONL file's folder, and "schema":
+    a JSON schema the reply must match.
     """
     p = Path(path) if path else WORKLOADS_PATH
     out: list[Workload] = []
@@ -37,7 +39,9 @@ def load_workloads(path: str | Path | None = None) -> list[Workload]:
             try:
                 obj = json.loads(line)
                 attach = tuple(str(p.parent / str(a)) for a in obj.get("attach", ()))
-                out.append(Workload(id=str(obj["id"]), cat=str(obj["cat"]), prompt=str(obj["prompt"]), attach=attach))
+                schema = json.dumps(obj["schema"]) if "schema" in obj else ""
+                out.append(Workload(id=str(obj["id"]), cat=str(obj["cat"]), prompt=str(obj["prompt"]), attach=attach,
+                                    schema=schema))
             except (json.JSONDecodeError, KeyError, TypeError) as exc:
                 raise ValueError(f"{p}:{n}: not a workload line ({exc})") from exc
     if not out:

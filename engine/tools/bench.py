@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 from engine.costs.curve import CostCurve
 from engine.decoding import kept as kept_ngrams
 from engine.decoding.drafts import CorpusIndex
+from engine.decoding.grammar import Constraint
 from engine.decoding.origins import DraftOrigin
 from engine.decoding.replay import ReplayDrafts
 from engine.decoding.runtime import Engine, GenerationControls
@@ -137,6 +138,7 @@ def run_one(
     cancel: threading.Event | None = None,
     sampling: SamplingConfig = APP_SAMPLING,
     loop_guard: bool = APP_LOOP_GUARD,
+    constraint: Constraint | None = None,
 ) -> RunStats:
     """One generation from an empty cache; setting ``cancel`` ends it before its next step."""
     engine.reset()
@@ -151,6 +153,7 @@ def run_one(
             stop=StopConfig(max_tokens=max_tokens, loop_guard=loop_guard),
             record_gaps=record_gaps,
             exact_only=exact_only,
+            constraint=constraint,
         )
     )
 
@@ -234,11 +237,11 @@ class _Reply:
     stop: StopConfig
     sampling: SamplingConfig
 
-    def run(self, engine: Engine, prompt: Sequence[int], cancel: threading.Event, record_gaps: bool = False
-            ) -> RunStats:
-        """Plain decoding's reply, from an empty cache."""
+    def run(self, engine: Engine, prompt: Sequence[int], cancel: threading.Event, record_gaps: bool = False,
+            constraint: Constraint | None = None) -> RunStats:
+        """Plain decoding's reply, from an empty cache (following ``constraint``, if any)."""
         return run_one(engine, prompt, None, self.stop.max_tokens, record_gaps=record_gaps, cancel=cancel,
-                       sampling=self.sampling, loop_guard=self.stop.loop_guard)
+                       sampling=self.sampling, loop_guard=self.stop.loop_guard, constraint=constraint)
 
 
 def _bench_prompt(
@@ -321,10 +324,11 @@ def _bench_prompt_runs(
     # The one measurement of engine/speed/comparison.py, as the app's Compare tab and speed report take it:
     # A-B-B-A pairs (the first mode alternating per prompt) until their speedups agree (or ``exact_pairs``), median
     # runs.
+    constraint = Constraint("json_schema", w.schema) if w.schema else None
     comparison = compare_decoders(engine, prompt, second_mode, sampling=reply.sampling, stop=reply.stop,
                                   plain_first=not lookahead_first, cancel=cancel,
                                   max_pairs=1 if price_on is not None else None,  # priced, not timed: one pair
-                                  exact_pairs=exact_pairs)
+                                  exact_pairs=exact_pairs, constraint=constraint)
     if cancel.is_set() or not comparison.complete:
         return None
     res = prompt_result(w, comparison)
@@ -333,7 +337,7 @@ def _bench_prompt_runs(
     plain, la = verdict.plain, verdict.lookahead
     if comparison.divergence is not None:
         # The timed run skips the top-2 bookkeeping; an untimed one supplies the gap.
-        gapped = reply.run(engine, prompt, cancel, record_gaps=True)
+        gapped = reply.run(engine, prompt, cancel, record_gaps=True, constraint=constraint)
         if cancel.is_set():
             return None
         div = first_divergence(gapped, la, engine.detokenize)

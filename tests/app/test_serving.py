@@ -96,6 +96,8 @@ def test_the_dialog_switches_serving_off_and_on_and_copies_the_address(qtbot, ma
     dialog.copy_address.click()
     assert QGuiApplication.clipboard().text() == dialog.address_edit.text()
     assert window.serving.server.model_id in dialog.state_label.text()
+    served = dialog.served_label.text()  # the bundled model's template takes no tools: the dialog says so
+    assert "/v1/chat/completions" in served and "/v1/messages" in served and "not with this model" in served
 
     dialog.key_box.setChecked(True)  # a key from now on: the server restarts with it
     key = window.settings.serve_key

@@ -53,17 +53,22 @@ def _serve(engine, model_id):
 
 
 @pytest.fixture(scope="module")
-def tool_client(tmp_path_factory, model_path):
+def tool_server(tmp_path_factory, model_path):
     engine = Engine(str(write_with_template(model_path, tmp_path_factory.mktemp("tools") / "hermes.gguf")),
                     n_ctx=2048, n_threads=2)
     server, runner = _serve(engine, "m")
     try:
-        with openai.OpenAI(base_url=server.base_url, api_key="unused", max_retries=0, timeout=120) as client:
-            yield client
+        yield server
     finally:
         server.stop()
         runner.close()
         engine.close()
+
+
+@pytest.fixture(scope="module")
+def tool_client(tool_server):
+    with openai.OpenAI(base_url=tool_server.base_url, api_key="unused", max_retries=0, timeout=120) as client:
+        yield client
 
 
 @pytest.fixture(scope="module")
@@ -111,6 +116,30 @@ def test_a_tool_call_round_trip_whole_and_streamed(tool_client):
     assert final.choices[0].message.tool_calls is None
     assert final.choices[0].message.content
     assert "<tool_call>" not in final.choices[0].message.content
+
+
+def test_a_tool_round_trip_through_anthropics_messages_api(tool_server):
+    anthropic = pytest.importorskip("anthropic")
+    tool = {"name": "get_weather", "description": "The weather now in a city",
+            "input_schema": WEATHER["function"]["parameters"]}
+    base = tool_server.base_url.removesuffix("/v1")
+    with anthropic.Anthropic(base_url=base, api_key="unused", max_retries=0, timeout=120) as client:
+        asked = dict(model="m", max_tokens=96, messages=ASK, tools=[tool], tool_choice={"type": "any"})
+        message = client.messages.create(**asked)
+        assert message.stop_reason == "tool_use"
+        use = next(b for b in message.content if b.type == "tool_use")
+        assert use.name == "get_weather"
+        jsonschema.validate(use.input, tool["input_schema"])
+        with client.messages.stream(**asked) as stream:
+            streamed = stream.get_final_message()
+        assert [(b.name, b.input) for b in streamed.content if b.type == "tool_use"] == \
+            [(b.name, b.input) for b in message.content if b.type == "tool_use"]
+        result = {"type": "tool_result", "tool_use_id": use.id, "content": "7 degrees and cloudy"}
+        final = client.messages.create(model="m", max_tokens=48, tools=[tool], tool_choice={"type": "none"},
+                                       messages=[*ASK, {"role": "assistant", "content": message.content},
+                                                 {"role": "user", "content": [result]}])
+    assert final.stop_reason in ("end_turn", "max_tokens")
+    assert final.content and final.content[0].type == "text" and final.content[0].text
 
 
 def test_a_named_function_is_the_one_called_and_lookahead_changes_nothing(tool_client):
