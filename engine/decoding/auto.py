@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 
 from engine.costs.curve import CostCurve, LiveCosts
 from engine.decoding.decoders import NO_CONFIDENCE
-from engine.decoding.drafts import AGREE, ALONE, SPLIT, Draft, DraftSources
+from engine.decoding.drafts import AGREE, ALONE, FORCED, SPLIT, Draft, DraftSources
 from engine.decoding.origins import DraftOrigin, DraftSource
 from engine.decoding.plan import StepChoice
 from engine.decoding.settings import MAX_GUESSES, MAX_WINDOW, LookaheadConfig
@@ -119,6 +119,8 @@ def bucket(d: Draft, k: int = 0, sure: bool = False) -> Bucket:
 
 def _prior(b: Bucket) -> float:
     source, edge, support, sure = b
+    if support == FORCED:
+        return GRAMMAR_PRIOR
     if source == DraftSource.CORPUS and edge in _CORPUS_SHORT_PRIORS[support]:
         return _CORPUS_SHORT_PRIORS[support][edge]
     if source in (DraftSource.HISTORY, DraftSource.DOCUMENT, DraftSource.CORPUS):
@@ -127,8 +129,6 @@ def _prior(b: Bucket) -> float:
         return KEPT_PRIORS[sure]
     if source == DraftSource.OPENING:
         return OPENING_PRIOR
-    if source == DraftSource.GRAMMAR:
-        return GRAMMAR_PRIOR
     return POOL_PRIOR
 
 

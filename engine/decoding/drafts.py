@@ -32,6 +32,7 @@ SCAN = 16  # most recent occurrences of the context's last bigram to compare
 # not, or there are none. Where they part is usually where the text starts to
 # differ (the next item of a list, the word an edit changes).
 AGREE, ALONE, SPLIT = 1, 0, -1
+FORCED = 2  # a token the reply's grammar leaves no choice about (whatever the other occurrences say)
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,23 @@ class HistoryIndex:
             if len(toks) >= 2:
                 _index_last_pair(self._index, toks, self.max_positions)
 
+    def continuation(self, tokens: Sequence[int], length: int) -> Draft | None:
+        """What followed the longest earlier match of the history's text with ``tokens`` after it (tokens not
+        in the history yet: the text a grammar forces next), up to ``length`` tokens; None if nothing did."""
+        text = self.tokens
+        if length <= 0 or not tokens or len(text) + len(tokens) < 2:
+            return None
+        ahead = [*text[-1:], *tokens]
+        best_m, best_i = 0, -1
+        for i in self._index.get((ahead[-2], ahead[-1]), [])[-SCAN:][::-1]:
+            m = 0
+            while m < MAX_MATCH and i - m >= 0 and text[i - m] == _from_end(text, tokens, m):
+                m += 1
+            if m > best_m:
+                best_m, best_i = m, i
+        following = tuple(text[best_i + 1 : best_i + 1 + length]) if best_i >= 0 else ()
+        return Draft(following, self.source, best_m, origin=self.origin_at(best_i + 1)) if following else None
+
     def _match_len(self, i: int, end: int) -> int:
         """How many tokens ending at i equal those ending at ``end`` (the context's last)."""
         toks = self.tokens
@@ -116,6 +134,14 @@ class HistoryIndex:
         found.sort(reverse=True)
         conts = [tuple(toks[i + 1 : i + 1 + length]) for _, i in found]
         return _distinct_drafts(found, conts, count, self.source, lambda i: self.origin_at(i + 1))
+
+
+def _from_end(text: Sequence[int], tokens: Sequence[int], m: int) -> int | None:
+    """The token ``m`` places from the end of ``text`` followed by ``tokens`` (None before the start)."""
+    if m < len(tokens):
+        return tokens[-1 - m]
+    k = len(text) - 1 - (m - len(tokens))
+    return text[k] if k >= 0 else None
 
 
 def _index_last_pair(index: dict[tuple[int, int], list[int]], toks: list[int], max_positions: int) -> None:
@@ -310,8 +336,22 @@ class DraftSources:
         forced = self.forced.forced(length) if self.forced is not None else ()
         if forced:  # the grammar's text first; a draft that holds it and goes on stays an alternative
             longer = [d for d in drafts if not (len(d.tokens) <= len(forced) and forced[: len(d.tokens)] == d.tokens)]
-            drafts = [Draft(forced, DraftSource.GRAMMAR, MAX_MATCH, origin=DraftOrigin.GRAMMAR), *longer]
+            drafts = [self._after_forced(forced, length), *longer]
         return drafts
+
+    def _after_forced(self, forced: tuple[int, ...], length: int) -> Draft:
+        """The text a grammar forces, then what followed that text where the history held it before (a value
+        copied from the prompt after a key the schema forces): one draft, its forced tokens marked FORCED."""
+        grammar = Draft(forced, DraftSource.GRAMMAR, MAX_MATCH, (FORCED,) * len(forced), DraftOrigin.GRAMMAR)
+        after = self.history.continuation(forced, length - len(forced))
+        if after is None:
+            return grammar
+        keep = self._keep((*forced, *after.tokens)) - len(forced)  # the screens judge it after the forced text
+        if keep <= 0:
+            return grammar
+        # Priced as the history match it is (its forced tokens as forced): ``match`` counts the forced text too.
+        return replace(grammar, tokens=forced + after.tokens[:keep], source=after.source, match=after.match,
+                       support=grammar.support + (ALONE,) * keep)
 
     def ngrams(
         self, token: int, count: int, length: int, taken: Sequence[Draft] = (), reply: bool = True, kept: bool = True,

@@ -1,4 +1,4 @@
-from engine.decoding.drafts import AGREE, ALONE, SPLIT, CorpusIndex, DraftSources, HistoryIndex
+from engine.decoding.drafts import AGREE, ALONE, FORCED, SPLIT, CorpusIndex, DraftSources, HistoryIndex
 from engine.decoding.origins import DraftOrigin
 from engine.decoding.pool import NgramPool
 
@@ -99,3 +99,33 @@ def test_an_attached_document_drafts_where_the_context_is_not_in_the_history_and
     h3.extend([41, 42, 9, 9, 7, 41, 42], "prompt")  # a prompt text the document does not hold stays the prompt's
     assert DraftSources(h3, NgramPool(max_len=3), documents=documents).matches(42, 3, 1)[0].origin == "prompt"
     assert documents.holds([42, 43, 44]) and not documents.holds([42, 44]) and not documents.holds([42])
+
+
+class _Forces:
+    """A grammar that forces ``tokens`` next, and allows anything but ``banned``."""
+
+    def __init__(self, tokens: tuple[int, ...], banned: int = -1) -> None:
+        self.tokens, self.banned = tokens, banned
+
+    def forced(self, limit: int) -> tuple[int, ...]:
+        return self.tokens[:limit]
+
+    def keep(self, tokens: tuple[int, ...]) -> int:
+        return tokens.index(self.banned) if self.banned in tokens else len(tokens)
+
+
+def test_the_text_a_grammar_forces_is_drafted_first_and_goes_on_as_the_history_went_on_after_it():
+    h = HistoryIndex()
+    # the prompt holds "name : Ada Lovelace ," ; the reply so far is "{" and the grammar forces "name :"
+    h.extend([40, 41, 42, 43, 44, 45, 9, 99, 7], DraftOrigin.PROMPT)
+    grammar = _Forces((41, 42))
+    sources = DraftSources(h, NgramPool(max_len=3), screens=(grammar,), forced=grammar)
+    (first, *_) = sources.matches(7, length=6, count=2)
+    assert first.tokens == (41, 42, 43, 44, 45, 9)
+    assert first.support[:2] == (FORCED, FORCED) and first.origin == DraftOrigin.GRAMMAR
+    # where the grammar forbids what followed before, the draft stops there; with no earlier match, only the
+    # forced text is drafted
+    grammar.banned = 44
+    assert sources.matches(7, length=6, count=2)[0].tokens == (41, 42, 43)
+    alone = DraftSources(h, NgramPool(max_len=3), screens=(grammar,), forced=_Forces((70, 71)))
+    assert alone.matches(7, length=6, count=2)[0].tokens == (70, 71)
