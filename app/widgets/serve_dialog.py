@@ -27,9 +27,9 @@ from engine.server import ServerStats
 from ..requests import LoadedModel
 from ..serving import ServerController, new_api_key
 
-HELP = ("Programs that speak the OpenAI API can use the loaded model: give them the address below as the base "
-        "URL (and the key, when one is required). Chats here and their requests take turns; their requests do "
-        "not appear among your chats.")
+HELP = ("Programs that speak OpenAI's or Anthropic's API can use the loaded model: give them the address below as "
+        "the base URL (Anthropic's clients without the /v1 at its end), and the key when one is required. Chats "
+        "here and their requests take turns; their requests do not appear among your chats.")
 
 
 def served_text(model: LoadedModel | None) -> str:
