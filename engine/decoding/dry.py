@@ -20,7 +20,10 @@ Pure Python; testable without a model.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+import math
+from collections.abc import Callable, Sequence
+
+from engine.decoding.settings import SamplingConfig
 
 # A draft stops before a token DRY would lower by this many logits: a lead that large is rare, and such tokens were
 # nearly always turned down (docs/SPEED.md, "Drafts under DRY").
@@ -70,23 +73,38 @@ class DryScreen:
     def keep(self, draft: Sequence[int]) -> int:
         """How many of ``draft``'s tokens (which follow the tokens seen) come before the first one DRY would
         lower by the threshold or more."""
-        for k, penalty in enumerate(self.penalties(draft)):
-            if penalty >= self._threshold:
-                return k
-        return len(draft)
+        return len(self._walk(draft, self._threshold))
 
-    def penalties(self, draft: Sequence[int]) -> Iterator[float]:
+    def penalties(self, draft: Sequence[int]) -> list[float]:
         """What DRY would subtract from each of ``draft``'s tokens, each drawn after the ones before it."""
-        seen = self._tokens
-        text = seen + [int(t) for t in draft]
+        return self._walk(draft, math.inf)
+
+    def _walk(self, draft: Sequence[int], stop: float) -> list[float]:
+        """The penalties of ``draft``'s tokens in order, up to the first of ``stop`` or more (left out).
+
+        The draft stands after the tokens seen for the walk only (no copy of the reply: this runs for every
+        draft of every step), its own positions indexed as it goes, since a draft may repeat itself.
+        """
+        text, n_seen = self._tokens, len(self._tokens)
+        text.extend(int(t) for t in draft)
+        in_draft: dict[tuple[int, ...], list[int]] = {}
+        out: list[float] = []
         since = self._since_breaker
-        for k, tok in enumerate(text[len(seen) :]):
-            if self._is_breaker(tok):  # DRY never lowers a breaker itself
-                since = 0
-                yield 0.0
-            else:
-                yield self.penalty(self._repeat(text, len(seen) + k, since))
-                since += 1
+        try:
+            for end in range(n_seen, len(text)):
+                if self._is_breaker(text[end]):  # DRY never lowers a breaker itself
+                    penalty, since = 0.0, 0
+                else:
+                    penalty, since = self.penalty(self._repeat(text, end, since, in_draft)), since + 1
+                if penalty >= stop:
+                    break
+                out.append(penalty)
+                key = self._key(text, end)
+                if key is not None:
+                    in_draft.setdefault(key, []).append(end)
+        finally:
+            del text[n_seen:]
+        return out
 
     def _key(self, text: Sequence[int], j: int) -> tuple[int, ...] | None:
         """The allowed-length tokens before position ``j`` and the token at it, if none is a breaker."""
@@ -97,21 +115,33 @@ class DryScreen:
             return None
         return (*before, text[j])
 
-    def _repeat(self, text: list[int], end: int, since: int) -> int:
+    def _repeat(self, text: list[int], end: int, since: int, in_draft: dict[tuple[int, ...], list[int]]) -> int:
         """The longest repeat that ``text[end]`` would extend: how many tokens before ``end`` (at most ``since``,
-        the breaker-free ones) also stand before an earlier ``text[end]``."""
+        the breaker-free ones) also stand before an earlier ``text[end]`` (a seen one, or one of the draft's,
+        ``in_draft``)."""
         limit = min(since, MAX_REPEAT)
         if limit < self._allowed:
             return 0
         key = self._key(text, end)
         if key is None:
             return 0
-        places = list(self._index.get(key, ()))
-        places += [j for j in range(max(len(self._tokens), self._allowed), end) if self._key(text, j) == key]
         best = 0
-        for j in places:
+        for j in (*self._index.get(key, ()), *in_draft.get(key, ())):
             n = self._allowed
             while n < limit and j - 1 - n >= 0 and text[j - 1 - n] == text[end - 1 - n]:
                 n += 1
             best = max(best, n)
         return best
+
+
+def dry_screen(
+    sampling: SamplingConfig, prompt: Sequence[int], is_breaker: Callable[[int], bool], threshold: float = DRY_CUT,
+) -> DryScreen | None:
+    """The screen of a reply written with ``sampling`` to ``prompt``: it sees what the sampler sees, the prompt's
+    tail included (None: DRY is off)."""
+    if not sampling.dry:
+        return None
+    screen = DryScreen(is_breaker, sampling.dry_multiplier, sampling.dry_base, sampling.dry_allowed_length, threshold)
+    if sampling.prompt_tail:
+        screen.extend(prompt[-sampling.prompt_tail :])
+    return screen

@@ -35,7 +35,7 @@ from engine.decoding.decoders import (
     TokenDrawer,
 )
 from engine.decoding.drafts import CorpusIndex, DraftCorpus, DraftSources, HistoryIndex
-from engine.decoding.dry import DRY_CUT, DryScreen
+from engine.decoding.dry import dry_screen
 from engine.decoding.grammar import GrammarState
 from engine.decoding.loops import LoopGuard
 from engine.decoding.origins import OWN, DraftOrigin
@@ -209,7 +209,7 @@ class Generation:
             self._index.extend(prompt, DraftOrigin.PROMPT)
             self._lookahead = LookaheadDecoder(engine.ctx, engine.batch, drawer, self._pool, JacobiWindow(prompt))
             self._chain = ChainDecoder(engine.ctx, engine.batch, drawer, engine.commit_seqs[0])
-            self._screen = _dry_screen(engine.model, sampling, prompt)
+            self._screen = dry_screen(sampling, prompt, engine.model.is_dry_breaker)
             screens = tuple(s for s in (self._grammar, self._screen) if s is not None)
             sources = DraftSources(self._index, self._pool, engine.corpus, engine.kept, engine.documents,
                                    screens, self._grammar)
@@ -403,17 +403,6 @@ class Generation:
             decode_s=0.0,
             stop_reason=reason,
         )
-
-
-def _dry_screen(model: Model, sampling: SamplingConfig, prompt: Sequence[int]) -> DryScreen | None:
-    """What cuts drafts where DRY would turn them down, seeing what the sampler sees (None: DRY is off)."""
-    if not sampling.dry:
-        return None
-    screen = DryScreen(model.is_dry_breaker, sampling.dry_multiplier, sampling.dry_base,
-                       sampling.dry_allowed_length, DRY_CUT)
-    if sampling.prompt_tail:
-        screen.extend(prompt[-sampling.prompt_tail :])
-    return screen
 
 
 class _TextOut:

@@ -103,12 +103,15 @@ class Reply:
             head = self._head("text_completion")
         return {**head, "choices": [choice], "usage": self.usage(), "timings": self.timings()}
 
-    def chunk(self, text: str = "", role: bool = False, finish: bool = False) -> dict[str, Any]:
+    def chunk(self, text: str = "", role: bool = False, finish: bool = False,
+              tool_calls: list[dict[str, Any]] | None = None) -> dict[str, Any]:
         reason = self.finish_reason if finish else None
         if self.chat:
             delta: dict[str, Any] = {"content": text} if text else {}
             if role:
                 delta = {"role": "assistant", "content": ""}
+            if tool_calls:
+                delta = {"tool_calls": tool_calls}
             out = {**self._head("chat.completion.chunk"),
                    "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": reason}]}
         else:
@@ -139,10 +142,7 @@ class Reply:
         text, calls = self._split()
         if not calls:
             return [self.chunk(text=text)] if text else []
-        deltas = [{"index": k, **call} for k, call in enumerate(self.tool_calls())]
-        return [{**self._head("chat.completion.chunk"),
-                 "choices": [{"index": 0, "delta": {"tool_calls": deltas}, "logprobs": None, "finish_reason": None}],
-                 **({"usage": None} if self.request.include_usage else {})}]
+        return [self.chunk(tool_calls=[{"index": k, **call} for k, call in enumerate(self.tool_calls())])]
 
     def usage_chunk(self) -> dict[str, Any]:
         """The last chunk with ``stream_options.include_usage``: no choices, the usage and timings."""

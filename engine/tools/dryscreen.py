@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from engine.decoding.drafts import DraftSources, HistoryIndex
-from engine.decoding.dry import DryScreen
+from engine.decoding.dry import dry_screen
 from engine.decoding.origins import DraftOrigin
 from engine.decoding.pool import NgramPool
 from engine.decoding.runtime import Engine, GenerationControls
@@ -46,9 +47,8 @@ def replay(prompt: Sequence[int], reply: Sequence[int], is_breaker: Callable[[in
     history, pool = HistoryIndex(), NgramPool(max_len=MAX_NGRAM - 1)
     history.extend(prompt, DraftOrigin.PROMPT)
     pool.add_tokens(prompt, origin=DraftOrigin.PROMPT)
-    screen = DryScreen(is_breaker, sampling.dry_multiplier, sampling.dry_base, sampling.dry_allowed_length,
-                       threshold=float("inf"))
-    screen.extend(prompt[len(prompt) - sampling.prompt_tail :] if sampling.prompt_tail else ())
+    screen = dry_screen(sampling, prompt, is_breaker, threshold=math.inf)
+    assert screen is not None, "DRY is off"
     sources = DraftSources(history, pool)
     text = [*prompt, *reply]
     for i in range(len(reply)):

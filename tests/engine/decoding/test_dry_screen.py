@@ -116,6 +116,6 @@ def test_the_screen_predicts_llama_cpp_dry_penalty_for_every_candidate(engine, s
         expected = _llama_dry_penalties(model, seen, words, multiplier, base, allowed)
         screen = DryScreen(model.is_dry_breaker, multiplier, base, allowed, threshold=1e9)
         screen.extend(seen)
-        predicted = [next(screen.penalties([w])) for w in words]
+        predicted = [screen.penalties([w])[0] for w in words]
         assert predicted == pytest.approx(expected, rel=1e-5, abs=1e-6), (seen, words)
 

@@ -19,7 +19,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from engine.decoding.generation import StepEvent
 from engine.decoding.text import Message
-from engine.server import ApiError, EngineRunner, ServerConfig
+from engine.server import ApiError
 from engine.server.api import ModelServer
 from engine.server.messages import (
     ROUTE,
@@ -33,6 +33,7 @@ from engine.server.messages import (
 )
 from engine.server.requests import parse_chat
 from engine.server.responses import Reply
+from tests.helpers.serving import serving
 
 anthropic = pytest.importorskip("anthropic")  # a test dependency ([test] extra): missing, this fails in CI's install
 
@@ -396,26 +397,14 @@ def test_other_routes_refusals_pass_by_for_the_servers_own_shape():
 
 @pytest.fixture(scope="module")
 def server(engine):
-    runner = EngineRunner(engine)
-    srv = ModelServer(runner, MODEL_ID, ServerConfig(port=0))
-    srv.start()
-    try:
+    with serving(engine, MODEL_ID) as srv:
         yield srv
-    finally:
-        srv.stop()
-        runner.close()
 
 
 @pytest.fixture(scope="module")
 def key_server(engine):
-    runner = EngineRunner(engine)
-    srv = ModelServer(runner, MODEL_ID, ServerConfig(port=0, api_key=API_KEY))
-    srv.start()
-    try:
+    with serving(engine, MODEL_ID, api_key=API_KEY) as srv:
         yield srv
-    finally:
-        srv.stop()
-        runner.close()
 
 
 def client_of(srv: ModelServer, key: str = "unused"):

@@ -14,8 +14,7 @@ import pytest
 
 from engine import GenerationControls, RunStats, SamplingConfig, StopConfig
 from engine.decoding.text import Message
-from engine.server import EngineRunner, ServerConfig
-from engine.server.api import ModelServer
+from tests.helpers.serving import serving
 
 openai = pytest.importorskip("openai")  # a test dependency ([test] extra): missing, this fails in CI's install
 
@@ -30,14 +29,8 @@ REPEATING = "Repeat this line three times exactly: the quick brown fox jumps ove
 
 @pytest.fixture(scope="module")
 def server(engine):
-    runner = EngineRunner(engine)
-    srv = ModelServer(runner, MODEL_ID, ServerConfig(port=0))
-    srv.start()
-    try:
+    with serving(engine, MODEL_ID) as srv:
         yield srv
-    finally:
-        srv.stop()
-        runner.close()
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from typing import Any
 
 import pytest
@@ -23,9 +23,9 @@ import pytest
 from engine import GenerationControls, SamplingConfig, StepEvent, StopConfig
 from engine.decoding.grammar import Constraint
 from engine.decoding.text import Message
-from engine.server import EngineRunner, ServerConfig
 from engine.server.api import ModelServer
 from tests.helpers.fake_engine import Generating, as_engine
+from tests.helpers.serving import serving as serving_engine
 
 MODEL_ID = "stand-in"
 CHAT = "/v1/chat/completions"
@@ -79,17 +79,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@contextmanager
-def serving(engine: OneWordEngine, port: int = 0) -> Iterator[ModelServer]:
+def serving(engine: OneWordEngine, port: int = 0) -> AbstractContextManager[ModelServer]:
     """A server on ``engine``, stopped (and its engine let go) whatever happens."""
-    runner = EngineRunner(as_engine(engine))
-    server = ModelServer(runner, MODEL_ID, ServerConfig(host="127.0.0.1", port=port))
-    try:
-        server.start()
-        yield server
-    finally:
-        server.stop()
-        runner.close()
+    return serving_engine(as_engine(engine), MODEL_ID, host="127.0.0.1", port=port)
 
 
 def post(port: int, body: dict[str, Any]) -> tuple[int, str, bytes]:

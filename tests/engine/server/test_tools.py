@@ -14,8 +14,7 @@ import jsonschema
 import pytest
 
 from engine import Engine
-from engine.server import EngineRunner, ServerConfig
-from engine.server.api import ModelServer
+from tests.helpers.serving import serving
 from tests.helpers.tool_model import write_with_template
 
 openai = pytest.importorskip("openai")
@@ -45,23 +44,14 @@ EXTRACT = [{"role": "user", "content": "Invoice INV-204 from Acme: two chairs an
                                        "Give the invoice's fields as JSON."}]
 
 
-def _serve(engine, model_id):
-    runner = EngineRunner(engine)
-    server = ModelServer(runner, model_id, ServerConfig(port=0))
-    server.start()
-    return server, runner
-
-
 @pytest.fixture(scope="module")
 def tool_server(tmp_path_factory, model_path):
     engine = Engine(str(write_with_template(model_path, tmp_path_factory.mktemp("tools") / "hermes.gguf")),
                     n_ctx=2048, n_threads=2)
-    server, runner = _serve(engine, "m")
     try:
-        yield server
+        with serving(engine, "m") as server:
+            yield server
     finally:
-        server.stop()
-        runner.close()
         engine.close()
 
 
@@ -73,13 +63,9 @@ def tool_client(tool_server):
 
 @pytest.fixture(scope="module")
 def client(engine):
-    server, runner = _serve(engine, "bundled")
-    try:
-        with openai.OpenAI(base_url=server.base_url, api_key="unused", max_retries=0, timeout=120) as c:
-            yield c
-    finally:
-        server.stop()
-        runner.close()
+    with serving(engine, "bundled") as server, \
+            openai.OpenAI(base_url=server.base_url, api_key="unused", max_retries=0, timeout=120) as c:
+        yield c
 
 
 def _streamed_call(client, **kwargs):
