@@ -13,20 +13,32 @@
 // each 1-column result is compared with llama.cpp's own gemv for that layout (what a 1-token matmul of them
 // computes without the patch). Prints one line per type and exits 1 if any column differs.
 //
-// Built and run by tests/packaging/test_small_batch_kernels.py against the installed llama-cpp-python's libraries.
+// Built and run by tests/packaging/test_small_batch_kernels.py against the installed llama-cpp-python's libraries,
+// and by packaging/windows-check.sh as a Windows program (MinGW-w64, run under Wine).
 
 #include "ggml.h"
 #include "ggml-alloc.h"
 #include "ggml-backend.h"
 #include "ggml-cpu.h"
 
-#include <dlfcn.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#ifdef _WIN32
+#define WIN32_LEAN_AND_MEAN
+#include <windows.h>
+#include <psapi.h>
+#ifdef _MSC_VER
+#pragma comment(lib, "psapi.lib")
+#define strcasecmp _stricmp
+#endif
+#else
+#include <dlfcn.h>
+#endif
 
 static const int BATCH_SIZES[] = {
     1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28,
@@ -161,11 +173,32 @@ struct type_result {
 
 typedef void (*gemv_t)(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc);
 
+// A function of that name in any library this process has loaded, or NULL. A Windows DLL exposes only what it
+// exports: llama.cpp's gemv is found there only in a ggml-cpu DLL linked to export every symbol.
+static gemv_t find_gemv(const char * name) {
+#ifdef _WIN32
+    HMODULE modules[512];
+    DWORD needed = 0;
+    if (!EnumProcessModules(GetCurrentProcess(), modules, sizeof(modules), &needed)) {
+        return NULL;
+    }
+    for (DWORD i = 0; i < needed / sizeof(HMODULE) && i < 512; ++i) {
+        const FARPROC found = GetProcAddress(modules[i], name);
+        if (found != NULL) {
+            return (gemv_t) (void (*)(void)) found;
+        }
+    }
+    return NULL;
+#else
+    return (gemv_t) dlsym(RTLD_DEFAULT, name);
+#endif
+}
+
 // llama.cpp's 1-row gemv for weights of this type repacked 8 rows at a time (x86), or NULL
 static gemv_t repacked_gemv(enum ggml_type type) {
     const char * name = type == GGML_TYPE_Q4_0   ? "ggml_gemv_q4_0_8x8_q8_0"
                       : type == GGML_TYPE_IQ4_NL ? "ggml_gemv_iq4_nl_8x8_q8_0" : NULL;
-    return name ? (gemv_t) dlsym(RTLD_DEFAULT, name) : NULL;
+    return name ? find_gemv(name) : NULL;
 }
 
 // y[c * n_rows + r] = the gemv of the repacked weights and activation column c, quantized to Q8_0

@@ -136,8 +136,9 @@ def test_a_patch_that_no_longer_applies_stops_the_build_and_says_why(tmp_path, m
     assert source.key().startswith(source.VERSION + "+")
 
 
-def test_the_patches_compile_with_msvc_too():
-    """GCC-only constructs in the patches' added code only inside the macros that pick each compiler's own."""
+def test_gcc_only_constructs_in_the_patches_stay_inside_the_macros_that_give_msvc_its_own():
+    """GCC-only constructs in the patches' added code only inside the macros that pick each compiler's own (MSVC
+    itself is untested: docs/BUILDING.md)."""
     source = _llama_source_module()
     _, patches = source.series()
     for patch in patches:
@@ -146,3 +147,22 @@ def test_the_patches_compile_with_msvc_too():
         gnu_only = [line for line in added if ("__attribute__" in line or "__builtin_" in line or "typeof" in line)
                     and not line.startswith("#define GGML_TILE_")]
         assert gnu_only == [], (patch.name, gnu_only)
+
+
+def _changed_lines(patch: Path, sign: str) -> list[str]:
+    """The lines a patch adds (sign "+") or removes ("-"), less blank lines, lone braces and preprocessor closers."""
+    lines = patch.read_text(encoding="utf-8").split("\ndiff --git ", 1)[1].splitlines()
+    changed = [line[1:] for line in lines if line.startswith(sign) and not line.startswith(sign * 3)]
+    return [line for line in changed if line.strip() not in ("", "{", "}", "};", "#else", "#endif")]
+
+
+def test_no_patch_part_rewrites_lines_an_earlier_part_added():
+    # Each part is one kernel family or mechanism in its final form: it changes upstream's lines and adds its own,
+    # never another part's (a series that records how the code was reached would undo earlier parts' lines).
+    _, patches = _llama_source_module().series()
+    added: dict[str, str] = {}
+    for patch in patches:
+        rewritten = [line for line in _changed_lines(patch, "-") if line in added]
+        assert rewritten == [], (patch.name, [(added[line], line) for line in rewritten][:3])
+        added.update((line, patch.name) for line in _changed_lines(patch, "+"))
+

@@ -1,6 +1,6 @@
-"""Patch part 11 (packaging/llama-cpp-patches/): llama.cpp keeps a compute graph for each small batch size, so a
-1-token step after a short batch, and the next batch of that size, reuse theirs; a reused graph gives the logits
-a graph built again gives."""
+"""Patch part 8 (packaging/llama-cpp-patches/08-small-batch-graphs.patch): llama.cpp keeps a compute graph for
+each small batch size, so a 1-token step after a short batch, and the next batch of that size, reuse theirs; a
+reused graph gives the logits a graph built again gives."""
 
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ import llama_cpp
 import pytest
 
 from engine import Engine
-from engine.costs.calibration import EXACT_PROBE_SIZES, probe_exact_batch
+from engine.costs.exactness import EXACT_PROBE_SIZES, probe_exact_batch
 from engine.llama import backend
 from engine.llama.kernels import EVERY_SIZE, batch_kernels, explain_exact_limit, matrix_kernels
 from engine.tools.shapes import SHAPES, build_shape
@@ -143,7 +143,7 @@ AVX512 = {"AVX2": "1", "FMA": "1", "AVX512": "1",
           "BATCH_KERNELS": "Q4_1 tile,Q4_K tile,Q6_K tile,Q8_0 tile-batches,Q5_0 tile-batches,Q5_K tile-batches,"
                            "Q4_0 repacked-batches,IQ4_NL repacked-batches,Q5_1 tile-batches"}
 AVX2_ONLY = {"AVX2": "1", "FMA": "1", "AVX512": "0",
-             "BATCH_KERNELS": "Q4_1 tile,Q4_K repacked,Q6_K vec_dot-256,Q8_0 tile-batches,Q5_0 tile-batches,"
+             "BATCH_KERNELS": "Q4_1 tile-batches,Q4_K repacked-batches,Q6_K tile-batches,Q8_0 tile-batches,Q5_0 tile-batches,"
                               "Q4_0 repacked-batches,IQ4_NL repacked-batches,Q5_1 tile-batches"}
 
 
