@@ -3,6 +3,7 @@
 //
 //   small-batch-check [--types q4_K,q6_K,...] [--shapes N] [--threads 1,2] [--seed S] [--vec-dot] [--gemv]
 //                     [--quiet]
+//   small-batch-check --bench ROWSxLEN [--types ...] [--threads N]
 //
 // For each weight type, N random (rows, row length) shapes; for each shape and thread count, the k-column
 // products for k = 1..32 and a few larger k are compared with the columns computed one at a time. The
@@ -12,6 +13,11 @@
 // matmul computes without the patch). With --gemv, for weights repacked 8 rows at a time (Q4_0, IQ4_NL on x86),
 // each 1-column result is compared with llama.cpp's own gemv for that layout (what a 1-token matmul of them
 // computes without the patch). Prints one line per type and exits 1 if any column differs.
+//
+// With --bench, nothing is compared: for each type, one matrix of ROWS rows of LEN values (a model's matrix, say
+// 8192x3072) times k = 1, 2, 3, 4, 6, 8, 12 and 16 columns, each the best of 9 runs, printed as the CPU time of
+// a run (clock(): on one thread, the kernel's cost whatever else the machine runs; on Windows, wall time), the
+// cost beside one column's, and int8 GOP/s per core (2 * ROWS * LEN * k operations over that CPU time).
 //
 // Built and run by tests/packaging/test_small_batch_kernels.py against the installed llama-cpp-python's libraries,
 // and by packaging/windows-check.sh as a Windows program (MinGW-w64, run under Wine).
@@ -27,6 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #ifdef _WIN32
 #define WIN32_LEAN_AND_MEAN
@@ -285,6 +292,38 @@ static void check_shape(enum ggml_type type, int64_t n_rows, int64_t row_len, co
     ggml_free(W.ctx);
 }
 
+static const int BENCH_SIZES[] = {1, 2, 3, 4, 6, 8, 12, 16};
+
+static void bench_type(enum ggml_type type, int64_t n_rows, int64_t row_len, int n_threads) {
+    struct weights W = make_weights(type, n_rows, row_len);
+    float * act = malloc(sizeof(float) * row_len * 16);
+    float * out = malloc(sizeof(float) * n_rows * 16);
+    fill_values(act, row_len * 16, 1.0f);
+    printf("%-6s %lldx%lld (%s), %d thread(s):", ggml_type_name(type), (long long) n_rows, (long long) row_len,
+           W.placed, n_threads);
+    double one = 0.0;
+    for (size_t b = 0; b < sizeof(BENCH_SIZES) / sizeof(BENCH_SIZES[0]); ++b) {
+        const int k = BENCH_SIZES[b];
+        matmul(&W, act, k, n_threads, out);  // warm-up
+        double best = 1e30;
+        for (int run = 0; run < 9; ++run) {
+            const clock_t t0 = clock();
+            matmul(&W, act, k, n_threads, out);
+            const double t = (double) (clock() - t0) / CLOCKS_PER_SEC;
+            best = t < best ? t : best;
+        }
+        const double ms = best * 1e3;
+        one = k == 1 ? ms : one;
+        printf("  k=%d %.2f ms %.2fx %.0f GOP/s", k, ms, ms / one, 2.0 * n_rows * row_len * k / (best * 1e9));
+    }
+    printf("\n");
+    free(out);
+    free(act);
+    free(W.quantized);
+    ggml_backend_buffer_free(W.buffer);
+    ggml_free(W.ctx);
+}
+
 static void quiet_log(enum ggml_log_level level, const char * text, void * user_data) {
     (void) user_data;
     if (level == GGML_LOG_LEVEL_ERROR) {
@@ -311,6 +350,7 @@ int main(int argc, char ** argv) {
     bool quiet = false;
     bool vs_vec_dot = false;
     bool vs_gemv = false;
+    long long bench_rows = 0, bench_len = 0;
     for (int i = 1; i < argc; ++i) {
         if (strcmp(argv[i], "--types") == 0 && i + 1 < argc) {
             types_arg = argv[++i];
@@ -326,8 +366,13 @@ int main(int argc, char ** argv) {
             vs_vec_dot = true;
         } else if (strcmp(argv[i], "--gemv") == 0) {
             vs_gemv = true;
+        } else if (strcmp(argv[i], "--bench") == 0 && i + 1 < argc) {
+            if (sscanf(argv[++i], "%lldx%lld", &bench_rows, &bench_len) != 2 || bench_rows < 1 || bench_len < 1) {
+                fprintf(stderr, "--bench takes ROWSxLEN, e.g. 8192x3072\n");
+                return 2;
+            }
         } else {
-            fprintf(stderr, "usage: %s [--types q4_K,q6_K,...] [--shapes N] [--threads 1,2] [--seed S] [--vec-dot] [--gemv] [--quiet]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--types q4_K,q6_K,...] [--shapes N] [--threads 1,2] [--seed S] [--vec-dot] [--gemv] [--quiet] | --bench ROWSxLEN [--types ...] [--threads N]\n", argv[0]);
             return 2;
         }
     }
@@ -343,6 +388,10 @@ int main(int argc, char ** argv) {
         if (!parse_type(name, &type)) {
             fprintf(stderr, "unknown type %s\n", name);
             return 2;
+        }
+        if (bench_rows) {
+            bench_type(type, bench_rows, bench_len - bench_len % ggml_blck_size(type), threads[0]);
+            continue;
         }
         const int64_t block = ggml_blck_size(type);
         struct type_result res = {0};
