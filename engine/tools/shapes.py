@@ -86,6 +86,16 @@ class ModelShape:
 SHAPES: dict[str, ModelShape] = {s.name: s for s in (
     ModelShape("llama-1b", "Llama 3.2 1B", "llama", n_embd=2048, n_layer=16, n_head=32, n_head_kv=8, n_ff=8192,
                n_vocab=128256, rope_theta=500000.0, rms_eps=1e-5, context_length=8192),
+    # The models AI PCs run, 3-8B (each real model's config.json; Llama 3.2 3B and Qwen2.5 3B tie their output).
+    ModelShape("llama-3b", "Llama 3.2 3B", "llama", n_embd=3072, n_layer=28, n_head=24, n_head_kv=8, n_ff=8192,
+               n_vocab=128256, rope_theta=500000.0, rms_eps=1e-5, context_length=8192),
+    ModelShape("llama-8b", "Llama 3.1 8B", "llama", n_embd=4096, n_layer=32, n_head=32, n_head_kv=8, n_ff=14336,
+               n_vocab=128256, rope_theta=500000.0, rms_eps=1e-5, context_length=8192, tied_embeddings=False),
+    ModelShape("qwen2.5-3b", "Qwen2.5 3B", "qwen2", n_embd=2048, n_layer=36, n_head=16, n_head_kv=2, n_ff=11008,
+               n_vocab=151936, rope_theta=1000000.0, rms_eps=1e-6, context_length=32768, qkv_bias=True),
+    ModelShape("qwen2.5-7b", "Qwen2.5 7B", "qwen2", n_embd=3584, n_layer=28, n_head=28, n_head_kv=4, n_ff=18944,
+               n_vocab=152064, rope_theta=1000000.0, rms_eps=1e-6, context_length=32768, qkv_bias=True,
+               tied_embeddings=False),
     ModelShape("qwen2.5-0.5b", "Qwen2.5 0.5B", "qwen2", n_embd=896, n_layer=24, n_head=14, n_head_kv=2, n_ff=4864,
                n_vocab=151936, rope_theta=1000000.0, rms_eps=1e-6, context_length=32768, qkv_bias=True),
     ModelShape("smollm2-135m", "SmolLM2 135M", "llama", n_embd=576, n_layer=30, n_head=9, n_head_kv=3, n_ff=1536,

@@ -54,6 +54,10 @@ def test_the_file_has_the_shape_tables_vocabulary_width_and_tensors(built_test_2
     ("qwen2.5-0.5b", 494_032_768),
     ("smollm2-135m", 134_515_008),
     ("lfm2-1.2b", 1_170_340_608),
+    ("llama-3b", 3_212_749_824),
+    ("llama-8b", 8_030_261_248),
+    ("qwen2.5-3b", 3_085_938_688),
+    ("qwen2.5-7b", 7_615_616_512),
 ])
 def test_each_real_shape_has_its_models_parameter_count(name, n_params):
     assert SHAPES[name].n_params == n_params
