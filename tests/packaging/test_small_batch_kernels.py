@@ -143,8 +143,8 @@ AVX512 = {"AVX2": "1", "FMA": "1", "AVX512": "1",
           "BATCH_KERNELS": "Q4_1 tile,Q4_K tile,Q6_K tile,Q8_0 tile-batches,Q5_0 tile-batches,Q5_K tile-batches,"
                            "Q4_0 repacked-batches,IQ4_NL repacked-batches,Q5_1 tile-batches"}
 AVX2_ONLY = {"AVX2": "1", "FMA": "1", "AVX512": "0",
-             "BATCH_KERNELS": "Q4_1 tile-batches,Q4_K repacked-batches,Q6_K tile-batches,Q8_0 tile-batches,Q5_0 tile-batches,"
-                              "Q4_0 repacked-batches,IQ4_NL repacked-batches,Q5_1 tile-batches"}
+             "BATCH_KERNELS": "Q4_1 tile-batches,Q4_K repacked-batches,Q6_K tile-batches,Q8_0 tile-batches,"
+                              "Q5_0 tile-batches,Q4_0 repacked-batches,IQ4_NL repacked-batches,Q5_1 tile-batches"}
 
 
 def test_a_q4_k_m_model_is_exact_at_every_size_on_avx512_and_avx2_builds_alike():
