@@ -25,7 +25,7 @@ so a trial that happened to run bigger batches is not taken for a slower one.
 
 Changing the thread count does not change any result: each output of a node is
 computed by one thread whatever their number (checked per model by the
-exact-batch probe, see calibration.probe_exact_batch; the governor is off for a
+exact-batch probe, see exactness.probe_exact_batch; the governor is off for a
 model where it would not be).
 """
 
@@ -43,15 +43,15 @@ import psutil
 
 # Decodes waited for cores when their threads had them for less than this share of their wall time. Used alone
 # only where this PC's rest is not known yet: to stop a measurement that another program disturbs
-# (calibration.measure), and as the bar before the first measurement. With one core of two taken, two threads get
-# about 0.73 of theirs.
+# (calibration.measure), and as the bar before the first measurement. It sits between a quiet PC's share (near 1)
+# and what two threads get with one core of two taken (docs/SPEED.md, "The figures behind the code's constants").
 BUSY_UTILIZATION = 0.8
 # Shorter decodes are never judged: a worker thread waking up late is most of their time (a tiny model's
 # decodes take well under a millisecond), and a model that fast loses little to a busy core anyway.
 MIN_JUDGED_S = 0.003
 # Judged decodes behind each busy/not busy judgment: their CPU time over their wall time × threads. One decode
-# alone says little: the OS credits a running thread's CPU time at its timer ticks (every 1-10 ms), so a 7 ms
-# decode's share reads 0.8 or 1.06 on a quiet PC; over 8 decodes that evens out.
+# alone says little: the OS credits a running thread's CPU time at its timer ticks (every 1-10 ms), so a short
+# decode's share reads well above or below its true value on a quiet PC; over 8 decodes that evens out.
 WINDOW = 8
 # Long decodes (a prompt read in chunks) fill a window sooner: this much decode time is as good as WINDOW decodes.
 WINDOW_S = 0.25
@@ -61,8 +61,8 @@ FASTER = 0.95  # a trial's thread count is kept when its decodes take at most th
 RETRY_S = 3.0  # first wait before trying again after a change or a failed trial; doubled after each failure
 MAX_RETRY_S = 30.0
 # Cores' worth of CPU time other programs (and a VM's host, as steal) must take beyond what this process's
-# threads leave free of its CPUs for a thread fewer to be tried (idle, daemons take ~0.02); and what must be
-# left free beside its threads for one more.
+# threads leave free of its CPUs for a thread fewer to be tried (far above what an idle PC's daemons take); and
+# what must be left free beside its threads for one more.
 TAKEN = 0.25
 FREE = 0.5
 
@@ -104,7 +104,7 @@ class RestProfile:
     ``floor``: the lowest share of ``WINDOW`` consecutive 1-token decodes seen at
     rest (its 1st percentile); None until learned. A window counts as busy below
     ``busy_below``: a margin under that floor, never above ``BUSY_UTILIZATION``
-    (with one core of two taken, two threads get ~0.73 of their cores) and never
+    (which what two threads get with one core of two taken stays under) and never
     so low that a busy core could not be seen at all.
     """
 

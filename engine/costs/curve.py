@@ -281,8 +281,8 @@ DEFAULT_CURVE = CostCurve(
 # (a name here or a curve file) makes an engine plan with one instead of measuring this machine, so that
 # what Auto does can be checked as it would run on either kind of machine (the test suite runs under both).
 REFERENCE_CURVES = {
-    # The bundled model on a 2-core AMD EPYC (AVX-512, VNNI), all logits c(2) 2.08, c(4) 3.05, c(8) 5.03
-    # as measured by engine tune; the sizes between and beyond follow that curve's slope.
+    # The bundled model on a 2-core AMD EPYC (AVX-512, VNNI): c(2), c(4), c(8) with all logits as engine tune
+    # measured them; the sizes between and beyond follow that curve's slope.
     "steep": CostCurve(
         sizes=(1, 2, 3, 4, 6, 8, 16, 32, 64),
         last_logit=(1.0, 1.95, 2.45, 2.85, 3.8, 4.7, 8.4, 16.0, 31.0),

@@ -6,22 +6,18 @@ that draft token k lands given the ones before it did. Auto picks the draft and
 length with the best expected tokens per unit of cost, and takes a plain step
 when no draft beats ``1 / cost(1)``.
 
-pk depends on how long a stretch of the context the draft's source matched
-(every accepted token makes that match one longer, so later tokens of a draft
-that is landing are likelier to land) and on whether the other earlier
-occurrences of the context continue the same way at that token. It is learned
-per (source, match length, support) while generating, starting from priors.
+pk is learned while generating, from priors, per kind of draft (acceptance.py).
 """
 
 from __future__ import annotations
 
-from bisect import bisect_right
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 from engine.costs.curve import CostCurve, LiveCosts
+from engine.decoding.acceptance import MAX_P, AcceptanceStats, Bucket, bucket
 from engine.decoding.decoders import NO_CONFIDENCE
-from engine.decoding.drafts import AGREE, ALONE, FORCED, SPLIT, Draft, DraftSources
+from engine.decoding.drafts import ALONE, Draft, DraftSources
 from engine.decoding.origins import DraftOrigin, DraftSource
 from engine.decoding.plan import StepChoice
 from engine.decoding.settings import MAX_GUESSES, MAX_WINDOW, LookaheadConfig
@@ -31,59 +27,6 @@ from engine.decoding.settings import MAX_GUESSES, MAX_WINDOW, LookaheadConfig
 MAX_AUTO_DRAFT = 15
 
 
-# Match lengths are pooled in these buckets (a bucket holds lengths from its edge to the next).
-MATCH_EDGES = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24)
-
-# Prior acceptance of a history draft's token by the length of the context match
-# behind it (which grows by one with every accepted token) and by whether the
-# other earlier occurrences of that context continue the same way. Measured on
-# greedy replies of a 135M instruct model to 60 mixed prompts, then shaded down
-# a little. Worth PRIOR_WEIGHT tokens; what lands while generating moves them.
-_HISTORY_PRIORS = {
-    support: dict(zip(MATCH_EDGES, priors, strict=True))
-    for support, priors in (
-        (ALONE, (0.35, 0.52, 0.6, 0.72, 0.75, 0.78, 0.8, 0.86, 0.89, 0.95, 0.96)),
-        (AGREE, (0.6, 0.78, 0.83, 0.88, 0.9, 0.9, 0.93, 0.95, 0.95, 0.98, 0.99)),
-        (SPLIT, (0.15, 0.2, 0.25, 0.45, 0.5, 0.4, 0.5, 0.5, 0.6, 0.6, 0.8)),
-    )
-}
-# A short match in an earlier chat is mostly a coincidence: the same few tokens in another conversation say
-# little about this one. Measured on the bundled model over the 30 repo workloads in bench order, a 2-token
-# match there landed its first token 15% of the time alone and 35% where earlier occurrences agreed (a prompt's
-# or reply's: 54% and 64%). Longer matches take the history priors.
-_CORPUS_SHORT_PRIORS = {
-    ALONE: {1: 0.1, 2: 0.15, 3: 0.2},
-    AGREE: {1: 0.25, 2: 0.35, 3: 0.5},
-    SPLIT: {1: 0.1, 2: 0.1, 3: 0.15},
-}
-POOL_PRIOR = 0.2
-# Text a grammar forces lands unless the model splits it into other tokens than the grammar's own.
-GRAMMAR_PRIOR = 0.95
-# An n-gram kept from earlier replies lands less often than one of this reply's pool: replaying plain decoding's
-# replies to the 30 repo workloads in bench order, the first token of the kept pool's drafts Auto is offered
-# landed 9% of the time after a token the model was not sure of and 14% after one it was (this reply's pool: 19%
-# and 33%; on 14 other prompts, kept 8% and 6%). Its own prior keeps kept drafts from being verified as
-# alternatives where a token more costs a fifth of a step; where it costs little, they still are.
-KEPT_PRIORS = {False: 0.08, True: 0.12}
-# The step that reads the prompt's last token (the chat template's own, a line break) finds n-grams of what
-# followed that token elsewhere in the prompt, which is seldom how a reply starts: of such drafts, none of 36 in
-# 18 replies of the bundled model landed, and 2 of 28 of Gemma 3 270M's.
-OPENING_PRIOR = 0.05
-PRIOR_WEIGHT = 6.0
-# A window column's yield: draft tokens that land later from its trajectory. Measured on the bundled
-# model with W=2 and W=4, N=4, G=2 on the repo workloads: 0.036-0.044 tokens per column and step.
-WINDOW_PRIOR = 0.04
-WINDOW_PRIOR_COLUMNS = 40.0
-WINDOW_DECAY = 0.995
-# Each observed draft fades what was seen before it a little, so the estimates
-# follow the kind of text being written now (a list, a copy, free prose).
-DECAY = 0.95
-# A draft Auto passes over fades what was seen of its first token's bucket much more slowly, back towards the
-# prior: a source whose drafts failed a few times in a row is tried again after a while (a session keeps its
-# statistics, so without this it would never be), at the price of a failed draft every few hundred steps
-# where its drafts really never land.
-PASS_DECAY = 0.998
-MAX_P = 0.995
 # Whether a reply's recent drafts of short matches paid (AutoPolicy.trust): the tokens its recent steps that verified
 # such a draft committed over what those steps cost in 1-token steps, measured (their wall time over a 1-token
 # step's), each older step counting LEDGER_DECAY as much as the one after it. A match shorter than SHORT_MATCH tokens
@@ -98,95 +41,11 @@ LEDGER_DECAY = 0.8
 LEDGER_RETURN = 0.005
 TRUST_POWER = 3.0
 
-# (source, match edge, support, sure): ``sure`` says the model was sure of the token the draft follows
-# (decoders.is_sure), as where text is copied or written by rote; drafts land more often there than in free writing.
-Bucket = tuple[str, int, int, bool]
 _POOL_UNSURE: Bucket = (DraftSource.POOL, 1, ALONE, False)
 _POOL_SURE: Bucket = (DraftSource.POOL, 1, ALONE, True)
 _KEPT_UNSURE: Bucket = (DraftSource.KEPT, 1, ALONE, False)
 _KEPT_SURE: Bucket = (DraftSource.KEPT, 1, ALONE, True)
 _OPENING: Bucket = (DraftSource.OPENING, 1, ALONE, False)  # the token before is the prompt's: never sure
-
-
-def match_bucket(m: int) -> int:
-    return MATCH_EDGES[max(bisect_right(MATCH_EDGES, m) - 1, 0)]
-
-
-def bucket(d: Draft, k: int = 0, sure: bool = False) -> Bucket:
-    """The statistics bucket of draft token ``k`` (its match is the draft's plus the k tokens before it)."""
-    return (d.source, match_bucket(d.match + k), d.support_at(k), sure)
-
-
-def _prior(b: Bucket) -> float:
-    source, edge, support, sure = b
-    if support == FORCED:
-        return GRAMMAR_PRIOR
-    if source == DraftSource.CORPUS and edge in _CORPUS_SHORT_PRIORS[support]:
-        return _CORPUS_SHORT_PRIORS[support][edge]
-    if source in (DraftSource.HISTORY, DraftSource.DOCUMENT, DraftSource.CORPUS):
-        return _HISTORY_PRIORS[support][edge]
-    if source == DraftSource.KEPT:
-        return KEPT_PRIORS[sure]
-    if source == DraftSource.OPENING:
-        return OPENING_PRIOR
-    return POOL_PRIOR
-
-
-@dataclass
-class AcceptanceStats:
-    """Acceptance of draft tokens, by source, match length and support (each token given the ones before it landed).
-
-    Also what the Jacobi window earns: the draft tokens that landed from its
-    trajectories, per window column run (they land in later steps, as pool drafts).
-    """
-
-    # Tokens accepted and tested per bucket, each in units of ``unit``: fading every bucket at once (each observed
-    # draft does) shrinks the unit instead of touching every bucket.
-    accepted: dict[Bucket, float] = field(default_factory=dict)
-    tested: dict[Bucket, float] = field(default_factory=dict)
-    window_tokens: float = 0.0
-    window_columns: float = 0.0
-    unit: float = 1.0
-
-    def p(self, b: Bucket) -> float:
-        """Estimated acceptance (prior blended with what was seen)."""
-        a = self.accepted.get(b, 0.0) * self.unit + _prior(b) * PRIOR_WEIGHT
-        t = self.tested.get(b, 0.0) * self.unit + PRIOR_WEIGHT
-        return min(a / t, MAX_P)
-
-    def observe(self, d: Draft, n_drafted: int, n_accepted: int, fade: bool = True, sure: bool = False) -> None:
-        """A draft of ``n_drafted`` tokens had its first ``n_accepted`` accepted (``fade``: first of its step)."""
-        if fade:
-            self.unit *= DECAY
-            if self.unit < 1e-100:  # back to a unit of 1 long before the counts could overflow
-                for counts in (self.tested, self.accepted):
-                    for b in counts:
-                        counts[b] *= self.unit
-                self.unit = 1.0
-        one = 1.0 / self.unit
-        # Tokens tested: the accepted ones plus the first rejected one, if any.
-        for k in range(min(n_accepted + 1, n_drafted)):
-            b = bucket(d, k, sure)
-            self.tested[b] = self.tested.get(b, 0.0) + one
-            self.accepted[b] = self.accepted.get(b, 0.0) + (one if k < n_accepted else 0.0)
-
-    def pass_over(self, b: Bucket) -> None:
-        """A draft whose first token falls in ``b`` was offered and not verified: what was seen there fades a
-        little."""
-        if b in self.tested:
-            self.tested[b] *= PASS_DECAY
-            self.accepted[b] *= PASS_DECAY
-
-    def window_gain(self) -> float:
-        """Expected draft tokens one window column earns (prior blended with what was seen)."""
-        return (self.window_tokens + WINDOW_PRIOR * WINDOW_PRIOR_COLUMNS) / (
-            self.window_columns + WINDOW_PRIOR_COLUMNS
-        )
-
-    def observe_window(self, columns: int, landed: int) -> None:
-        """A step ran ``columns`` window columns; ``landed`` draft tokens from earlier trajectories landed in it."""
-        self.window_columns = self.window_columns * WINDOW_DECAY + columns
-        self.window_tokens = self.window_tokens * WINDOW_DECAY + landed
 
 
 def expected_tokens(p: float, length: int) -> float:

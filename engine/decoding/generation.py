@@ -2,82 +2,73 @@
 
 ``Engine`` (runtime.py) holds the model, the context and the KV cache and lasts
 across replies. A ``Generation`` holds what lives for one reply: the sampler,
-both decoders, the n-gram pool and history index, the step policies, the text
-output and the tokens still pending. Each ``step()`` is one forward pass:
+the decoders, the n-gram pool and history index, the step policies, where the
+reply ends and the tokens still pending. Each ``step()`` is one forward pass,
+in the order of llama.cpp's lookahead example loop:
 
     1. end with a closing event (mode "none") if cancelled or the context is full;
     2. choose the step's shape: plain, the user's W/N/G or Auto (auto.py), kept
        within the batch size measured to give exact logits;
-    3. run it: ``PlainDecoder`` or ``LookaheadDecoder`` (decoders.py, which owns
-       the acceptance rule and the cache clean-up; plan.py lays out the batch);
-    4. cut the committed tokens at end-of-generation or max_tokens, add the
-       reply's new n-grams to the pool, cut the text at a stop string, report.
+    3. decode it and verify its drafts: ``PlainDecoder``, ``LookaheadDecoder`` or
+       ``ChainDecoder`` (decoders.py, which owns the acceptance rule and the cache
+       clean-up; plan.py lays out the batch);
+    4. Auto's feedback: how far each draft agreed with what the model committed;
+    5. stops: cut the committed tokens at end-of-generation, a loop, max_tokens
+       or a stop string (stops.py); the reply and its pool of n-grams grow;
+    6. price the step on the live cost curve, which it teaches, and report it.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
-from engine.costs.curve import CostCurve, LiveCosts
-from engine.costs.parts import EngineParts
-from engine.decoding.auto import AcceptanceStats, AutoPolicy, FixedPolicy
+from engine.costs.cost_model import CostModel
+from engine.decoding.acceptance import AcceptanceStats
+from engine.decoding.auto import AutoPolicy, FixedPolicy
 from engine.decoding.decoders import (
     NO_CONFIDENCE,
     ChainDecoder,
     JacobiWindow,
-    KvState,
     LookaheadDecoder,
     PlainDecoder,
+    StepOutcome,
     TokenDrawer,
 )
-from engine.decoding.drafts import CorpusIndex, DraftCorpus, DraftSources, HistoryIndex
+from engine.decoding.draft_store import DraftStore
+from engine.decoding.drafts import DraftSources, HistoryIndex
 from engine.decoding.dry import dry_screen
 from engine.decoding.grammar import GrammarState
-from engine.decoding.loops import LoopGuard
+from engine.decoding.loaded import LoadedModel
 from engine.decoding.origins import OWN, DraftOrigin
 from engine.decoding.plan import StepChoice
 from engine.decoding.pool import NgramPool
+from engine.decoding.prompt_cache import PromptCache
 from engine.decoding.settings import MAX_NGRAM, LookaheadConfig, SamplingConfig, StopConfig
-from engine.decoding.text import StopMatcher, TextStream
+from engine.decoding.stops import ReplyEnd
 from engine.llama.native import Model, Sampler
 
 
-class EngineState(EngineParts, Protocol):
-    """What a generation uses of the engine that runs it (``engine.decoding.runtime.Engine``).
+class EngineState(Protocol):
+    """What a generation uses of the engine that runs it (``engine.decoding.runtime.Engine``): its parts.
 
     The engine lasts across replies (model, context, cache, what drafts come from, what steps cost); a
     generation is one reply. Named here so that this module does not import the engine that imports it.
     """
 
     @property
-    def kv(self) -> KvState: ...
+    def loaded(self) -> LoadedModel: ...
     @property
-    def model(self) -> Model: ...
+    def cache(self) -> PromptCache: ...
+    @property
+    def costs(self) -> CostModel: ...
+    @property
+    def drafts(self) -> DraftStore: ...
     @property
     def acceptance(self) -> AcceptanceStats: ...
-    @property
-    def corpus(self) -> CorpusIndex | None: ...
-    @property
-    def kept(self) -> NgramPool | None: ...
-    @property
-    def documents(self) -> DraftCorpus | None: ...
-    @property
-    def cost_curve(self) -> CostCurve: ...
-    @property
-    def live_costs(self) -> LiveCosts: ...
-
-    def live_costs_for(self, threads: int) -> LiveCosts: ...
-    def keep_ngrams(self, pool: NgramPool) -> None: ...
-    def cache_prompt(
-        self,
-        prompt: Sequence[int],
-        progress: Callable[[int, int], None] | None = None,
-        cancel: threading.Event | None = None,
-    ) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -176,59 +167,60 @@ class Generation:
         exact_only: bool,
         grammar: GrammarState | None = None,
     ) -> None:
-        self._engine = engine
+        self._loaded, self._cache, self._costs, self._store = engine.loaded, engine.cache, engine.costs, engine.drafts
         self._controls = controls
-        self._max_tokens = stop.max_tokens
-        self._loop_guard = LoopGuard(prompt) if stop.loop_guard else None
-        self._n_history = len(history)
         self._notice = notice
         self._exact_only = exact_only
+        self._n_history = len(history)
+        self._reply_end = ReplyEnd(engine.loaded.model, stop, prompt)
 
         t0 = time.perf_counter()
-        self._prefill_tokens = engine.cache_prompt(prompt, controls.on_prompt, controls.cancel)
+        self._prefill_tokens = self._cache.cache_prompt(prompt, controls.on_prompt, controls.cancel)
         self._prefill_s = time.perf_counter() - t0
 
-        self._sampler: Sampler | None = None
-        if not sampling.plain_argmax:
-            self._sampler = Sampler(
-                engine.model, temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p,
-                min_p=sampling.min_p, seed=sampling.seed, repeat_penalty=sampling.repeat_penalty,
-                repeat_last_n=sampling.repeat_last_n, dry_multiplier=sampling.dry_multiplier,
-                dry_base=sampling.dry_base, dry_allowed_length=sampling.dry_allowed_length)
-            if sampling.prompt_tail:  # the penalties' history starts with the prompt's tail
-                self._sampler.accept(prompt[-sampling.prompt_tail :])
+        self._pool_grew = False  # lookahead steps added the reply's n-grams to the pool: worth keeping
+        self._sampler = _open_sampler(engine.loaded.model, sampling, prompt)
         try:
-            self._grammar = grammar
-            drawer = TokenDrawer(engine.ctx, self._sampler, self._grammar)
-            self._plain = PlainDecoder(engine.ctx, engine.batch, drawer, engine.commit_seqs, record_gaps=record_gaps)
-            self._pool = NgramPool(max_len=MAX_NGRAM - 1)
-            self._pool.add_tokens(history, origin=DraftOrigin.HISTORY)
-            self._pool.add_tokens(prompt, origin=DraftOrigin.PROMPT)
-            self._index = HistoryIndex()
-            self._index.extend(history, DraftOrigin.HISTORY)
-            self._index.extend(prompt, DraftOrigin.PROMPT)
-            self._lookahead = LookaheadDecoder(engine.ctx, engine.batch, drawer, self._pool, JacobiWindow(prompt))
-            self._chain = ChainDecoder(engine.ctx, engine.batch, drawer, engine.commit_seqs[0])
-            self._screen = dry_screen(sampling, prompt, engine.model.is_dry_breaker)
-            screens = tuple(s for s in (self._grammar, self._screen) if s is not None)
-            sources = DraftSources(self._index, self._pool, engine.corpus, engine.kept, engine.documents,
-                                   screens, self._grammar)
-            self._fixed = FixedPolicy(sources)
-            self._auto = AutoPolicy(sources, engine.live_costs, engine.acceptance)
-            model = engine.model
-            self._text = _TextOut(TextStream(model.token_bytes), StopMatcher(stop.stop_strings), model.is_eog)
+            self._set_up_decoding(engine, prompt, history, sampling, record_gaps, grammar)
         except BaseException:
             self.close()
             raise
         self._n_prompt = len(prompt)
         self._tokens = list(prompt)  # prompt + reply so far
         self._pool_synced = len(self._tokens)  # the pool holds the n-grams of tokens[:pool_synced]
-        self._n_generated = 0
         self._pending = [prompt[-1]]  # committed tokens not yet in the KV cache
         self._n_steps = 0
-        self._pool_grew = False  # lookahead steps added the reply's n-grams to the pool: worth keeping
         self._confidence = NO_CONFIDENCE  # was the model sure of the last committed token (Auto's steps depend on it)
         self._finished = False
+
+    def _set_up_decoding(
+        self,
+        engine: EngineState,
+        prompt: list[int],
+        history: list[int],
+        sampling: SamplingConfig,
+        record_gaps: bool,
+        grammar: GrammarState | None,
+    ) -> None:
+        """The decoders, the reply's n-gram pool and history index, and the policies that draft from them."""
+        loaded = engine.loaded
+        ctx, batch = loaded.ctx, loaded.batch
+        drawer = TokenDrawer(ctx, self._sampler, grammar)
+        self._plain = PlainDecoder(ctx, batch, drawer, loaded.commit_seqs, record_gaps=record_gaps)
+        self._pool = NgramPool(max_len=MAX_NGRAM - 1)
+        self._pool.add_tokens(history, origin=DraftOrigin.HISTORY)
+        self._pool.add_tokens(prompt, origin=DraftOrigin.PROMPT)
+        self._index = HistoryIndex()
+        self._index.extend(history, DraftOrigin.HISTORY)
+        self._index.extend(prompt, DraftOrigin.PROMPT)
+        self._lookahead = LookaheadDecoder(ctx, batch, drawer, self._pool, JacobiWindow(prompt))
+        self._chain = ChainDecoder(ctx, batch, drawer, loaded.commit_seqs[0])
+        self._screen = dry_screen(sampling, prompt, loaded.model.is_dry_breaker)
+        screens = tuple(s for s in (grammar, self._screen) if s is not None)
+        store = engine.drafts
+        sources = DraftSources(self._index, self._pool, store.corpus, store.kept, store.documents, screens, grammar)
+        self._fixed = FixedPolicy(sources)
+        self._auto = AutoPolicy(sources, engine.costs.live_costs, engine.acceptance)
 
     @property
     def finished(self) -> bool:
@@ -236,62 +228,137 @@ class Generation:
         return self._finished
 
     def step(self) -> StepEvent | None:
-        """Run one forward pass and report it; None once the generation has ended."""
+        """Run one forward pass and report it (the module's steps 1-6); None once the generation has ended."""
         if self._finished:
             return None
-        engine = self._engine
         if self._controls.cancel.is_set():
             return self._end("cancelled")
-        budget = min(engine.ctx.n_batch, engine.n_ctx - engine.kv.n)
+        budget = min(self._loaded.ctx.n_batch, self._loaded.n_ctx - self._cache.kv.n)
         if budget < len(self._pending) + 1:
             return self._end("context_full")
         cfg = self._controls.lookahead
-        ts = time.perf_counter()
-        choice = self._choose(cfg, budget)
         auto = cfg is not None and cfg.auto  # only Auto reads the committed token's probability
-        if choice.plain:
-            out = self._plain.step(engine.kv, self._pending, confidence=auto)
-        elif engine.drafts_only:
-            out = self._chain.step(engine.kv, self._pending, choice, confidence=auto)
-        else:
-            out = self._lookahead.step(engine.kv, self._pending, choice, confidence=auto)
+        started = time.perf_counter()
+        choice = self._choose(cfg, budget)  # 2. the step's shape
+        out = self._decode(choice, auto)  # 3. one forward pass, its drafts verified
         if auto:
-            # a step with drafts had its confidence worked out when they were priced, before this decode
-            sure = self._confidence() if choice.drafts else False
-            self._auto.observe(choice, out.committed, out.accepted_origin, out.n_accepted, sure)
+            self._learn_from_drafts(choice, out)  # 4. Auto's feedback
+        committed, pieces, reason = self._reply_end.cut(out.committed)  # 5. stops
+        self._commit(out, committed, grow_pool=cfg is not None)
+        # Wall time, not just llama_decode's: a lookahead step's planning and cache clean-up are part of what it
+        # costs.
+        elapsed = time.perf_counter() - started
+        threads, cost = self._learn_costs(choice, out, elapsed, auto)  # 6. its price, learned
+        event = self._event(cfg, choice, out, committed, pieces, reason, elapsed, threads, cost)
+        self._n_steps += 1
+        self._finished = bool(reason)
+        return event
+
+    def close(self) -> None:
+        """Free the sampler and hand the reply's n-grams to the engine's kept pool (safe to call twice)."""
+        if self._sampler is not None:
+            self._sampler.close()
+            self._sampler = None
+        if self._pool_grew:
+            self._store.keep_ngrams(self._pool)
+            self._pool_grew = False
+
+    def _choose(self, cfg: LookaheadConfig | None, budget: int) -> StepChoice:
+        """This step's shape, kept within the batch size whose logits match a lone decode's."""
+        loaded = self._loaded
+        cap = self._costs.curve.max_exact_batch if self._exact_only else budget
+        room = min(budget, cap) - len(self._pending)
+        if cfg is None:
+            return StepChoice(reason="plain")
+        if loaded.drafts_only:  # one draft, no window, no longer than the memory can take back
+            cfg = replace(cfg, window=0, guesses=min(cfg.guesses, 1))
+            room = min(room, loaded.rollback)
+        if cap < 2:
+            return StepChoice(reason="plain: on this CPU no batch gives this model's logits of plain decoding")
+        if room < 1:
+            return StepChoice(reason="plain")
+        indexed = len(self._index) - self._n_history  # the index holds the history, then these
+        if indexed < len(self._tokens):  # catch up after plain steps
+            self._index.extend(self._tokens[indexed:], DraftOrigin.REPLY)
+        if cfg.auto:
+            self._auto.use_costs(self._costs.live_costs)  # the thread count may have changed since the last step
+            return self._auto.choose(self._pending[-1], cfg, room, self._confidence, opening=self._n_steps == 0)
+        return self._fixed.choose(self._pending[-1], cfg, room, self._confidence)
+
+    def _decode(self, choice: StepChoice, confidence: bool) -> StepOutcome:
+        """The step's forward pass, its drafts verified by the decoder that ran it; ``confidence``: work out
+        whether the model was sure of the last committed token."""
+        kv = self._cache.kv
+        if choice.plain:
+            return self._plain.step(kv, self._pending, confidence=confidence)
+        if self._loaded.drafts_only:
+            return self._chain.step(kv, self._pending, choice, confidence=confidence)
+        return self._lookahead.step(kv, self._pending, choice, confidence=confidence)
+
+    def _learn_from_drafts(self, choice: StepChoice, out: StepOutcome) -> None:
+        """Auto's feedback: how far each draft of the step agreed with what the model committed."""
+        # a step with drafts had its confidence worked out when they were priced, before this decode
+        sure = self._confidence() if choice.drafts else False
+        self._auto.observe(choice, out.committed, out.accepted_origin, out.n_accepted, sure)
+
+    def _commit(self, out: StepOutcome, committed: list[int], grow_pool: bool) -> None:
+        """The reply grows by ``committed`` (the step's tokens the reply keeps); what the cache lacks of them is
+        the next step's to evaluate."""
         self._pending = out.committed[out.n_cached :]
         self._confidence = out.confidence
-        committed, reason = self._apply_limits(out.committed)
-        pieces, hit_at = self._text.feed(committed)
-        if hit_at is not None:  # the reply ends with the token that completed a stop string, as in plain decoding
-            committed, pieces, reason = committed[: hit_at + 1], pieces[: hit_at + 1], "stop_string"
-        elif reason and pieces:
-            pieces[-1] += self._text.finish()
-        self._n_generated += len(committed)
         self._tokens.extend(committed)
         if self._screen is not None:
             self._screen.extend(committed)
-        if cfg is not None:
+        if grow_pool:
             self._sync_pool(len(committed))
             self._pool_grew = True
-        # The step's first n_accepted tokens are the draft's, verified; the rest are the model's own.
-        n_drafted = min(out.n_accepted, len(committed))
-        sources = (out.accepted_origin or DraftOrigin.UNKNOWN,) * n_drafted + (OWN,) * (len(committed) - n_drafted)
-        elapsed = time.perf_counter() - ts
-        # Wall time, not just llama_decode's: a lookahead step's planning and cache clean-up are part of what it
-        # costs. Each thread count has its own live costs; a step teaches them only when it ran with the count
-        # the governor keeps and its threads had their cores (not a trial, not waiting for another program).
-        governor = engine.governor
-        threads = governor.last.threads if governor.last is not None else engine.n_threads
-        live = engine.live_costs_for(threads)
-        cost = live.cost(out.batch_size, out.n_logits)  # the price before this step teaches the curve
-        if auto:  # whether this reply's drafting steps paid, by what they really took (a median: only for those)
+
+    def _learn_costs(self, choice: StepChoice, out: StepOutcome, elapsed: float, auto: bool) -> tuple[int, float]:
+        """The threads the step ran with and its price in 1-token steps, before it teaches the live costs.
+
+        Each thread count has its own live costs; a step teaches them only when it ran with the count the governor
+        keeps and its threads had their cores (not a trial, not waiting for another program). Auto also hears what
+        a drafting step really took (a median of those: whether this reply's drafting steps paid).
+        """
+        governor = self._costs.governor
+        threads = governor.last.threads if governor.last is not None else self._loaded.n_threads
+        live = self._costs.live_costs_for(threads)
+        cost = live.cost(out.batch_size, out.n_logits)
+        if auto:
             taken = live.in_steps(elapsed, out.batch_size, out.n_logits) if choice.drafts else 1.0
             self._auto.observe_cost(choice, len(out.committed), taken)
         if governor.steady:
             live.record(out.batch_size, out.n_logits, elapsed)
+        return threads, cost
+
+    def _sync_pool(self, n_new: int) -> None:
+        """Add the n-grams of the reply whose continuation just became complete."""
+        tokens, pool = self._tokens, self._pool
+        n = len(tokens)
+        start = min(self._pool_synced, n - n_new)
+        for i in range(max(start - pool.max_len - 1, 0), n - pool.max_len - 1):
+            pool.add(tokens[i], tokens[i + 1 : i + 1 + pool.max_len], DraftOrigin.REPLY)
+        self._pool_synced = n
+
+    def _event(
+        self,
+        cfg: LookaheadConfig | None,
+        choice: StepChoice,
+        out: StepOutcome,
+        committed: list[int],
+        pieces: list[str],
+        reason: str | None,
+        elapsed: float,
+        threads: int,
+        cost: float,
+    ) -> StepEvent:
+        """The step as reported: the prompt's figures on the first one, the stop reason on the last."""
         first = self._n_steps == 0
-        event = StepEvent(
+        governor = self._costs.governor
+        # The step's first n_accepted tokens are the draft's, verified; the rest are the model's own.
+        n_drafted = min(out.n_accepted, len(committed))
+        sources = (out.accepted_origin or DraftOrigin.UNKNOWN,) * n_drafted + (OWN,) * (len(committed) - n_drafted)
+        return StepEvent(
             step=self._n_steps,
             mode="plain" if cfg is None else ("auto" if cfg.auto else "lookahead"),
             token_ids=tuple(committed),
@@ -318,69 +385,11 @@ class Generation:
             choice=choice.reason,
             draft_origin=out.accepted_origin,
             threads=threads,
-            max_threads=engine.n_threads,
+            max_threads=self._loaded.n_threads,
             kept_threads=governor.threads,
             contended=governor.busy,
             cost=cost,
         )
-        self._n_steps += 1
-        self._finished = bool(reason)
-        return event
-
-    def close(self) -> None:
-        """Free the sampler and hand the reply's n-grams to the engine's kept pool (safe to call twice)."""
-        if self._sampler is not None:
-            self._sampler.close()
-            self._sampler = None
-        if self._pool_grew:
-            self._engine.keep_ngrams(self._pool)
-            self._pool_grew = False
-
-    def _choose(self, cfg: LookaheadConfig | None, budget: int) -> StepChoice:
-        """This step's shape, kept within the batch size whose logits match a lone decode's."""
-        engine = self._engine
-        cap = engine.cost_curve.max_exact_batch if self._exact_only else budget
-        room = min(budget, cap) - len(self._pending)
-        if cfg is None:
-            return StepChoice(reason="plain")
-        if engine.drafts_only:  # one draft, no window, no longer than the memory can take back
-            cfg = replace(cfg, window=0, guesses=min(cfg.guesses, 1))
-            room = min(room, engine.rollback)
-        if cap < 2:
-            return StepChoice(reason="plain: on this CPU no batch gives this model's logits of plain decoding")
-        if room < 1:
-            return StepChoice(reason="plain")
-        indexed = len(self._index) - self._n_history  # the index holds the history, then these
-        if indexed < len(self._tokens):  # catch up after plain steps
-            self._index.extend(self._tokens[indexed:], DraftOrigin.REPLY)
-        if cfg.auto:
-            self._auto.use_costs(engine.live_costs)  # the thread count may have changed since the last step
-            return self._auto.choose(self._pending[-1], cfg, room, self._confidence, opening=self._n_steps == 0)
-        return self._fixed.choose(self._pending[-1], cfg, room, self._confidence)
-
-    def _apply_limits(self, committed: list[int]) -> tuple[list[int], str | None]:
-        """Cut ``committed`` after an end-of-generation token, the token with which the reply loops, or at
-        max_tokens, saying which. Token by token, so that every decoder stops at the same one."""
-        out: list[int] = []
-        guard = self._loop_guard
-        for tok in committed:
-            out.append(tok)
-            if self._engine.model.is_eog(tok):
-                return out, "eog"
-            if guard is not None and guard.push(tok):
-                return out, "loop"
-            if self._n_generated + len(out) >= self._max_tokens:
-                return out, "max_tokens"
-        return out, None
-
-    def _sync_pool(self, n_new: int) -> None:
-        """Add the n-grams of the reply whose continuation just became complete."""
-        tokens, pool = self._tokens, self._pool
-        n = len(tokens)
-        start = min(self._pool_synced, n - n_new)
-        for i in range(max(start - pool.max_len - 1, 0), n - pool.max_len - 1):
-            pool.add(tokens[i], tokens[i + 1 : i + 1 + pool.max_len], DraftOrigin.REPLY)
-        self._pool_synced = n
 
     def _end(self, reason: str) -> StepEvent:
         """The closing event of a generation stopped between steps: no forward pass, the text's tail."""
@@ -389,7 +398,7 @@ class Generation:
             step=self._n_steps,
             mode="none",
             token_ids=(),
-            text=self._text.finish(),
+            text=self._reply_end.finish(),
             n_committed=0,
             batch_size=0,
             n_logits=0,
@@ -405,25 +414,16 @@ class Generation:
         )
 
 
-class _TextOut:
-    """Committed tokens to shown text: UTF-8 safe, end-of-generation tokens hidden, stop strings cut."""
-
-    def __init__(self, stream: TextStream, stops: StopMatcher, is_eog: Callable[[int], bool]) -> None:
-        self._stream = stream
-        self._stops = stops
-        self._is_eog = is_eog
-
-    def feed(self, tokens: Sequence[int]) -> tuple[list[str], int | None]:
-        """The text each token adds (\"\" while a character's bytes or a possible stop string are held back),
-        and the index of the token that completed a stop string (None: no stop string)."""
-        pieces = []
-        for k, tok in enumerate(tokens):
-            piece, hit = ("", False) if self._is_eog(tok) else self._stops.push(self._stream.feed(tok))
-            pieces.append(piece)
-            if hit:
-                return pieces, k
-        return pieces, None
-
-    def finish(self) -> str:
-        piece, _ = self._stops.push(self._stream.flush())
-        return piece + self._stops.flush()
+def _open_sampler(model: Model, sampling: SamplingConfig, prompt: list[int]) -> Sampler | None:
+    """The sampler chain ``sampling`` asks for (None: plain argmax), its penalties' history begun with the
+    prompt's tail."""
+    if sampling.plain_argmax:
+        return None
+    sampler = Sampler(
+        model, temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p,
+        min_p=sampling.min_p, seed=sampling.seed, repeat_penalty=sampling.repeat_penalty,
+        repeat_last_n=sampling.repeat_last_n, dry_multiplier=sampling.dry_multiplier,
+        dry_base=sampling.dry_base, dry_allowed_length=sampling.dry_allowed_length)
+    if sampling.prompt_tail:
+        sampler.accept(prompt[-sampling.prompt_tail :])
+    return sampler

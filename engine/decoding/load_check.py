@@ -11,7 +11,7 @@ import sys
 
 import numpy as np
 
-from engine.decoding.runtime import open_context
+from engine.decoding.loaded import open_context
 from engine.llama.native import Batch, Model
 from engine.llama.probe import run_child
 

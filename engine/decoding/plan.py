@@ -161,7 +161,7 @@ def build_step(
     candidates: Sequence[Sequence[int]],
     window_levels: np.ndarray | None,
 ) -> StepPlan:
-    """Lay out one step.
+    """Lay out one step, in the order of the module's docstring: pending tokens, candidate tree, Jacobi window.
 
     pending:       committed tokens not yet in the cache (at least one).
     n_kv:          number of tokens already in the cache (position of pending[0]).
@@ -169,10 +169,9 @@ def build_step(
     window_levels: int array [N-1, W] of Jacobi guesses (level 0 column 0 is
                    ignored: the input token stands there), or None / W=0.
     """
-    if not pending:
-        raise ValueError("a step needs at least one pending token")
-    if len(candidates) > MAX_GUESSES:
-        raise ValueError(f"at most {MAX_GUESSES} candidates")
+    if window_levels is not None and window_levels.size == 0:
+        window_levels = None
+    _check_step(pending, candidates, window_levels)
     tokens: list[int] = []
     positions: list[int] = []
     seq_ids: list[tuple[int, ...]] = []
@@ -187,52 +186,16 @@ def build_step(
     input_index = r - 1
     P = n_kv + r - 1
 
+    W = 0 if window_levels is None else int(window_levels.shape[1])
     nodes, root_children = build_tree(candidates)
-    W = 0 if window_levels is None or window_levels.size == 0 else int(window_levels.shape[1])
-    used = {candidate_seq(g) for g in range(len(candidates))} | {window_seq(i) for i in range(W)}
-    idle = tuple(s for s in ALL_SEQS if s not in used)  # includes seq 0
-    at = 0 if nodes else -1
-    while at >= 0:  # the best path: depth-first order puts it first
-        nodes[at].seqs = sorted(set(nodes[at].seqs) | set(idle))
-        at = next(iter(nodes[at].children.values()), -1)
-    for node in nodes:
-        node.batch_index = len(tokens)
-        tokens.append(node.token)
-        positions.append(P + node.depth)
-        seq_ids.append(tuple(node.seqs))
-        logits.append(True)
-
-    if window_levels is None or window_levels.size == 0:
-        W, levels = 0, 0
-        pred_index = np.zeros(0, dtype=np.int64)
+    _place_tree(nodes, len(candidates), W, P, tokens, positions, seq_ids, logits)
+    if window_levels is None:
+        levels, pred_index = 0, np.zeros(0, dtype=np.int64)
     else:
-        levels, W = window_levels.shape
-        if W > MAX_WINDOW:
-            raise ValueError(f"at most {MAX_WINDOW} window columns")
-        pred_index = np.full(W, -1, dtype=np.int64)
-        last = levels - 1
-        if last == 0:
-            pred_index[0] = input_index
-        for i in range(1, W):
-            if last == 0:
-                pred_index[i] = len(tokens)
-            tokens.append(int(window_levels[0, i]))
-            positions.append(P + i)
-            seq_ids.append(tuple(window_seq(c) for c in range(i, W)))
-            logits.append(last == 0)
-        for j in range(1, levels):
-            for i in range(W):
-                if j == last:
-                    pred_index[i] = len(tokens)
-                tokens.append(int(window_levels[j, i]))
-                positions.append(P + j + i)
-                seq_ids.append((window_seq(i),))
-                logits.append(j == last)
+        levels = int(window_levels.shape[0])
+        pred_index = _place_window(window_levels, input_index, P, tokens, positions, seq_ids, logits)
 
-    rows, n_logits = [], 0
-    for wanted in logits:
-        rows.append(n_logits if wanted else -1)
-        n_logits += wanted
+    rows, n_logits = _logit_rows(logits)
     return StepPlan(
         tokens=np.asarray(tokens, dtype=np.int32),
         positions=np.asarray(positions, dtype=np.int32),
@@ -249,3 +212,83 @@ def build_step(
         rows=rows,
         n_logits=n_logits,
     )
+
+
+def _check_step(
+    pending: Sequence[int], candidates: Sequence[Sequence[int]], window_levels: np.ndarray | None
+) -> None:
+    if not pending:
+        raise ValueError("a step needs at least one pending token")
+    if len(candidates) > MAX_GUESSES:
+        raise ValueError(f"at most {MAX_GUESSES} candidates")
+    if window_levels is not None and window_levels.shape[1] > MAX_WINDOW:
+        raise ValueError(f"at most {MAX_WINDOW} window columns")
+
+
+def _logit_rows(logits: list[bool]) -> tuple[list[int], int]:
+    """Each batch index's row of the logits matrix (-1 where none), and how many rows there are."""
+    rows, n_logits = [], 0
+    for wanted in logits:
+        rows.append(n_logits if wanted else -1)
+        n_logits += wanted
+    return rows, n_logits
+
+
+def _place_tree(
+    nodes: list[TreeNode],
+    n_candidates: int,
+    W: int,
+    P: int,
+    tokens: list[int],
+    positions: list[int],
+    seq_ids: list[tuple[int, ...]],
+    logits: list[bool],
+) -> None:
+    """Append the candidate tree's nodes to the batch (logits on every one); the best path also carries seq 0
+    and every sequence not used this step."""
+    used = {candidate_seq(g) for g in range(n_candidates)} | {window_seq(i) for i in range(W)}
+    idle = tuple(s for s in ALL_SEQS if s not in used)  # includes seq 0
+    at = 0 if nodes else -1
+    while at >= 0:  # the best path: depth-first order puts it first
+        nodes[at].seqs = sorted(set(nodes[at].seqs) | set(idle))
+        at = next(iter(nodes[at].children.values()), -1)
+    for node in nodes:
+        node.batch_index = len(tokens)
+        tokens.append(node.token)
+        positions.append(P + node.depth)
+        seq_ids.append(tuple(node.seqs))
+        logits.append(True)
+
+
+def _place_window(
+    window_levels: np.ndarray,
+    input_index: int,
+    P: int,
+    tokens: list[int],
+    positions: list[int],
+    seq_ids: list[tuple[int, ...]],
+    logits: list[bool],
+) -> np.ndarray:
+    """Append the Jacobi window to the batch, logits on its last level; returns, per column, the batch index whose
+    logits predict the column's next level."""
+    levels, W = window_levels.shape
+    pred_index = np.full(W, -1, dtype=np.int64)
+    last = levels - 1
+    if last == 0:
+        pred_index[0] = input_index
+    for i in range(1, W):
+        if last == 0:
+            pred_index[i] = len(tokens)
+        tokens.append(int(window_levels[0, i]))
+        positions.append(P + i)
+        seq_ids.append(tuple(window_seq(c) for c in range(i, W)))
+        logits.append(last == 0)
+    for j in range(1, levels):
+        for i in range(W):
+            if j == last:
+                pred_index[i] = len(tokens)
+            tokens.append(int(window_levels[j, i]))
+            positions.append(P + j + i)
+            seq_ids.append((window_seq(i),))
+            logits.append(j == last)
+    return pred_index

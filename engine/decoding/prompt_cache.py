@@ -13,34 +13,36 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 
 from engine.decoding.decoders import KvState
-from engine.llama.native import Batch, Context
+from engine.decoding.loaded import LoadedModel
 
 # A prompt is read in chunks that end at multiples of this position: progress shows and Stop works within
-# one chunk (~0.2 s on 2 cores for the bundled model idle, ~0.5 s with a core busy), and on these CPUs a
-# 512-token batch reads no faster per token. Chunks end at fixed positions so that what the cache holds does
-# not depend on where an earlier read stopped (read-ahead, Stop): kernels that are not exact at every batch
-# size would otherwise give a prompt read in other pieces other values.
+# one chunk, a fraction of a second for the bundled model even with a core busy (docs/SPEED.md, "The figures
+# behind the code's constants"), and on these CPUs a 512-token batch reads no faster per token. Chunks end at
+# fixed positions so that what the cache holds does not depend on where an earlier read stopped (read-ahead,
+# Stop): kernels that are not exact at every batch size would otherwise give a prompt read in other pieces other
+# values.
 PREFILL_CHUNK = 64
 
 
 class PromptCache:
-    """The committed tokens in the engine's KV cache: reused, read in chunks, read ahead, kept across work.
+    """The committed tokens in the engine's KV cache (``kv``): reused, read in chunks, read ahead, kept across work.
 
-    What it works on is the engine's: the context and its batch, ``kv`` (the tokens the cache holds), the
-    sequences a committed token belongs to, whether the memory is recurrent, and the thread count.
+    It works on the loaded model's context and batch, in the sequences a committed token belongs to.
     """
 
-    ctx: Context
-    batch: Batch
-    kv: KvState
-    commit_seqs: tuple[int, ...]
-    recurrent: bool
-    n_threads: int
+    def __init__(self, loaded: LoadedModel) -> None:
+        self._loaded = loaded
+        self._ctx = loaded.ctx
+        self._batch = loaded.batch
+        self._seqs = loaded.commit_seqs
+        self._recurrent = loaded.recurrent
+        # One object for the engine's life (``reset`` empties it): a generation and the engine's callers hold it.
+        self.kv = KvState()
 
     def reset(self) -> None:
         """Forget the cache (the next prompt is evaluated from scratch)."""
-        self.ctx.clear()
-        self.kv = KvState()
+        self._ctx.clear()
+        self.kv.tokens = []
 
     @contextlib.contextmanager
     def cache_kept(self) -> Iterator[None]:
@@ -48,14 +50,14 @@ class PromptCache:
         read ahead, or the last reply's turn, is not read again. Copies the committed tokens' keys and values out
         and back (about a tenth of a second for a few thousand tokens of a small model)."""
         tokens = list(self.kv.tokens)
-        saved = self.ctx.save_seq(self.commit_seqs[0]) if tokens else b""
+        saved = self._ctx.save_seq(self._seqs[0]) if tokens else b""
         try:
             yield
         finally:
             self.reset()
-            if saved and self.ctx.load_seq(saved, self.commit_seqs[0]):
-                for seq in self.commit_seqs[1:]:
-                    self.ctx.seq_cp(self.commit_seqs[0], seq, -1, -1)
+            if saved and self._ctx.load_seq(saved, self._seqs[0]):
+                for seq in self._seqs[1:]:
+                    self._ctx.seq_cp(self._seqs[0], seq, -1, -1)
                 self.kv.tokens = tokens
 
     def _reuse_prefix(self, prompt: Sequence[int]) -> int:
@@ -65,12 +67,12 @@ class PromptCache:
         n = 0
         while n < limit and cached[n] == prompt[n]:
             n += 1
-        if n < len(cached) and self.recurrent:
+        if n < len(cached) and self._recurrent:
             self.reset()  # a recurrent state cannot be rewound to an earlier position: start over
             return 0
         if n < len(cached):
             # Truncating the tail keeps the cache in position order (no holes before it).
-            self.ctx.seq_rm(-1, n, -1)
+            self._ctx.seq_rm(-1, n, -1)
             del self.kv.tokens[n:]
         return n
 
@@ -91,8 +93,8 @@ class PromptCache:
             if cancel is not None and cancel.is_set():
                 break
             chunk = tokens[done : done + PREFILL_CHUNK - self.kv.n % PREFILL_CHUNK]
-            self.batch.set_single_seq(chunk, self.kv.n, self.commit_seqs, last_logits=False)
-            self.ctx.decode(self.batch)
+            self._batch.set_single_seq(chunk, self.kv.n, self._seqs, last_logits=False)
+            self._ctx.decode(self._batch)
             self.kv.tokens.extend(chunk)
             done += len(chunk)
             if progress is not None:
@@ -127,10 +129,10 @@ class PromptCache:
         cached = self.kv.tokens
         if end <= len(cached) and list(cached[:end]) == list(tokens[:end]):
             return 0  # already read (and maybe more: a reply after it stays)
-        if self.recurrent and list(cached) != list(tokens[: len(cached)]):
+        if self._recurrent and list(cached) != list(tokens[: len(cached)]):
             return 0
         reused = self._reuse_prefix(list(tokens[:end]) + [-1])  # -1: no token, keeps tokens[:end] comparable
-        threads = max(1, self.n_threads - 1)
+        threads = max(1, self._loaded.n_threads - 1)
         with self.threads_for_background(threads):
             return self.prefill(tokens[reused:end], cancel=cancel)
 
@@ -138,15 +140,15 @@ class PromptCache:
     def threads_for_background(self, threads: int) -> Iterator[None]:
         """Decode with ``threads``, unheard by the thread governor (work the user did not ask for yet, at a
         thread count of its own); the count and the governor as they were after."""
-        on_decode, before = self.ctx.on_decode, self.ctx.n_threads
-        self.ctx.on_decode = None
-        self.ctx.set_threads(threads)
+        on_decode, before = self._ctx.on_decode, self._ctx.n_threads
+        self._ctx.on_decode = None
+        self._ctx.set_threads(threads)
         try:
             yield
         finally:
-            self.ctx.set_threads(before)
-            self.ctx.on_decode = on_decode
+            self._ctx.set_threads(before)
+            self._ctx.on_decode = on_decode
 
     def cache_positions(self) -> dict[int, tuple[int, int]]:
         """(min, max) position held by every sequence; for checking the cache discipline."""
-        return {s: (self.ctx.seq_pos_min(s), self.ctx.seq_pos_max(s)) for s in self.commit_seqs}
+        return {s: (self._ctx.seq_pos_min(s), self._ctx.seq_pos_max(s)) for s in self._seqs}

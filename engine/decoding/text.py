@@ -1,8 +1,7 @@
-"""Text in and out: the model's chat template, streaming detokenization, stop strings."""
+"""The chat as the model reads it: its chat template, and the messages in tokens (``ChatText``)."""
 
 from __future__ import annotations
 
-import codecs
 import datetime
 import functools
 import json
@@ -13,6 +12,8 @@ from typing import Any, NoReturn
 
 from jinja2.exceptions import SecurityError, TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from engine.llama.native import Model
 
 # Used when a GGUF carries no chat template and its vocabulary has none of the built-in formats' turn markers:
 # ChatML is what most small instruction-tuned models without one were trained on.
@@ -227,60 +228,63 @@ def render_parts(
     return parts if "".join(text for text, _ in parts) == whole else None
 
 
-class TextStream:
-    """Turns token ids into text deltas, never splitting a UTF-8 character.
+class ChatText:
+    """The chat in the model's tokens and back: the template, tokenizing, detokenizing.
 
-    Bytes of a character split across tokens are held until it is complete.
+    The part of ``Engine`` (runtime.py) that holds the model's chat template (its own, else the built-in format its
+    vocabulary's turn markers name) and knows which texts the vocabulary reads as control tokens.
     """
 
-    def __init__(self, token_bytes: Callable[[int], bytes]) -> None:
-        self._token_bytes = token_bytes
-        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    def __init__(self, model: Model) -> None:
+        self._model = model
+        bos = model.token_text(model.bos()) if model.bos() >= 0 else ""
+        eos = model.token_text(model.eos()) if model.eos() >= 0 else ""
+        self._control_text_cache: dict[str, bool] = {}
+        own = model.chat_template()
+        self.template = ChatTemplate(own, bos_token=bos, eos_token=eos,
+                                     built_in=None if own else built_in_format(self._is_control_token))
 
-    def feed(self, token: int) -> str:
-        return self._decoder.decode(self._token_bytes(token))
+    def tokenize(self, text: str, add_special: bool = True) -> list[int]:
+        return self._model.tokenize(text, add_special=add_special, parse_special=True)
 
-    def flush(self) -> str:
-        """End of the stream: an incomplete trailing character is dropped, not shown as U+FFFD."""
-        self._decoder.reset()
-        return ""
+    def render_chat(self, messages: Sequence[Message], tools: Sequence[Any] = ()) -> list[int]:
+        """The chat as the model reads it: the template's markers as control tokens, what people wrote as text.
 
+        A message that holds the text of a control token ("<|im_end|>" in a question about chat templates, or
+        in an attached file) is tokenized apart from the template, as plain text, so it cannot end a turn or
+        start another role's. ``tools``: the tools offered (OpenAI's function tools), for a template that
+        takes them.
+        """
+        literal = {i for i, m in enumerate(messages) if self._reads_as_control(m.content)}
+        parts = render_parts(self.template, messages, literal, tools=tools) if literal else None
+        if parts is None:
+            parts = [(self.template.render(messages, add_generation_prompt=True, tools=tools), False)]
+        # The template writes the BOS token itself when the model wants one.
+        bos = self.template.bos_token
+        first, first_literal = parts[0]
+        add_special = self._model.add_bos() and not (bos and first.startswith(bos) and not first_literal)
+        tokens: list[int] = []
+        for k, (text, is_literal) in enumerate(parts):
+            tokens += self._model.tokenize(text, add_special=add_special and k == 0, parse_special=not is_literal)
+        return tokens
 
-class StopMatcher:
-    """Finds stop strings in streamed text and holds back what might start one."""
+    def tokenize_as_text(self, text: str) -> list[int]:
+        """``text`` in tokens, a control token's text ("<|im_end|>" in a document) read as text."""
+        return self._model.tokenize(text, add_special=False, parse_special=False)
 
-    def __init__(self, stops: Sequence[str]) -> None:
-        self.stops = tuple(s for s in stops if s)
-        self._held = ""
-        self.text = ""  # everything released so far
+    def detokenize(self, tokens: Sequence[int]) -> str:
+        return b"".join(self._model.token_bytes(t) for t in tokens).decode("utf-8", errors="replace")
 
-    def push(self, delta: str) -> tuple[str, bool]:
-        """Returns (text safe to show now, whether a stop string was hit)."""
-        if not self.stops:
-            self.text += delta
-            return delta, False
-        buf = self._held + delta
-        # The stop may straddle the boundary: search the held tail too.
-        hits = [(buf.find(s), s) for s in self.stops]
-        hits = [(i, s) for i, s in hits if i >= 0]
-        if hits:
-            i = min(i for i, _ in hits)
-            out = buf[:i]
-            self._held = ""
-            self.text += out
-            return out, True
-        keep = 0
-        for s in self.stops:
-            for k in range(min(len(s) - 1, len(buf)), 0, -1):
-                if buf.endswith(s[:k]):
-                    keep = max(keep, k)
-                    break
-        out = buf[: len(buf) - keep]
-        self._held = buf[len(buf) - keep :]
-        self.text += out
-        return out, False
+    def _is_control_token(self, text: str) -> bool:
+        """``text`` is one of the vocabulary's control tokens (a turn marker, say), not text that spells it."""
+        return len(self._model.tokenize(text, parse_special=True)) == 1 and self._reads_as_control(text)
 
-    def flush(self) -> str:
-        out, self._held = self._held, ""
-        self.text += out
-        return out
+    def _reads_as_control(self, text: str) -> bool:
+        """``text`` would turn into control tokens if tokenized with the template's markers."""
+        known = self._control_text_cache.get(text)
+        if known is None:
+            known = self._model.tokenize(text, parse_special=True) != self._model.tokenize(text, parse_special=False)
+            if len(self._control_text_cache) >= 512:
+                self._control_text_cache.clear()
+            self._control_text_cache[text] = known
+        return known

@@ -66,34 +66,40 @@ def known_roots(env: Mapping[str, str] | None = None, platform: str | None = Non
     env = os.environ if env is None else env
     os_name = _platform(platform)
     home = _home(env, os_name)
-    roots: list[LibraryRoot] = []
+    roots = [
+        *_lm_studio(home),
+        *_hugging_face(env, home),
+        *_gpt4all_and_jan(env, home, os_name),
+        *_ollama(env, home, os_name),
+    ]
+    return list(dict.fromkeys(roots))  # each once, where it first came
 
-    def add(path: Path, source: str, kind: str = KIND_TREE) -> None:
-        root = LibraryRoot(str(path), source, kind)
-        if root not in roots:
-            roots.append(root)
 
-    # LM Studio: ~/.lmstudio/models/<publisher>/<model>/<file>.gguf on every OS (Windows: %USERPROFILE%),
+def _lm_studio(home: Path) -> list[LibraryRoot]:
+    # ~/.lmstudio/models/<publisher>/<model>/<file>.gguf on every OS (Windows: %USERPROFILE%),
     # https://lmstudio.ai/docs/app/basics/import-model ("LM Studio's expected models directory structure");
     # releases before 0.3 kept them in ~/.cache/lm-studio/models (the tree in
     # https://github.com/lmstudio-ai/lmstudio-bug-tracker/issues/230, and C:\Users\<name>\.cache\lm-studio\models
     # on Windows in https://github.com/apache/cloudstack/issues/9075).
-    add(home / ".lmstudio" / "models", SOURCE_LM_STUDIO)
-    add(home / ".cache" / "lm-studio" / "models", SOURCE_LM_STUDIO)
+    return [LibraryRoot(str(home / ".lmstudio" / "models"), SOURCE_LM_STUDIO),
+            LibraryRoot(str(home / ".cache" / "lm-studio" / "models"), SOURCE_LM_STUDIO)]
 
-    # Hugging Face hub cache: $HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub ($XDG_CACHE_HOME
-    # when set), https://huggingface.co/docs/huggingface_hub/package_reference/environment_variables;
+
+def _hugging_face(env: Mapping[str, str], home: Path) -> list[LibraryRoot]:
+    # $HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub ($XDG_CACHE_HOME when set),
+    # https://huggingface.co/docs/huggingface_hub/package_reference/environment_variables;
     # layout (models--org--repo/snapshots/<rev>/ symlinks into blobs/) in
     # https://huggingface.co/docs/huggingface_hub/guides/manage-cache. HUGGINGFACE_HUB_CACHE is the older name
     # (https://huggingface.co/docs/huggingface_hub/v0.13.2/guides/manage-cache).
     hub = env.get("HF_HUB_CACHE") or env.get("HUGGINGFACE_HUB_CACHE")
     if hub:
-        add(Path(hub), SOURCE_HF, KIND_HF)
-    else:
-        hf_home = env.get("HF_HOME")
-        cache = _env_dir(env, "XDG_CACHE_HOME", home / ".cache")
-        add((Path(hf_home) if hf_home else cache / "huggingface") / "hub", SOURCE_HF, KIND_HF)
+        return [LibraryRoot(str(Path(hub)), SOURCE_HF, KIND_HF)]
+    hf_home = env.get("HF_HOME")
+    cache = _env_dir(env, "XDG_CACHE_HOME", home / ".cache")
+    return [LibraryRoot(str((Path(hf_home) if hf_home else cache / "huggingface") / "hub"), SOURCE_HF, KIND_HF)]
 
+
+def _gpt4all_and_jan(env: Mapping[str, str], home: Path, os_name: str) -> list[LibraryRoot]:
     # GPT4All downloads into QStandardPaths::AppLocalDataLocation (gpt4all-chat/src/mysettings.cpp,
     # defaultLocalModelsPath) of organization "nomic.ai", application "GPT4All" (gpt4all-chat/src/main.cpp);
     # that location per OS is Qt's table in https://doc.qt.io/qt-6/qstandardpaths.html (the macOS one is
@@ -106,33 +112,30 @@ def known_roots(env: Mapping[str, str] | None = None, platform: str | None = Non
     if os_name == "linux":
         data = _env_dir(env, "XDG_DATA_HOME", home / ".local" / "share")
         config = _env_dir(env, "XDG_CONFIG_HOME", home / ".config")
-        add(data / "nomic.ai" / "GPT4All", SOURCE_GPT4ALL)
-        jan_data = [data / "Jan" / "data", config / "Jan" / "data"]
+        gpt4all, jan_data = data / "nomic.ai" / "GPT4All", [data / "Jan" / "data", config / "Jan" / "data"]
     elif os_name == "macos":
         support = home / "Library" / "Application Support"
-        add(support / "nomic.ai" / "GPT4All", SOURCE_GPT4ALL)
-        jan_data = [support / "Jan" / "data"]
+        gpt4all, jan_data = support / "nomic.ai" / "GPT4All", [support / "Jan" / "data"]
     else:
         local = Path(env["LOCALAPPDATA"]) if env.get("LOCALAPPDATA") else home / "AppData" / "Local"
         roaming = Path(env["APPDATA"]) if env.get("APPDATA") else home / "AppData" / "Roaming"
-        add(local / "nomic.ai" / "GPT4All", SOURCE_GPT4ALL)
-        jan_data = [roaming / "Jan" / "data"]
-    for folder in jan_data:
-        add(folder / "llamacpp" / "models", SOURCE_JAN)
-        add(folder / "models", SOURCE_JAN)
-    add(home / "jan" / "models", SOURCE_JAN)
+        gpt4all, jan_data = local / "nomic.ai" / "GPT4All", [roaming / "Jan" / "data"]
+    jan = [folder / sub for folder in jan_data for sub in (Path("llamacpp") / "models", Path("models"))]
+    return [LibraryRoot(str(gpt4all), SOURCE_GPT4ALL),
+            *(LibraryRoot(str(path), SOURCE_JAN) for path in [*jan, home / "jan" / "models"])]
 
-    # Ollama: $OLLAMA_MODELS, else ~/.ollama/models (envconfig/config.go, Models()); its FAQ gives
+
+def _ollama(env: Mapping[str, str], home: Path, os_name: str) -> list[LibraryRoot]:
+    # $OLLAMA_MODELS, else ~/.ollama/models (envconfig/config.go, Models()); its FAQ gives
     # ~/.ollama/models on macOS, C:\Users\%username%\.ollama\models on Windows and, for the Linux service the
     # install script creates, /usr/share/ollama/.ollama/models (https://github.com/ollama/ollama/blob/main/docs/faq.mdx,
     # "Where are models stored?"). Blobs are blobs/sha256-<hex> (":" on older non-Windows releases), named by
     # manifests/<host>/<namespace>/<model>/<tag> (server/modelpath.go, GetBlobsPath and GetManifestPath).
-    if env.get("OLLAMA_MODELS"):
-        add(Path(env["OLLAMA_MODELS"]), SOURCE_OLLAMA, KIND_OLLAMA)
-    add(home / ".ollama" / "models", SOURCE_OLLAMA, KIND_OLLAMA)
+    paths = [Path(env["OLLAMA_MODELS"])] if env.get("OLLAMA_MODELS") else []
+    paths.append(home / ".ollama" / "models")
     if os_name == "linux":
-        add(Path("/usr/share/ollama/.ollama/models"), SOURCE_OLLAMA, KIND_OLLAMA)
-    return roots
+        paths.append(Path("/usr/share/ollama/.ollama/models"))
+    return [LibraryRoot(str(path), SOURCE_OLLAMA, KIND_OLLAMA) for path in paths]
 
 
 def library_roots(

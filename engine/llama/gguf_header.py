@@ -169,14 +169,7 @@ def parse_header(buf: Buffer, size: int) -> Header:
     """Header, metadata and tensor table of the GGUF file in ``buf``; raises Truncated or Corrupt."""
     cur = _Cursor(buf, size)
     cur.take(4)  # magic, checked by the caller
-    version = cur.unpack(_U32)
-    if version not in SUPPORTED_VERSIONS:
-        if version == 1:
-            raise UnsupportedVersion("GGUF version 1 is not supported by llama.cpp (convert the model again)", 1)
-        swapped = struct.unpack("<I", struct.pack(">I", version))[0]
-        if swapped in (1, 2, 3):
-            raise UnsupportedVersion("big-endian GGUF files are not supported", swapped, big_endian=True)
-        raise UnsupportedVersion(f"unknown GGUF version {version}", version)
+    header = Header(_read_version(cur))
     n_tensors = cur.unpack(_U64)
     n_kv = cur.unpack(_U64)
     rest = cur.size - cur.pos
@@ -186,20 +179,9 @@ def parse_header(buf: Buffer, size: int) -> Header:
         raise Truncated(
             f"its header claims {n_kv} metadata entries and {n_tensors} tensors, more than the file can hold"
         )
-    header = Header(version)
     for i in range(n_kv):
         try:
-            key = cur.string()
-            vtype = cur.unpack(_U32)
-            if vtype == GGUFValueType.ARRAY:
-                item_type, count, value = cur.array(keep_strings=key == TOKENS_KEY)
-                header.arrays[key] = (item_type, count)
-                if key == TOKENS_KEY and item_type == GGUFValueType.STRING:
-                    header.tokens = value  # type: ignore[assignment]
-                    value = None
-                header.metadata[key] = value
-            else:
-                header.metadata[key] = cur.value(vtype)
+            _read_metadata_entry(cur, header)
         except Truncated as exc:
             raise Truncated(f"it ends inside its metadata, in entry {i + 1} of {n_kv}") from exc
     alignment = header.metadata.get("general.alignment", DEFAULT_ALIGNMENT)
@@ -208,29 +190,76 @@ def parse_header(buf: Buffer, size: int) -> Header:
     names: set[str] = set()
     for i in range(n_tensors):
         try:
-            name = cur.string()
-            n_dims = cur.unpack(_U32)
-            if not 1 <= n_dims <= GGML_MAX_DIMS:
-                raise Corrupt(f"tensor {name!r} has {n_dims} dimensions (1..{GGML_MAX_DIMS} allowed)")
-            dims = tuple(cur.unpack(_U64) for _ in range(n_dims))
-            ggml_type = cur.unpack(_U32)
-            offset = cur.unpack(_U64)
+            name, dims, ggml_type, offset = _read_tensor_entry(cur)
         except Truncated as exc:
             raise Truncated(f"it ends inside its tensor table, in tensor {i + 1} of {n_tensors}") from exc
         if name in names:
             raise Corrupt(f"tensor {name!r} appears twice")
         names.add(name)
-        try:
-            block, type_size = GGML_QUANT_SIZES[GGMLQuantizationType(ggml_type)]
-        except (ValueError, KeyError) as exc:
-            raise Corrupt(f"tensor {name!r} has unknown type {ggml_type}") from exc
-        if dims[0] % block:
-            raise Corrupt(f"tensor {name!r}: row of {dims[0]} is not a multiple of the block size {block}")
-        if offset % alignment:
-            raise Corrupt(f"tensor {name!r} has offset {offset}, not aligned to {alignment}")
-        n_elements = 1
-        for d in dims:
-            n_elements *= d
-        header.tensors.append(TensorInfo(name, dims, ggml_type, offset, n_elements // block * type_size))
+        header.tensors.append(_tensor_info(name, dims, ggml_type, offset, alignment))
     header.data_start = -(-cur.pos // alignment) * alignment
     return header
+
+
+def _read_version(cur: _Cursor) -> int:
+    version: int = cur.unpack(_U32)
+    if version not in SUPPORTED_VERSIONS:
+        if version == 1:
+            raise UnsupportedVersion("GGUF version 1 is not supported by llama.cpp (convert the model again)", 1)
+        swapped = struct.unpack("<I", struct.pack(">I", version))[0]
+        if swapped in (1, 2, 3):
+            raise UnsupportedVersion("big-endian GGUF files are not supported", swapped, big_endian=True)
+        raise UnsupportedVersion(f"unknown GGUF version {version}", version)
+    return version
+
+
+def _read_metadata_entry(cur: _Cursor, header: Header) -> None:
+    """One key and its value into ``header`` (an array's item type and length too; the vocabulary apart)."""
+    key = cur.string()
+    vtype = cur.unpack(_U32)
+    if vtype != GGUFValueType.ARRAY:
+        header.metadata[key] = cur.value(vtype)
+        return
+    item_type, count, value = cur.array(keep_strings=key == TOKENS_KEY)
+    header.arrays[key] = (item_type, count)
+    if key == TOKENS_KEY and item_type == GGUFValueType.STRING:
+        header.tokens = value  # type: ignore[assignment]
+        value = None
+    header.metadata[key] = value
+
+
+def _read_tensor_entry(cur: _Cursor) -> tuple[str, tuple[int, ...], int, int]:
+    """One tensor table entry: (name, dimensions, ggml type, offset)."""
+    name = cur.string()
+    n_dims = cur.unpack(_U32)
+    if not 1 <= n_dims <= GGML_MAX_DIMS:
+        raise Corrupt(f"tensor {name!r} has {n_dims} dimensions (1..{GGML_MAX_DIMS} allowed)")
+    dims = tuple(cur.unpack(_U64) for _ in range(n_dims))
+    ggml_type = cur.unpack(_U32)
+    offset = cur.unpack(_U64)
+    return name, dims, ggml_type, offset
+
+
+def _tensor_info(name: str, dims: tuple[int, ...], ggml_type: int, offset: int, alignment: int) -> TensorInfo:
+    """The entry checked against its type's block size and the file's alignment, with its size in bytes."""
+    try:
+        block, type_size = GGML_QUANT_SIZES[GGMLQuantizationType(ggml_type)]
+    except (ValueError, KeyError) as exc:
+        raise Corrupt(f"tensor {name!r} has unknown type {ggml_type}") from exc
+    if dims[0] % block:
+        raise Corrupt(f"tensor {name!r}: row of {dims[0]} is not a multiple of the block size {block}")
+    if offset % alignment:
+        raise Corrupt(f"tensor {name!r} has offset {offset}, not aligned to {alignment}")
+    n_elements = 1
+    for d in dims:
+        n_elements *= d
+    return TensorInfo(name, dims, ggml_type, offset, n_elements // block * type_size)
+
+
+def first_int(value: object) -> int | None:
+    """A metadata value as an int (None if it is not one; a bool counts as 0 or 1)."""
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, int):
+        return value
+    return None

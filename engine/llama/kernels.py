@@ -5,7 +5,7 @@ batches a step may use are those whose matmuls keep the 1-token arithmetic. Whic
 weights' types, the CPU and the build: our llama.cpp patches (packaging/llama-cpp-patches/) give Q4_1, Q4_K,
 Q6_K, Q8_0, Q5_0, Q5_K, Q4_0, IQ4_NL and Q5_1 kernels whose rows never depend on the batch size, and the build names
 them in its system info (``batch_kernels``); other types keep llama.cpp's, and some of those switch to another
-float order at some batch size. The exact-batch probe (``calibration.probe_exact_batch``) measures what holds for
+float order at some batch size. The exact-batch probe (``costs.exactness.probe_exact_batch``) measures what holds for
 a model; this module names why, for ``engine tune`` and the app's model info.
 """
 

@@ -1,5 +1,5 @@
-"""Checking a model file before llama.cpp sees it: its GGUF header, vocabulary and tensor shapes, and the
-facts the app shows (``GgufSummary``).
+"""Checking a model file before llama.cpp sees it: that it is a whole, readable GGUF file whose metadata
+llama.cpp will not crash on (header_checks.py), and the facts the app shows (``GgufSummary``).
 """
 
 from __future__ import annotations
@@ -12,20 +12,21 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from gguf.constants import GGMLQuantizationType, GGUFValueType, LlamaFileType
+from gguf.constants import GGMLQuantizationType, LlamaFileType
 
 from engine.llama.gguf_header import (
     GGUF_MAGIC,
     HEADER_BYTES,
     SUPPORTED_VERSIONS,
-    TOKENS_KEY,
     Corrupt,
     Header,
     TensorInfo,
     Truncated,
     UnsupportedVersion,
+    first_int,
     parse_header,
 )
+from engine.llama.header_checks import MetadataDamaged, check_tensor_shapes, check_vocabulary
 from engine.llama.problems import (
     DOWNLOAD_AGAIN,
     KIND_DAMAGED,
@@ -65,7 +66,7 @@ class GgufSummary:
 
     def kv_cache_bytes(self, n_ctx: int) -> int:
         """Estimated size of the engine's cache for ``n_ctx`` tokens: the KV cache (f16, the llama.cpp default),
-        and a recurrent memory's state with the copies kept to take a draft back (runtime.open_context)."""
+        and a recurrent memory's state with the copies kept to take a draft back (loaded.open_context)."""
         return self.kv_bytes_per_token * n_ctx + self.state_bytes * (1 + ROLLBACK_TOKENS)
 
 
@@ -123,187 +124,11 @@ def _read_header(p: Path, size: int) -> Header:
                 raise ModelFileError(f"corrupt GGUF file: {exc}: {p}", _damaged(), KIND_DAMAGED) from None
 
 
-# --- what llama.cpp asserts on, checked from the metadata ----------------------------------
-#
-# llama.cpp validates the GGUF structure and throws on most bad values (wrong tensor shapes, missing
-# keys), which ends as an error. A few things it does not check abort the whole process (GGML_ASSERT)
-# or read out of bounds instead; those are refused here, each with its own message.
-
-
-class _Damaged(Exception):
-    """Metadata that no intact file holds and llama.cpp would crash or misbehave on.
-
-    ``plain``: what is damaged, in a few plain words ("its layer sizes disagree with each other").
-    """
-
-    def __init__(self, text: str, plain: str = "its vocabulary (the list of words it knows) is broken") -> None:
-        super().__init__(text)
-        self.plain = plain
-
-
-# Special tokens that steer generation: llama.cpp replaces an id outside the vocabulary with the
-# tokenizer's default (a warning only), so with a damaged eos id replies would no longer end where
-# the model ends them. Others (pad, sep, mask, unk, fim_*) are replaced the same way and unused by
-# chat; real files have a padding id just past the vocabulary, so those are let through.
-_SPECIAL_TOKEN_KEYS = (
-    "tokenizer.ggml.bos_token_id",
-    "tokenizer.ggml.eos_token_id",
-    "tokenizer.ggml.eot_token_id",
-    "tokenizer.ggml.eom_token_id",
-)
-_NO_VOCAB_MODELS = ("no_vocab", "none")
-
-
-def _type_name(item_type: int) -> str:
-    try:
-        return GGUFValueType(item_type).name.lower()
-    except ValueError:
-        return str(item_type)
-
-
-def _llama_token_text(raw: bytes, token_id: int) -> bytes:
-    """The text llama.cpp keys a token by: a C string (cut at the first NUL), "[EMPTY_<id>]" if empty."""
-    nul = raw.find(b"\0")
-    if nul >= 0:
-        raw = raw[:nul]
-    return raw if raw else b"[EMPTY_%d]" % token_id
-
-
-def _check_vocabulary(header: Header) -> None:
-    """The vocabulary checks llama.cpp's llama_vocab::impl::load does not make, or makes with GGML_ASSERT."""
-    meta, arrays = header.metadata, header.arrays
-    model = meta.get("tokenizer.ggml.model")
-    if not isinstance(model, str) or model in _NO_VOCAB_MODELS:
-        return  # no vocabulary, or no tokenizer key: llama.cpp refuses the latter with an error
-    tokens = header.tokens
-    if tokens is None:
-        if TOKENS_KEY in arrays:  # read with gguf_get_arr_str, which asserts the items are strings
-            found = _type_name(arrays[TOKENS_KEY][0])
-            raise _Damaged(f"its vocabulary ({TOKENS_KEY}) is an array of {found}, not of strings")
-        if TOKENS_KEY in meta:
-            raise _Damaged(f"its vocabulary ({TOKENS_KEY}) is not an array")
-        return  # no vocabulary at all: llama.cpp refuses it with an error
-    n = len(tokens)
-    if n == 0:
-        raise _Damaged("its vocabulary is empty")
-    # llama.cpp maps text -> id and asserts that both directions have as many entries (id_to_token.size()
-    # == token_to_id.size()): two tokens with the same text abort the process. Fast path: one set of bytes.
-    texts = tokens
-    unique = set(texts)
-    if b"" in unique or b"\0" in b"".join(tokens):  # rare: redo with llama.cpp's view of each text
-        texts = [_llama_token_text(t, i) for i, t in enumerate(tokens)]
-        unique = set(texts)
-    if len(unique) != n:
-        first: dict[bytes, int] = {}
-        for i, t in enumerate(texts):
-            j = first.setdefault(t, i)
-            if j != i:
-                raise _Damaged(f"the vocabulary has two tokens with the same text (id {j} and {i})")
-    # Scores and types are read as plain float/int arrays, one per token, without a length check.
-    for key, want, what in (
-        ("tokenizer.ggml.scores", GGUFValueType.FLOAT32, "scores"),
-        ("tokenizer.ggml.token_type", GGUFValueType.INT32, "token types"),
-    ):
-        if key in arrays:
-            item_type, count = arrays[key]
-            if item_type != want:
-                raise _Damaged(f"its token {what} ({key}) are of type {_type_name(item_type)}, not {_type_name(want)}")
-            if count != n:
-                raise _Damaged(f"its vocabulary has {n} tokens but {count} {what}")
-        elif key in meta:
-            raise _Damaged(f"its token {what} ({key}) are not an array")
-    merges = "tokenizer.ggml.merges"
-    if merges in arrays and arrays[merges][0] != GGUFValueType.STRING:  # gguf_get_arr_str asserts strings
-        raise _Damaged(f"its merges ({merges}) are an array of {_type_name(arrays[merges][0])}, not of strings")
-    for key in _SPECIAL_TOKEN_KEYS:
-        value = meta.get(key)  # read as uint32: llama.cpp refuses other types itself
-        if isinstance(value, int) and not isinstance(value, bool) and value >= n:
-            name = key.removeprefix("tokenizer.ggml.").removesuffix("_token_id")
-            raise _Damaged(f"its {name} token id {value} ({key}) is outside its vocabulary of {n} tokens")
-
-
-# Architectures whose tensors have the standard llama layout (llama.cpp's llama/qwen2/qwen3 loaders):
-# attention q/k/v/output, a gated feed-forward, norms, embeddings and the output matrix.
-_STANDARD_LAYOUT = frozenset({"llama", "qwen2", "qwen3"})
-
-
-def _per_layer(value: object, n_layer: int) -> list[int] | None:
-    if isinstance(value, list):
-        return [int(x) for x in value] if len(value) == n_layer and all(isinstance(x, int) for x in value) else None
-    v = _first_int(value)
-    return [v] * n_layer if v is not None else None
-
-
-def _check_tensor_shapes(header: Header) -> None:
-    """Tensors whose shapes disagree with the hyper-parameters (standard-layout architectures only).
-
-    llama.cpp refuses these too ("wrong shape"), but only after reading the whole vocabulary; here the
-    message names the tensor and the hyper-parameter, from the header alone.
-    """
-    meta = header.metadata
-    arch = meta.get("general.architecture")
-    if arch not in _STANDARD_LAYOUT:
-        return
-    n_layer = _first_int(meta.get(f"{arch}.block_count"))
-    n_embd = _first_int(meta.get(f"{arch}.embedding_length"))
-    if not n_layer or not n_embd or n_layer < 0 or n_embd < 0:
-        return  # missing or zero: llama.cpp refuses these itself with an error
-    heads = _per_layer(meta.get(f"{arch}.attention.head_count"), n_layer)
-    heads_kv = _per_layer(
-        meta.get(f"{arch}.attention.head_count_kv", meta.get(f"{arch}.attention.head_count")), n_layer
-    )
-    n_ff = _per_layer(meta.get(f"{arch}.feed_forward_length"), n_layer)
-    n_vocab = len(header.tokens) if header.tokens is not None else None
-    expected: dict[str, tuple[int, ...]] = {"output_norm.weight": (n_embd,)}
-    if n_vocab:
-        expected["token_embd.weight"] = expected["output.weight"] = (n_embd, n_vocab)
-    for i in range(n_layer if n_layer <= 4096 else 0):  # more is refused by llama.cpp (at most 512 layers)
-        b = f"blk.{i}."
-        expected[b + "attn_norm.weight"] = expected[b + "ffn_norm.weight"] = (n_embd,)
-        if heads and heads_kv and heads[i] > 0:
-            k_len = _first_int(meta.get(f"{arch}.attention.key_length")) or n_embd // heads[i]
-            v_len = _first_int(meta.get(f"{arch}.attention.value_length")) or n_embd // heads[i]
-            expected[b + "attn_q.weight"] = (n_embd, heads[i] * k_len)
-            expected[b + "attn_k.weight"] = (n_embd, heads_kv[i] * k_len)
-            expected[b + "attn_v.weight"] = (n_embd, heads_kv[i] * v_len)
-            expected[b + "attn_output.weight"] = (heads[i] * v_len, n_embd)
-        if n_ff and n_ff[i] > 0:
-            expected[b + "ffn_gate.weight"] = expected[b + "ffn_up.weight"] = (n_embd, n_ff[i])
-            expected[b + "ffn_down.weight"] = (n_ff[i], n_embd)
-
-    def shape(dims: tuple[int, ...]) -> str:
-        return " x ".join(str(d) for d in dims)
-
-    def significant(dims: tuple[int, ...]) -> tuple[int, ...]:
-        while len(dims) > 1 and dims[-1] == 1:  # llama.cpp pads shapes with 1s: [576, 1] is [576]
-            dims = dims[:-1]
-        return dims
-
-    for t in header.tensors:
-        want = expected.get(t.name)
-        if want is not None and significant(t.dims) != significant(want):
-            raise _Damaged(f"tensor {t.name!r} is {shape(t.dims)} but its hyper-parameters make it {shape(want)}",
-                           "its layer sizes disagree with each other")
-        if t.name.startswith("blk."):
-            block = t.name.split(".", 2)[1]
-            if block.isdigit() and int(block) >= n_layer:
-                raise _Damaged(f"tensor {t.name!r} belongs to block {block} but {arch}.block_count is {n_layer}",
-                               "it has more layers than it says")
-
-
-def _first_int(value: object) -> int | None:
-    if isinstance(value, bool):
-        return int(value)
-    if isinstance(value, int):
-        return value
-    return None
-
-
 def _recurrent_layers(meta: dict[str, object], arch: str, n_layer: int) -> list[bool]:
     """Which layers keep a recurrent state instead of a KV cache, as llama.cpp's loaders tell them apart:
     no key/value heads (LFM2, Nemotron-H, Granite 4.0 H), all but every n-th (Qwen3.5, Qwen3-Next), or all of them
     in a model without attention heads (Mamba, RWKV)."""
-    interval = _first_int(meta.get(f"{arch}.full_attention_interval"))
+    interval = first_int(meta.get(f"{arch}.full_attention_interval"))
     if interval:
         return [(i + 1) % interval != 0 for i in range(n_layer)]
     heads_kv = meta.get(f"{arch}.attention.head_count_kv")
@@ -314,8 +139,8 @@ def _recurrent_layers(meta: dict[str, object], arch: str, n_layer: int) -> list[
 
 def _kv_bytes_per_token(meta: dict[str, object], arch: str) -> int:
     """f16 K+V bytes per cached token from the architecture's hyperparameters (0 if unknown)."""
-    n_layer = _first_int(meta.get(f"{arch}.block_count"))
-    n_embd = _first_int(meta.get(f"{arch}.embedding_length"))
+    n_layer = first_int(meta.get(f"{arch}.block_count"))
+    n_embd = first_int(meta.get(f"{arch}.embedding_length"))
     heads = meta.get(f"{arch}.attention.head_count")
     heads_kv = meta.get(f"{arch}.attention.head_count_kv", heads)
     if not n_layer or not n_embd or heads is None:
@@ -330,24 +155,24 @@ def _kv_bytes_per_token(meta: dict[str, object], arch: str) -> int:
     n_head = max(h) if h else 0
     if n_head <= 0:
         return 0  # no attention layers (recurrent): the state does not grow with the context
-    k_len = _first_int(meta.get(f"{arch}.attention.key_length")) or n_embd // n_head
-    v_len = _first_int(meta.get(f"{arch}.attention.value_length")) or n_embd // n_head
+    k_len = first_int(meta.get(f"{arch}.attention.key_length")) or n_embd // n_head
+    v_len = first_int(meta.get(f"{arch}.attention.value_length")) or n_embd // n_head
     recurrent = _recurrent_layers(meta, arch, n_layer)
     return sum(n * (k_len + v_len) for n, r in zip(h_kv, recurrent, strict=True) if not r) * 2
 
 
 def _state_bytes(meta: dict[str, object], arch: str) -> int:
     """F32 recurrent state of one sequence (llama.cpp's n_embd_r + n_embd_s per recurrent layer; 0 if none)."""
-    n_layer = _first_int(meta.get(f"{arch}.block_count")) or 0
-    n_embd = _first_int(meta.get(f"{arch}.embedding_length")) or 0
-    l_cache = _first_int(meta.get(f"{arch}.shortconv.l_cache"))
-    d_inner = _first_int(meta.get(f"{arch}.ssm.inner_size"))
+    n_layer = first_int(meta.get(f"{arch}.block_count")) or 0
+    n_embd = first_int(meta.get(f"{arch}.embedding_length")) or 0
+    l_cache = first_int(meta.get(f"{arch}.shortconv.l_cache"))
+    d_inner = first_int(meta.get(f"{arch}.ssm.inner_size"))
     if l_cache:  # LFM2: the last l_cache - 1 inputs of its short convolution
         per_layer = (l_cache - 1) * n_embd
     elif d_inner:  # Mamba-style: the convolution's inputs, then a state of d_state per inner channel
-        d_conv = _first_int(meta.get(f"{arch}.ssm.conv_kernel")) or 0
-        d_state = _first_int(meta.get(f"{arch}.ssm.state_size")) or 0
-        n_group = _first_int(meta.get(f"{arch}.ssm.group_count")) or 0
+        d_conv = first_int(meta.get(f"{arch}.ssm.conv_kernel")) or 0
+        d_state = first_int(meta.get(f"{arch}.ssm.state_size")) or 0
+        n_group = first_int(meta.get(f"{arch}.ssm.group_count")) or 0
         per_layer = max(d_conv - 1, 0) * (d_inner + 2 * n_group * d_state) + d_state * d_inner
     else:
         return 0
@@ -365,7 +190,21 @@ def check_gguf(path: str | os.PathLike[str]) -> GgufSummary:
     would abort on, read out of bounds with, or report less clearly.
     """
     p = Path(path)
-    no_permission = "This file cannot be opened: you do not have permission to read it."
+    size = _readable_size(p)
+    header = _read_whole_header(p, size)
+    try:
+        check_vocabulary(header)
+        check_tensor_shapes(header)
+    except MetadataDamaged as exc:
+        raise ModelFileError(f"{exc}, so the file is damaged: {p}", _damaged(exc.plain), KIND_DAMAGED) from None
+    return _summary(p, size, header)
+
+
+_NO_PERMISSION = "This file cannot be opened: you do not have permission to read it."
+
+
+def _readable_size(p: Path) -> int:
+    """The size of ``p``, a readable, non-empty regular file (else the ModelFileError saying what it is)."""
     try:
         st = p.stat()
     except FileNotFoundError:
@@ -388,15 +227,19 @@ def check_gguf(path: str | os.PathLike[str]) -> GgufSummary:
             KIND_NOT_A_FILE,
         )
     if not os.access(p, os.R_OK):
-        raise ModelFileError(f"model file is not readable (permission denied): {p}", no_permission, KIND_UNREADABLE)
-    size = st.st_size
-    if size == 0:
+        raise ModelFileError(f"model file is not readable (permission denied): {p}", _NO_PERMISSION, KIND_UNREADABLE)
+    if st.st_size == 0:
         raise ModelFileError(f"model file is empty: {p}", "This file is empty: it holds no model.", KIND_EMPTY)
+    return st.st_size
+
+
+def _read_whole_header(p: Path, size: int) -> Header:
+    """The file's header, which must name tensors that all lie within its ``size`` bytes."""
     try:
         header = _read_header(p, size)
     except PermissionError:
         raise ModelFileError(
-            f"model file is not readable (permission denied): {p}", no_permission, KIND_UNREADABLE
+            f"model file is not readable (permission denied): {p}", _NO_PERMISSION, KIND_UNREADABLE
         ) from None
     except OSError as exc:
         raise ModelFileError(
@@ -421,15 +264,14 @@ def check_gguf(path: str | os.PathLike[str]) -> GgufSummary:
             f"truncated GGUF file: tensors need {end} bytes, file has {size}: {p}", _cut_short(size, end),
             KIND_TRUNCATED,
         )
-    try:
-        _check_vocabulary(header)
-        _check_tensor_shapes(header)
-    except _Damaged as exc:
-        raise ModelFileError(f"{exc}, so the file is damaged: {p}", _damaged(exc.plain), KIND_DAMAGED) from None
+    return header
+
+
+def _summary(p: Path, size: int, header: Header) -> GgufSummary:
     meta = header.metadata
     arch = meta.get("general.architecture")
     arch = arch if isinstance(arch, str) and arch else "unknown"
-    ftype = _first_int(meta.get("general.file_type"))
+    ftype = first_int(meta.get("general.file_type"))
     try:
         ftype_name = LlamaFileType(ftype).name.removeprefix("MOSTLY_") if ftype is not None else "unknown"
     except ValueError:
@@ -441,7 +283,7 @@ def check_gguf(path: str | os.PathLike[str]) -> GgufSummary:
         architecture=arch,
         name=name if isinstance(name, str) and name else p.stem,
         file_type=ftype_name,
-        context_length=_first_int(meta.get(f"{arch}.context_length")),
+        context_length=first_int(meta.get(f"{arch}.context_length")),
         n_tensors=len(header.tensors),
         has_chat_template="tokenizer.chat_template" in meta,
         kv_bytes_per_token=_kv_bytes_per_token(meta, arch),

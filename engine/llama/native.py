@@ -245,10 +245,11 @@ class Batch:
 
 
 # The KV cache and attention, first choice first. An f16 cache with flash attention reads a prompt as fast as
-# llama.cpp's default (f16, no flash attention); a Q8_0 cache took 2.3x as long. The patch (packaging/, part 4)
-# gives every row count ggml's tiled flash attention, so a query row gets the same arithmetic in a 1-token step
-# and in a batch of any size, at any cache length and thread count. Without flash attention (llama.cpp turns
-# it off for a few architectures) attention is two matmuls whose exactness the exact-batch probe measures.
+# llama.cpp's default (f16, no flash attention); a Q8_0 cache took far longer (docs/SPEED.md, "The figures
+# behind the code's constants"). The patch (packaging/, part 4) gives every row count ggml's tiled flash
+# attention, so a query row gets the same arithmetic in a 1-token step and in a batch of any size, at any cache
+# length and thread count. Without flash attention (llama.cpp turns it off for a few architectures) attention is
+# two matmuls whose exactness the exact-batch probe measures.
 KV_SETUPS = (("f16", ll.GGML_TYPE_F16, ll.LLAMA_FLASH_ATTN_TYPE_ENABLED),
              ("f16", ll.GGML_TYPE_F16, ll.LLAMA_FLASH_ATTN_TYPE_DISABLED))
 

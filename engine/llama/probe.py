@@ -208,12 +208,22 @@ def run_probe(
     except OSError as exc:
         raise ModelFileError(f"could not start a process to test-load the model ({exc.strerror or exc}): {p}",
                              kind=KIND_OTHER) from None
-    deadline = t0 + limit
+    err = _wait_for_child(proc, p, t0 + limit, limit, cancel)
+    seconds = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise _child_failure(proc.returncode, err.decode("utf-8", errors="replace"), p)
+    return seconds
+
+
+def _wait_for_child(
+    proc: subprocess.Popen, p: Path, deadline: float, limit: float, cancel: threading.Event | None
+) -> bytes:
+    """The child's stderr once it has ended; stopped (and never left behind) past ``deadline`` or on a cancel."""
     try:
         while True:
             try:  # in short waits, to notice ``cancel``; a retried communicate() loses no output
                 _, err = proc.communicate(timeout=max(0.0, min(0.2, deadline - time.perf_counter())))
-                break
+                return err
             except subprocess.TimeoutExpired:
                 if cancel is not None and cancel.is_set():
                     raise ProbeCancelled(f"the test load of {p} was cancelled") from None
@@ -226,31 +236,29 @@ def run_probe(
         _stop_child(proc)
         proc.communicate()
         raise
-    seconds = time.perf_counter() - t0
-    stderr = err.decode("utf-8", errors="replace")
-    detail = _one_line(_useful_line(stderr))
-    rc = proc.returncode
-    if rc == 0:
-        return seconds
-    detail = _FUNCTION_PREFIX.sub("", detail.replace(str(p), p.name))
+
+
+def _child_failure(rc: int, stderr: str, p: Path) -> ModelFileError:
+    """What a child that ended with ``rc`` (not 0) says of the file, from how it ended and its stderr."""
+    detail = _FUNCTION_PREFIX.sub("", _one_line(_useful_line(stderr)).replace(str(p), p.name))
     sig = crash_name(rc)
     if sig is not None:
         if sig == "SIGKILL":
-            raise ModelFileError(
+            return ModelFileError(
                 f"the test process loading the model was killed (SIGKILL), most likely for lack of memory; "
                 f"try a smaller context or close other programs: {p}", kind=KIND_MEMORY,
             )
         said = f": {detail}" if detail else ""
-        raise ModelFileError(f"llama.cpp crashed ({sig}) loading the model{said} — the file is damaged: {p}",
-                             kind=KIND_CRASHED)
+        return ModelFileError(f"llama.cpp crashed ({sig}) loading the model{said} — the file is damaged: {p}",
+                              kind=KIND_CRASHED)
     if rc == EXIT_NO_BACKEND:
-        raise ModelFileError(f"test-loading {p}: {detail or NO_BACKEND_PHRASE}", kind=KIND_NO_BACKEND)
+        return ModelFileError(f"test-loading {p}: {detail or NO_BACKEND_PHRASE}", kind=KIND_NO_BACKEND)
     # llama.cpp's own reason may name the kind (an unknown architecture, an allocation that failed)
     if rc == EXIT_REFUSED:
-        raise ModelFileError(f"llama.cpp cannot load the model: {detail or 'no reason given'}: {p}",
-                             kind=problem_kind(detail, default=KIND_DAMAGED))
-    raise ModelFileError(f"test-loading the model failed (exit code {rc}): {detail or 'no reason given'}: {p}",
-                         kind=problem_kind(detail))
+        return ModelFileError(f"llama.cpp cannot load the model: {detail or 'no reason given'}: {p}",
+                              kind=problem_kind(detail, default=KIND_DAMAGED))
+    return ModelFileError(f"test-loading the model failed (exit code {rc}): {detail or 'no reason given'}: {p}",
+                          kind=problem_kind(detail))
 
 
 def _has_process_groups() -> bool:

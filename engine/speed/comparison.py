@@ -306,54 +306,95 @@ def compare_decoders(
     max_pairs = MAX_PAIRS if max_pairs is None else max_pairs
     sampling = sampling if sampling is not None else SamplingConfig()
     stop = stop if stop is not None else StopConfig()
+    runs = _Runs(engine, prompt, sampling, stop, history, constraint, cancel, on_progress, request_id)
     first, second = (PLAIN, LOOKAHEAD) if plain_first else (LOOKAHEAD, PLAIN)
-    firsts: dict[str, RunRecord] = {}  # each decoder's first run: what a comparison stopped early shows
     pairs: list[Pair] = []
-    planned_runs = expected = run = 0
-    busy = False
     try:
         while not cancel.is_set():
             done: dict[str, RunRecord] = {}
             for phase in (first, second) if len(pairs) % 2 == 0 else (second, first):
                 if cancel.is_set():
                     break
-                controls = GenerationControls(lookahead=lookahead if phase == LOOKAHEAD else None, cancel=cancel)
-                events: list[StepEvent] = []
-                n_tokens = 0
-                engine.reset()  # the same cold start for every run: none reuses another's cache
-                for ev in engine.generate(prompt, controls, sampling=sampling, stop=stop, history=history,
-                                          constraint=constraint):
-                    events.append(ev)
-                    n_tokens += len(ev.token_ids)
-                    if on_progress is not None:
-                        on_progress(CompareProgress(request_id, phase, n_tokens, stop.max_tokens, run, planned_runs,
-                                                    expected))
-                record = RunRecord.from_events(events)
-                firsts.setdefault(phase, record)
-                busy = busy or ran_busy(events)
-                if run == 0:
-                    planned_runs = 2 * (exact_pairs if exact_pairs is not None
-                                        else min(planned_pairs(record.stats.elapsed_s), max_pairs))
-                    expected = record.stats.n_tokens
-                run += 1
-                done[phase] = record
+                done[phase] = record = runs.run(phase, lookahead if phase == LOOKAHEAD else None)
+                if runs.count == 1:
+                    planned = min(planned_pairs(record.stats.elapsed_s), max_pairs)
+                    runs.plan(2 * (exact_pairs if exact_pairs is not None else planned), record.stats.n_tokens)
             if cancel.is_set():
                 break  # the run in flight was cut short: its pair is no measurement
             pairs.append(Pair(done[PLAIN], done[LOOKAHEAD]))
             if len(pairs) == exact_pairs or (exact_pairs is None and
-                                             repeats_done([p.speedup for p in pairs], planned_runs // 2)):
+                                             repeats_done([p.speedup for p in pairs], runs.planned // 2)):
                 break
     finally:
         engine.reset()  # the next reply must not reuse a cache that holds the comparison's
-    if len(pairs) < min(MIN_PAIRS, max_pairs):
-        return Comparison(plain=firsts.get(PLAIN), lookahead=firsts.get(LOOKAHEAD), plain_first=plain_first,
-                          cancelled=True, pairs=tuple(pairs), busy=busy)
-    verdict = verdict_of(pairs, busy)
+    return _comparison_of(pairs, runs, min(MIN_PAIRS, max_pairs), plain_first, engine.detokenize)
+
+
+class _Runs:
+    """A comparison's runs, one after the other, each from an empty cache, their progress reported as they go.
+
+    Keeps each decoder's first run (what a comparison stopped early shows) and whether any ran while another
+    program used the CPU.
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        prompt: Sequence[int],
+        sampling: SamplingConfig,
+        stop: StopConfig,
+        history: Sequence[int],
+        constraint: Constraint | None,
+        cancel: threading.Event,
+        on_progress: Callable[[CompareProgress], None] | None,
+        request_id: int,
+    ) -> None:
+        self._engine, self._prompt, self._history, self._constraint = engine, prompt, history, constraint
+        self._sampling, self._stop, self._cancel = sampling, stop, cancel
+        self._on_progress, self._request_id = on_progress, request_id
+        self.count = 0  # runs done
+        self.planned = 0  # runs planned at most; 0 until the first run has ended
+        self._expected = 0  # the first run's tokens
+        self.busy = False
+        self.firsts: dict[str, RunRecord] = {}
+
+    def plan(self, runs: int, expected_tokens: int) -> None:
+        self.planned, self._expected = runs, expected_tokens
+
+    def run(self, phase: str, lookahead: LookaheadConfig | None) -> RunRecord:
+        """One run of ``phase``'s decoder (``lookahead`` None: plain); a cancel ends it at its next step."""
+        controls = GenerationControls(lookahead=lookahead, cancel=self._cancel)
+        events: list[StepEvent] = []
+        n_tokens = 0
+        self._engine.reset()  # the same cold start for every run: none reuses another's cache
+        for ev in self._engine.generate(self._prompt, controls, sampling=self._sampling, stop=self._stop,
+                                        history=self._history, constraint=self._constraint):
+            events.append(ev)
+            n_tokens += len(ev.token_ids)
+            if self._on_progress is not None:
+                self._on_progress(CompareProgress(self._request_id, phase, n_tokens, self._stop.max_tokens,
+                                                  self.count, self.planned, self._expected))
+        record = RunRecord.from_events(events)
+        self.firsts.setdefault(phase, record)
+        self.busy = self.busy or ran_busy(events)
+        self.count += 1
+        return record
+
+
+def _comparison_of(
+    pairs: list[Pair], runs: _Runs, min_pairs: int, plain_first: bool, detokenize: Callable[[Sequence[int]], str]
+) -> Comparison:
+    """The finished comparison: its median runs and where they differ, or, with fewer than ``min_pairs``, a
+    cancelled one showing each decoder's first run."""
+    if len(pairs) < min_pairs:
+        return Comparison(plain=runs.firsts.get(PLAIN), lookahead=runs.firsts.get(LOOKAHEAD), plain_first=plain_first,
+                          cancelled=True, pairs=tuple(pairs), busy=runs.busy)
+    verdict = verdict_of(pairs, runs.busy)
     plain = _record_of([p.plain for p in pairs], verdict.plain)
     la = _record_of([p.lookahead for p in pairs], verdict.lookahead)
     return Comparison(plain=plain, lookahead=la, plain_first=plain_first,
-                      divergence=divergence_mark(plain.stats, la.stats, engine.detokenize), pairs=tuple(pairs),
-                      busy=busy)
+                      divergence=divergence_mark(plain.stats, la.stats, detokenize), pairs=tuple(pairs),
+                      busy=runs.busy)
 
 
 def divergence_mark(

@@ -257,7 +257,7 @@ def test_the_os_counts_give_other_programs_time_on_our_cpus():
 def starved(engine, share: float):
     """Make every decode look as if its threads had their cores ``share`` of the time (1.0: an idle PC),
     whatever else this machine is running."""
-    real = engine._after_decode
+    real = engine.costs.after_decode
 
     def after(batch, wall, _cpu):
         real(batch, wall, wall * engine.ctx.n_threads * share)
@@ -269,7 +269,7 @@ def one_core_taken(engine):
     """Make decodes look as they do beside a program that holds one of two cores, on any machine: two threads
     wait (0.7 of their cores) and take three times as long; one thread has the free core (at least 4 ms, so
     that every decode is judged however fast this CPU is)."""
-    real = engine._after_decode
+    real = engine.costs.after_decode
 
     def after(batch, wall, _cpu):
         if engine.ctx.n_threads == 2:
@@ -285,12 +285,13 @@ def one_core_taken(engine):
 @pytest.fixture
 def governed(engine):
     """The session engine with a 2-thread governor that may adapt, restored after."""
-    saved = (engine.governor, engine.threads_agree, engine.ctx.on_decode, engine.n_threads, engine.threads_chosen)
-    engine.governor = ThreadGovernor(2)
-    engine.threads_agree, engine.n_threads, engine.threads_chosen = True, 2, True
+    costs, loaded = engine.costs, engine.loaded
+    saved = (costs.governor, costs.threads_agree, loaded.ctx.on_decode, loaded.n_threads, loaded.threads_chosen)
+    costs.governor = ThreadGovernor(2)
+    costs.threads_agree, loaded.n_threads, loaded.threads_chosen = True, 2, True
     engine.ctx.set_threads(2)
     yield engine
-    engine.governor, engine.threads_agree, engine.ctx.on_decode, engine.n_threads, engine.threads_chosen = saved
+    costs.governor, costs.threads_agree, loaded.ctx.on_decode, loaded.n_threads, loaded.threads_chosen = saved
     engine.ctx.set_threads(engine.n_threads)
 
 
@@ -311,13 +312,13 @@ def test_with_a_core_taken_auto_runs_on_one_thread_priced_on_its_curve_and_write
     # Batches are dear on two threads and nearly free on one: what Auto does shows which curve priced it.
     with auto_on_curve(engine, replace(STEEP, one_thread=FLAT)):
         for t in (1, 2):
-            engine.live_costs_for(t).learn = True  # a measured curve's live costs learn
+            engine.costs.live_costs_for(t).learn = True  # a measured curve's live costs learn
         busy_plain = generate(engine, prompt, None, max_tokens=120)
         assert busy_plain[0].threads == 2 and busy_plain[-1].threads == 1 and busy_plain[-1].reduced
         assert engine.governor.reductions == 1
         events = generate(engine, prompt, LookaheadConfig(auto=True), max_tokens=120)  # still on one thread
-        assert engine.live_costs_for(2).observed() == {}  # steps that waited for a core teach nothing
-        assert engine.live_costs_for(1).observed() != {}  # steps on the kept thread teach its own costs
+        assert engine.costs.live_costs_for(2).observed() == {}  # steps that waited for a core teach nothing
+        assert engine.costs.live_costs_for(1).observed() != {}  # steps on the kept thread teach its own costs
     on_one = [e for e in events if e.threads == e.kept_threads == 1]
     assert len(on_one) > len(events) // 2
     # The flat curve's choices: on the steep one no draft of this reply pays. How many the flat one keeps depends on
@@ -333,10 +334,10 @@ def test_without_contention_auto_still_learns_its_live_costs(governed):
     engine = governed
     prompt = engine.render_chat([Message("user", "Count from one to thirty in words.")])
     with auto_on_curve(engine, FLAT):
-        engine.live_costs.learn = True
+        engine.costs.live_costs.learn = True
         engine.ctx.on_decode = starved(engine, 1.0)
         events = generate(engine, prompt, LookaheadConfig(auto=True), max_tokens=120)
-        assert engine.live_costs.observed() != {}
+        assert engine.costs.live_costs.observed() != {}
     assert engine.governor.trials == 0 and {e.threads for e in events} == {2}
 
 
@@ -359,7 +360,7 @@ def test_a_measurement_keeps_the_one_thread_curve_and_how_decodes_use_their_core
 ):
     monkeypatch.setenv("LOOKAHEAD_CHAT_HOME", str(tmp_path))
     engine = governed
-    real = engine._after_decode
+    real = engine.costs.after_decode
     shares = iter(np.random.default_rng(0).uniform(0.86, 1.0, 100_000))
 
     def at_rest(batch, wall, _cpu):  # every decode judged (4 ms at least), its share between 0.86 and 1.0
@@ -375,24 +376,24 @@ def test_a_measurement_keeps_the_one_thread_curve_and_how_decodes_use_their_core
     assert curve.for_threads(1) is curve.one_thread and curve.for_threads(2) is curve
     assert fractions == sorted(fractions) and fractions[-1] == 1.0
     assert load_cached(engine.summary.path, 2) == curve  # kept with the curve, one-thread curve and all
-    engine._use_curve(curve, "cached")
-    assert engine.governor.rest.floor == curve.rest_floor and engine.live_costs_for(1).curve is curve.one_thread
+    engine.costs._use_curve(curve, "cached")
+    assert engine.governor.rest.floor == curve.rest_floor and engine.costs.live_costs_for(1).curve is curve.one_thread
     assert engine.threads_in_use == 2
 
 
 @pytest.mark.model
 def test_the_probe_finds_that_one_thread_gives_the_same_logits(engine):
-    from engine.costs.calibration import QUICK_PROBE_SIZES, probe_exact_batch
+    from engine.costs.exactness import QUICK_PROBE_SIZES, probe_exact_batch
 
-    engine.threads_agree = None
-    saved = engine.n_threads
-    engine.n_threads = 2  # the check compares every thread against one
+    engine.costs.threads_agree = None
+    saved = engine.loaded.n_threads
+    engine.loaded.n_threads = 2  # the check compares every thread against one
     try:
         probe_exact_batch(engine, sizes=QUICK_PROBE_SIZES[:2])
     finally:
-        engine.n_threads = saved
+        engine.loaded.n_threads = saved
         engine.ctx.set_threads(saved)
-    assert engine.threads_agree is True
+    assert engine.costs.threads_agree is True
 
 
 @pytest.mark.model

@@ -47,8 +47,8 @@ def test_a_cancel_stops_the_measurement_before_its_next_decode_wherever_it_is(ow
     import threading
 
     monkeypatch.setattr(calibration, "BUSY_SHARE", float("inf"))
-    monkeypatch.setattr(own_engine, "n_threads", 2)  # so that the one-thread check runs
-    monkeypatch.setattr(own_engine, "threads_agree", None)
+    monkeypatch.setattr(own_engine.loaded, "n_threads", 2)  # so that the one-thread check runs
+    monkeypatch.setattr(own_engine.costs, "threads_agree", None)
     request.addfinalizer(lambda: own_engine.ctx.set_threads(1))  # after monkeypatch has put n_threads back
     cancel = threading.Event()
     timing = threading.Event()  # set once the probe is over: the cache is filled, then the pairs are timed

@@ -9,7 +9,7 @@ import pytest
 from engine import GenerationControls, Message, RunStats, StopConfig
 from engine.costs.curve import CostCurve
 from engine.costs.whatif import CurveFileError, Roofline, load_curve, save_curve
-from engine.decoding.auto import AcceptanceStats
+from engine.decoding.acceptance import AcceptanceStats
 from engine.decoding.settings import DEFAULT_LOOKAHEAD
 from engine.speed.run_stats import priced, simulated_speedup
 from tests.helpers.planning import LAPTOP_CURVES, laptop_curve
@@ -86,10 +86,10 @@ def test_auto_plans_the_same_steps_on_the_same_curve_and_uses_the_window_where_b
     first, events = _auto_run(engine, laptop, prompt)
     second, _ = _auto_run(engine, laptop, prompt)
     assert first.shapes == second.shapes and first.token_ids == second.token_ids
-    assert engine.cost_curve_source == "what-if"
+    assert engine.costs.curve_source == "what-if"
     assert any(ev.window > 0 for ev in events), [ev.choice for ev in events]
     engine.plan_with(None)  # back to this machine's curve, for the tests after this one
-    assert engine.cost_curve_source != "what-if"
+    assert engine.costs.curve_source != "what-if"
     plain = RunStats.of(engine.generate(prompt, GenerationControls(), stop=StopConfig(max_tokens=64)))
     assert plain.token_ids == first.token_ids
 
@@ -104,16 +104,16 @@ def test_a_pinned_reference_curve_replaces_the_measurement_and_no_step_time_corr
     steep = REFERENCE_CURVES["steep"]
     monkeypatch.setenv("LOOKAHEAD_COST_CURVE", "steep")
     with Engine(model_path, n_ctx=1024, n_threads=2) as eng:
-        assert eng.cost_curve.all_logits == steep.all_logits and not eng.live_costs.learn
+        assert eng.cost_curve.all_logits == steep.all_logits and not eng.costs.live_costs.learn
         curve = eng.tune()  # only the exact-batch probe runs: which batches are exact is this CPU's
-        assert eng.cost_curve_source == "pinned" and eng.cost_curve_measured
+        assert eng.costs.curve_source == "pinned" and eng.costs.curve_measured
         assert curve.all_logits == steep.all_logits and curve.max_exact_batch >= 16
         prompt = eng.render_chat([Message("user", "Repeat after me: one two three four five six.")])
         list(eng.generate(prompt, GenerationControls(lookahead=DEFAULT_LOOKAHEAD), stop=StopConfig(max_tokens=24)))
-        assert eng.live_costs.observed() == {}
+        assert eng.costs.live_costs.observed() == {}
         eng.plan_with(laptop_curve("laptop-8core-llama3.1-8b-q4_k_m"))
         eng.plan_with(None)  # back to the pinned curve, not to a measured or the default one
-        assert eng.cost_curve_source == "pinned" and eng.cost_curve == curve
+        assert eng.costs.curve_source == "pinned" and eng.cost_curve == curve
     # A curve file works as well as a name; anything else is refused with the variable named.
     path = tmp_path / "mine.json"
     save_curve(REFERENCE_CURVES["flat"], path)

@@ -3,18 +3,15 @@ import random
 import pytest
 
 from engine.costs.curve import CostCurve, LiveCosts
+from engine.decoding.acceptance import OPENING_PRIOR, POOL_PRIOR, AcceptanceStats, bucket
 from engine.decoding.auto import (
-    OPENING_PRIOR,
-    POOL_PRIOR,
     SHORT_MATCH,
-    AcceptanceStats,
     AutoPolicy,
     FixedPolicy,
     _best_pick,
     _Estimate,
     _Prices,
     break_even_p,
-    bucket,
     expected_tokens,
 )
 from engine.decoding.drafts import AGREE, ALONE, SPLIT, CorpusIndex, Draft, DraftSources, HistoryIndex
@@ -397,7 +394,7 @@ def test_acceptance_fades_every_bucket_with_each_observed_draft_over_thousands_o
     # every bucket would give, also past the point where the unit is reset.
     import random
 
-    from engine.decoding.auto import DECAY, MAX_P, PASS_DECAY, PRIOR_WEIGHT, _prior
+    from engine.decoding.acceptance import DECAY, MAX_P, PASS_DECAY, PRIOR_WEIGHT, _prior
 
     rng = random.Random(3)
     stats = AcceptanceStats()

@@ -161,7 +161,7 @@ def test_lookahead_text_equals_plain_text_past_1024_cached_tokens(engine, sampli
 
 def test_the_exact_batch_probe_checks_batches_past_256_cached_tokens(engine):
     """A batch must give every committed row plain decoding's logits there, not just its first row."""
-    from engine.costs.calibration import PROBE_DEPTH, QUICK_PROBE_SIZES, probe_exact_batch
+    from engine.costs.exactness import PROBE_DEPTH, QUICK_PROBE_SIZES, probe_exact_batch
 
     assert PROBE_DEPTH > 256
     assert engine.ctx.kv_type == "f16" and engine.ctx.flash_attn  # one attention path for steps and small batches
@@ -286,7 +286,7 @@ def test_the_context_policy_drops_the_oldest_turns_and_says_so(model_path):
 def test_the_measured_cost_curve_rises_with_batch_size_and_caps_exact_batches(engine):
     # Not marked auto: under a pinned curve (CI's steep and flat passes) the costs would be the pin's constants.
     curve = tune_here(engine)
-    assert engine.cost_curve_source != "pinned", "this test measures the curve: run it without LOOKAHEAD_COST_CURVE"
+    assert engine.costs.curve_source != "pinned", "this test measures the curve: run it without LOOKAHEAD_COST_CURVE"
     assert curve.cost(1) == 1.0
     assert curve.cost(8) > curve.cost(2) > 1.0
     assert 2 <= curve.max_exact_batch

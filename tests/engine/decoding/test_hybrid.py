@@ -13,9 +13,9 @@ import threading
 import pytest
 
 from engine import Engine, GenerationControls, LookaheadConfig, Message, SamplingConfig, StopConfig
-from engine.costs.calibration import probe_exact_batch
-from engine.decoding.runtime import ROLLBACK_TOKENS
+from engine.costs.exactness import probe_exact_batch
 from engine.decoding.session import ChatSession
+from engine.llama.models import ROLLBACK_TOKENS
 from tests.helpers.planning import FLAT, auto_on_curve
 from tests.helpers.tiny_models import write_tiny_hybrid
 
@@ -68,14 +68,14 @@ def generate(engine: Engine, prompt: list[int], lookahead, sampling=SamplingConf
 def test_a_hybrid_model_verifies_one_draft_per_step_with_states_kept_to_take_back(hybrid):
     assert hybrid.info.hybrid and hybrid.drafts_only and hybrid.lookahead_block_reason is None
     assert hybrid.rollback == ROLLBACK_TOKENS and hybrid.lookahead_kind == "drafts only"
-    assert hybrid.commit_seqs == (0,)
+    assert hybrid.loaded.commit_seqs == (0,)
 
 
 def test_the_probe_checks_every_batch_size_and_each_take_back(hybrid):
     # Q4_1 batches give 1-token results here; each size's batch starts after the last one's take-back, so a
     # wrong restored state would show as a mismatch.
     assert probe_exact_batch(hybrid) == ROLLBACK_TOKENS + 1
-    assert hybrid.threads_agree is True
+    assert hybrid.costs.threads_agree is True
     assert hybrid.kv.n == 0
 
 

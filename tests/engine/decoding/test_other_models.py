@@ -43,7 +43,7 @@ def generate(eng: Engine, text: str, lookahead: LookaheadConfig | None) -> tuple
 
 def test_the_cost_curve_is_measured_for_the_model_loaded(tiny_llama_engine):
     curve = tiny_llama_engine.cost_curve
-    assert tiny_llama_engine.cost_curve_measured
+    assert tiny_llama_engine.costs.curve_measured
     assert curve.cost(1) == 1.0 and curve.cost(16) > curve.cost(2) >= 1.0
     assert curve.max_exact_batch >= 16 and curve.threads_agree
 

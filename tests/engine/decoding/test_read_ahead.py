@@ -108,9 +108,9 @@ def test_prompt_chunks_end_at_fixed_positions_whatever_the_cache_held(engine: En
 
     tokens = engine.tokenize(MANUAL)
     engine.reset()
-    engine.prefill(tokens[:100])
+    engine.cache.prefill(tokens[:100])
     monkeypatch.setattr(native.Context, "decode", note)
-    engine.prefill(tokens[100:400])
+    engine.cache.prefill(tokens[100:400])
     assert sizes[0] == (100, 2 * PREFILL_CHUNK - 100)
     assert all(pos % PREFILL_CHUNK == 0 for pos, _ in sizes[1:])
     assert sum(n for _, n in sizes) == 300
@@ -120,18 +120,18 @@ def test_the_thread_probe_finds_whether_the_count_may_change_and_turns_the_gover
                                                                                        monkeypatch):
     monkeypatch.setenv("LOOKAHEAD_CHAT_HOME", str(tmp_path))  # no cached curve tells it
     with Engine(model_path, n_ctx=1024) as eng:  # threads picked from this PC, as the app does
-        assert eng.threads_agree is None and not eng.governor.adapt
+        assert eng.costs.threads_agree is None and not eng.governor.adapt
         chat = eng.render_chat(HISTORY)
-        eng.prefill(chat)  # what the chat read ahead left: the probe must keep it
+        eng.cache.prefill(chat)  # what the chat read ahead left: the probe must keep it
         cancel = threading.Event()
         cancel.set()
         if eng.n_threads > 1:
             with pytest.raises(MeasurementCancelled):
                 eng.probe_threads(cancel)
-            assert eng.threads_agree is None
+            assert eng.costs.threads_agree is None
         assert eng.probe_threads()
-        assert eng.threads_agree is not None
-        assert eng.governor.adapt == (eng.threads_agree and eng.n_threads > 1)
+        assert eng.costs.threads_agree is not None
+        assert eng.governor.adapt == (eng.costs.threads_agree and eng.n_threads > 1)
         assert eng.kv.tokens == chat
 
 
@@ -144,11 +144,11 @@ def test_measuring_keeps_what_the_cache_held_and_the_reply_after_it_is_the_same(
     session.read_ahead(HISTORY)
     held = list(engine.kv.tokens)
     assert held
-    with engine.cache_kept():  # what a measurement does inside: its own prompt from an empty cache
+    with engine.cache.cache_kept():  # what a measurement does inside: its own prompt from an empty cache
         engine.reset()
-        engine.prefill(engine.tokenize(MANUAL)[:300])
+        engine.cache.prefill(engine.tokenize(MANUAL)[:300])
     assert engine.kv.tokens == held
-    assert engine.cache_positions() == {s: (0, len(held) - 1) for s in engine.commit_seqs}
+    assert engine.cache_positions() == {s: (0, len(held) - 1) for s in engine.loaded.commit_seqs}
     text, read_at_send = reply_of(session, messages)
     assert read_at_send < len(engine.tokenize(QUESTION, add_special=False)) + PREFILL_CHUNK
     assert text == fresh_text

@@ -85,12 +85,13 @@ def penalised_greedy_by_hand(engine, prompt, penalty, last_n, n_tokens):
     """The greedy reply under a repeat penalty, from one-token decodes and numpy (llama.cpp's rule:
     a positive logit is divided by the penalty, a negative one multiplied; the window holds the prompt's tail)."""
     engine.reset()
-    engine.cache_prompt(prompt)
+    engine.cache.cache_prompt(prompt)
     tokens = list(prompt)
     reply: list[int] = []
     while len(reply) < n_tokens:
-        engine.batch.set_single_seq([tokens[-1]], len(tokens) - 1, engine.commit_seqs, last_logits=True)
-        engine.ctx.decode(engine.batch)
+        loaded = engine.loaded
+        loaded.batch.set_single_seq([tokens[-1]], len(tokens) - 1, loaded.commit_seqs, last_logits=True)
+        engine.ctx.decode(loaded.batch)
         row = engine.ctx.logits_rows(1)[0].copy()
         seen = np.unique(tokens[-last_n:])
         row[seen] = np.where(row[seen] > 0, row[seen] / np.float32(penalty), row[seen] * np.float32(penalty))

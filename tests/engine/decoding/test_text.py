@@ -1,13 +1,12 @@
 import pytest
 
+from engine.decoding.stops import StopMatcher, TextStream
 from engine.decoding.text import (
     BUILT_IN_FORMATS,
     CHATML_TEMPLATE,
     ChatTemplate,
     Message,
-    StopMatcher,
     TemplateRenderError,
-    TextStream,
     built_in_format,
     render_parts,
 )

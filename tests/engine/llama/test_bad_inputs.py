@@ -101,6 +101,7 @@ def test_every_bad_model_file_is_refused_with_a_message_that_says_what_is_wrong(
         assert str(path) in str(info.value), name
 
 
+@pytest.mark.timing
 def test_the_header_check_is_fast_and_agrees_with_ggufs_own_reader(model_path):
     from gguf import GGUFReader  # slow (parses everything), but the reference
 

@@ -260,6 +260,7 @@ def test_a_padding_id_past_the_vocabulary_is_let_through_as_llama_cpp_ignores_it
     assert ensure_loadable(path, n_ctx=256, n_threads=1, cache=no_probe_cache).probed
 
 
+@pytest.mark.timing
 def test_the_header_check_stays_fast_on_a_262k_token_vocabulary(tmp_path):
     import gguf
 
@@ -307,6 +308,7 @@ def _timed(fn, *args) -> float:
 # --- the probe ----------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.timing
 def test_a_file_that_loaded_before_skips_the_probe_until_it_changes(models_dir, no_probe_cache, monkeypatch):
     path = write_model(models_dir / "probe-twice.gguf")
     first = ensure_loadable(path, n_ctx=256, n_threads=1, cache=no_probe_cache)
@@ -389,6 +391,7 @@ def test_a_child_killed_for_lack_of_memory_says_so(intact, no_probe_cache):
                         command=[sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"])
 
 
+@pytest.mark.timing
 def test_a_child_that_hangs_is_stopped_at_the_timeout_and_becomes_a_model_file_error(intact, no_probe_cache):
     t0 = time.perf_counter()
     with pytest.raises(ModelFileError, match=r"took longer than 1 s in a test process, which was stopped"):
@@ -397,6 +400,7 @@ def test_a_child_that_hangs_is_stopped_at_the_timeout_and_becomes_a_model_file_e
     assert time.perf_counter() - t0 < 10
 
 
+@pytest.mark.timing
 def test_a_probe_can_be_cancelled_from_another_thread_and_leaves_no_child(intact, no_probe_cache, tmp_path):
     import threading
 
@@ -637,6 +641,7 @@ def _assert_no_problems(outcomes: list[damage.CopyOutcome]) -> None:
 
 
 @pytest.mark.model
+@pytest.mark.timing
 def test_five_dozen_damaged_copies_each_answer_or_are_refused_in_one_line(model_path):
     t0 = time.perf_counter()
     outcomes = damage.run_copies(model_path, count=60, seed=2024, jobs=2, timeout=150, extra_args=("--threads", "1"))
@@ -649,6 +654,7 @@ def test_five_dozen_damaged_copies_each_answer_or_are_refused_in_one_line(model_
 
 @pytest.mark.slow
 @pytest.mark.model
+@pytest.mark.timing
 def test_a_thousand_damaged_copies_each_answer_or_are_refused_in_one_line(model_path):
     outcomes = damage.run_copies(model_path, count=1000, seed=1, jobs=2, extra_args=("--threads", "1"))
     assert len(outcomes) == 1000

@@ -60,6 +60,7 @@ def assert_gone(procs: list[subprocess.Popen]) -> None:
         os.kill(procs[0].pid, 0)  # reaped, not left as a zombie
 
 
+@pytest.mark.timing
 def test_a_test_load_past_its_time_limit_stops_its_child_with_or_without_process_groups(started, model_file):
     t0 = time.perf_counter()
     with pytest.raises(ModelFileError, match="took longer than 1 s in a test process, which was stopped"):
@@ -68,6 +69,7 @@ def test_a_test_load_past_its_time_limit_stops_its_child_with_or_without_process
     assert_gone(started)
 
 
+@pytest.mark.timing
 def test_a_cancelled_test_load_stops_its_child_with_or_without_process_groups(started, model_file):
     cancel = threading.Event()
     threading.Timer(0.3, cancel.set).start()

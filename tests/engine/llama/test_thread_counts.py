@@ -33,12 +33,13 @@ def logits_of_steps(model_path: str, n_threads: int, k: int) -> list[np.ndarray]
     try:
         tokens = eng.tokenize(TEXT)
         assert len(tokens) >= DEPTH + STEPS + k
-        eng.prefill(tokens[:DEPTH])
+        eng.cache.prefill(tokens[:DEPTH])
+        batch = eng.loaded.batch
         rows = []
         for pos in range(DEPTH, DEPTH + STEPS):
-            eng.batch.set_single_seq(tokens[pos : pos + k], pos, eng.commit_seqs, last_logits=True)
-            eng.batch.logits[:k] = 1
-            eng.ctx.decode(eng.batch)
+            batch.set_single_seq(tokens[pos : pos + k], pos, eng.loaded.commit_seqs, last_logits=True)
+            batch.logits[:k] = 1
+            eng.ctx.decode(batch)
             rows.append(eng.ctx.logits_rows(k).copy())
             eng.ctx.seq_rm(-1, pos + 1, -1)
         return rows
