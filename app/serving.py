@@ -12,14 +12,13 @@ import dataclasses
 import errno
 import logging
 import secrets
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, Signal
 
 from engine.llama.problems import SettingsError
 from engine.server import Job, ServerConfig, ServerStats
-from engine.server.config import ANY_ADDRESS
+from engine.server.config import ANY_ADDRESS, ServedModel
 
 from .engine_thread import EngineThread
 from .requests import LoadedModel
@@ -126,8 +125,8 @@ class ServerController(QObject):
 
         try:
             config = self.config().validate()
-            model_id = Path(self.model.path).stem
-            server = ModelServer(self, model_id, config, on_change=self._on_change)
+            served = ServedModel.of_file(self.model.path)
+            server = ModelServer(self, served.id, config, created=served.created, on_change=self._on_change)
             server.start()
         except (OSError, SettingsError) as exc:
             self.error = _start_problem(exc, self.settings.serve_port)

@@ -23,7 +23,6 @@ from engine import (
     Engine,
     GenerationControls,
     LookaheadUnsupportedError,
-    Message,
     ModelFileError,
     NativeError,
     PromptTooLongError,
@@ -33,8 +32,8 @@ from engine import (
 )
 from engine.costs.calibration import MachineBusy, MeasurementCancelled
 from engine.costs.curve import CostCurve
-from engine.decoding.runtime import default_threads
-from engine.documents import with_documents
+from engine.decoding.attaching import attach_documents
+from engine.decoding.opening import ModelOpener
 from engine.library.names import friendly_name
 from engine.llama.backend import system_features
 from engine.llama.kernels import matrix_kernels
@@ -129,13 +128,11 @@ class EngineWorker(WorkerControls):
         default_model: Callable[[], Path] = default_model_path,
         check_loadable: Callable[..., ProbeResult] = ensure_loadable,
     ) -> None:
-        """The factories build the engine and its chat session (tests pass fakes); ``check_loadable``
-        test-loads a file opened for the first time in a child process (engine/llama/probe.py)."""
+        """``engine_factory``, ``check_loadable`` and ``default_model`` are the ``ModelOpener``'s (the command line
+        opens models the same way), ``session_factory`` builds a chat session on the engine; tests pass fakes."""
         super().__init__()
-        self._engine_factory = engine_factory
+        self._opener = ModelOpener(engine_factory, check_loadable, default_model)
         self._session_factory = session_factory
-        self._default_model = default_model
-        self._check_loadable = check_loadable
         self._engine: Engine | None = None
         self._session: ChatSession | None = None
         self._readAheadLater.connect(self.readAhead, Qt.ConnectionType.QueuedConnection)
@@ -159,18 +156,16 @@ class EngineWorker(WorkerControls):
             return not self._shutting_down.is_set()  # False aborts the load
 
         try:
-            model_path = Path(path) if path else self._default_model()
             # A file never loaded before is loaded in a child first: damage that makes llama.cpp
             # abort kills the child, not the app (and the model in use stays).
             self.modelChecking.emit()
-            probe = self._check_loadable(model_path, n_ctx=n_ctx, n_threads=n_threads or default_threads(),
-                                         cancel=self._shutting_down)  # closing the window kills the child
-            engine = self._engine_factory(model_path, n_ctx=n_ctx, n_threads=n_threads or None, progress=progress,
-                                          summary=probe.summary)
+            opened = self._opener.open(path, n_ctx, n_threads, progress=progress,
+                                       cancel=self._shutting_down)  # closing the window kills the child
         except Exception as exc:  # every failure becomes a message for the user, with its technical detail
             log.warning("model load failed: %s", exc, exc_info=True)
             self.modelFailed.emit(LoadProblem.from_exception(exc, _describe(exc)).as_text())
             return
+        engine, model_path, probe = opened.engine, opened.path, opened.probe
         old, self._engine, self._session = self._engine, engine, self._session_factory(engine)
         if old is not None:
             old.close()
@@ -235,11 +230,9 @@ class EngineWorker(WorkerControls):
             placed: DocumentsPlaced | None = None
             if request.attachments and messages:
                 # What of the new message's files fits before its text, with room for the reply.
-                context = session.documents_context(
-                    messages, [a.document() for a in request.attachments], request.stop.max_tokens
+                messages, context = attach_documents(
+                    session, messages, [a.document() for a in request.attachments], request.stop.max_tokens
                 )
-                last = messages[-1]
-                messages[-1] = Message(last.role, with_documents(last.content, context))
                 tokens = {a.name: len(engine.tokenize(a.text, add_special=False)) for a in request.attachments}
                 placed = DocumentsPlaced(request.request_id, ReplySources.of_context(context), context.text, tokens)
             # Every reply sets them, [] too: a chat without files never drafts from another chat's.

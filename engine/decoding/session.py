@@ -15,10 +15,11 @@ import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 
+from engine.decoding.attaching import attach_documents
 from engine.decoding.runtime import Engine, GenerationControls, PromptTooLongError, StepEvent
 from engine.decoding.settings import SamplingConfig, StopConfig
 from engine.decoding.text import Message
-from engine.documents import Document, DocumentContext, with_documents
+from engine.documents import Document, DocumentContext
 
 DOCUMENT_MARGIN = 32  # tokens: the passages' headings are counted, a tokenizer's merges at their edges are not
 
@@ -132,8 +133,7 @@ class ChatSession:
         for words in ("", "x"):
             draft = [*messages, Message("user", words)]
             if docs:
-                context = self.documents_context(draft, docs, max_tokens)
-                draft[-1] = Message("user", with_documents(words, context))
+                draft, _ = attach_documents(self, draft, docs, max_tokens)
             try:
                 turns.append(self.fit(draft, max_tokens).tokens)
             except PromptTooLongError:

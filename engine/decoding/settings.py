@@ -6,6 +6,7 @@ value between two steps by plain assignment.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from engine.llama.problems import SettingsError
@@ -15,13 +16,62 @@ from engine.llama.problems import SettingsError
 MAX_WINDOW = 16
 MAX_NGRAM = 8
 MAX_GUESSES = 16
-# Sampling limits: beyond them a setting only slows the sampler or wrecks the text.
+# Sampling limits: beyond them a setting only slows the sampler or wrecks the text. Temperature stops where
+# OpenAI's API does, so the app, the command line and the server take the same values.
+MAX_TEMPERATURE = 2.0
 MAX_TOP_K = 1000
 MAX_REPEAT_PENALTY = 2.0
 MAX_REPEAT_LAST_N = 4096
 MAX_DRY_MULTIPLIER = 5.0
 MAX_DRY_BASE = 4.0
 MAX_NGRAM_REPEAT = 64
+
+
+@dataclass(frozen=True)
+class SettingRange:
+    """The values one sampling setting may take: ``low`` to ``high``, an end left out where it is open.
+
+    ``what`` names the setting in a refusal ("top-p 1.5 is out of range (0, 1]").
+    """
+
+    what: str
+    low: float
+    high: float
+    low_open: bool = False
+    high_open: bool = False
+
+    def __contains__(self, value: float) -> bool:
+        above = self.low < value if self.low_open else self.low <= value
+        below = value < self.high if self.high_open else value <= self.high
+        return above and below  # NaN is neither
+
+    def __str__(self) -> str:
+        low, high = _plain(self.low), _plain(self.high)
+        if not (self.low_open or self.high_open):
+            return f"{low}..{high}"
+        return f"{'(' if self.low_open else '['}{low}, {high}{')' if self.high_open else ']'}"
+
+
+def _plain(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else f"{x:g}"
+
+
+# Every sampling setting's range, by its name in ``SamplingConfig``: what ``SamplingConfig.validate`` (and with it
+# the app's settings and the command line) and the server's request checks (engine/server/requests.py) allow; the
+# app's spin boxes stop at the same MAX_ values.
+SAMPLING_RANGES: Mapping[str, SettingRange] = {
+    "temperature": SettingRange("temperature", 0.0, MAX_TEMPERATURE),
+    "top_k": SettingRange("top-k", 0, MAX_TOP_K),
+    "top_p": SettingRange("top-p", 0.0, 1.0, low_open=True),
+    "min_p": SettingRange("min-p", 0.0, 1.0, high_open=True),
+    "seed": SettingRange("seed", 0, 2**32 - 1),
+    "repeat_penalty": SettingRange("repeat penalty", 1.0, MAX_REPEAT_PENALTY),
+    "repeat_last_n": SettingRange("repeat window", 0, MAX_REPEAT_LAST_N),
+    "dry_multiplier": SettingRange("DRY multiplier", 0.0, MAX_DRY_MULTIPLIER),
+    "dry_base": SettingRange("DRY base", 1.0, MAX_DRY_BASE, low_open=True),
+    "dry_allowed_length": SettingRange("DRY allowed length", 1, MAX_NGRAM_REPEAT),
+    "dry_last_n": SettingRange("DRY prompt window", 0, MAX_REPEAT_LAST_N),
+}
 
 
 @dataclass(frozen=True)
@@ -127,28 +177,10 @@ class SamplingConfig:
         return ", ".join(parts)
 
     def validate(self) -> SamplingConfig:
-        if not 0 <= self.temperature <= 5:
-            raise SettingsError(f"temperature {self.temperature} is out of range 0..5")
-        if not 0 <= self.top_k <= MAX_TOP_K:
-            raise SettingsError(f"top-k {self.top_k} is out of range 0..{MAX_TOP_K}")
-        if not 0.0 < self.top_p <= 1.0:
-            raise SettingsError(f"top-p {self.top_p} is out of range (0, 1]")
-        if not 0.0 <= self.min_p < 1.0:
-            raise SettingsError(f"min-p {self.min_p} is out of range [0, 1)")
-        if not 0 <= self.seed < 2**32:
-            raise SettingsError(f"seed {self.seed} is out of range 0..2^32-1")
-        if not 1.0 <= self.repeat_penalty <= MAX_REPEAT_PENALTY:
-            raise SettingsError(f"repeat penalty {self.repeat_penalty} is out of range 1..{MAX_REPEAT_PENALTY}")
-        if not 0 <= self.repeat_last_n <= MAX_REPEAT_LAST_N:
-            raise SettingsError(f"repeat window {self.repeat_last_n} is out of range 0..{MAX_REPEAT_LAST_N}")
-        if not 0.0 <= self.dry_multiplier <= MAX_DRY_MULTIPLIER:
-            raise SettingsError(f"DRY multiplier {self.dry_multiplier} is out of range 0..{MAX_DRY_MULTIPLIER}")
-        if not 1.0 < self.dry_base <= MAX_DRY_BASE:
-            raise SettingsError(f"DRY base {self.dry_base} is out of range (1, {MAX_DRY_BASE}]")
-        if not 1 <= self.dry_allowed_length <= MAX_NGRAM_REPEAT:
-            raise SettingsError(f"DRY allowed length {self.dry_allowed_length} is out of range 1..{MAX_NGRAM_REPEAT}")
-        if not 0 <= self.dry_last_n <= MAX_REPEAT_LAST_N:
-            raise SettingsError(f"DRY prompt window {self.dry_last_n} is out of range 0..{MAX_REPEAT_LAST_N}")
+        for name, allowed in SAMPLING_RANGES.items():
+            value = getattr(self, name)
+            if value not in allowed:
+                raise SettingsError(f"{allowed.what} {value} is out of range {allowed}")
         return self
 
 

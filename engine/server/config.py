@@ -4,7 +4,10 @@ importing aiohttp until the user turns serving on)."""
 from __future__ import annotations
 
 import ipaddress
+import os
+import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from engine.llama.problems import SettingsError
 
@@ -50,6 +53,25 @@ class ServerConfig:
         if self.max_body_bytes < 1024:
             raise SettingsError(f"a body limit of {self.max_body_bytes} bytes is too small (at least 1024)")
         return self
+
+
+@dataclass(frozen=True)
+class ServedModel:
+    """How the server lists the model file it serves: ``id``, the file's name without ``.gguf``, and ``created``,
+    the file's modification time, which stays the same across restarts, so a client that caches the model list
+    sees the same model again (the time now stands in for a file that can no longer be read)."""
+
+    id: str
+    created: int
+
+    @classmethod
+    def of_file(cls, path: str | os.PathLike[str]) -> ServedModel:
+        p = Path(path)
+        try:
+            created = int(p.stat().st_mtime)
+        except OSError:
+            created = int(time.time())
+        return cls(p.stem, created)
 
 
 @dataclass

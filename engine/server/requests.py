@@ -17,14 +17,13 @@ from typing import Any
 from engine.decoding.grammar import Constraint
 from engine.decoding.settings import (
     DEFAULT_LOOKAHEAD,
-    MAX_DRY_BASE,
-    MAX_DRY_MULTIPLIER,
     MAX_GUESSES,
     MAX_NGRAM,
-    MAX_NGRAM_REPEAT,
     MAX_WINDOW,
+    SAMPLING_RANGES,
     LookaheadConfig,
     SamplingConfig,
+    SettingRange,
     StopConfig,
 )
 from engine.decoding.text import Message, ToolCall
@@ -320,26 +319,26 @@ def _common(body: dict[str, Any], served_model: str, default_lookahead: str, *,
     constraint = _constraint(body)
 
     d = SamplingConfig()
-    temperature = _number(body, "temperature", 0.0, 0.0, 2.0)
+    temperature = _setting(body, "temperature", 0.0)
     seed = body.get("seed")
     if seed is None:
         seed = secrets.randbelow(2**32)  # no seed asked for: each sampled request draws its own, as OpenAI's do
     else:
-        seed = _integer(body, "seed", 0, 0, 2**32 - 1)
+        seed = _setting(body, "seed", 0)
     try:
         sampling = SamplingConfig(
             temperature=temperature,
-            top_k=_integer(body, "top_k", d.top_k, 0, 1000),
-            top_p=_number(body, "top_p", d.top_p, 0.0, 1.0, low_open=True),
-            min_p=_number(body, "min_p", d.min_p, 0.0, 1.0, high_open=True),
+            top_k=_setting(body, "top_k", d.top_k),
+            top_p=_setting(body, "top_p", d.top_p),
+            min_p=_setting(body, "min_p", d.min_p),
             seed=seed,
-            repeat_penalty=_number(body, "repeat_penalty", d.repeat_penalty, 1.0, 2.0),
-            repeat_last_n=_integer(body, "repeat_last_n", d.repeat_last_n, 0, 4096),
-            dry_multiplier=_number(body, "dry_multiplier", d.dry_multiplier, 0.0, MAX_DRY_MULTIPLIER),
-            dry_base=_number(body, "dry_base", d.dry_base, 1.0, MAX_DRY_BASE, low_open=True),
-            dry_allowed_length=_integer(body, "dry_allowed_length", d.dry_allowed_length, 1, MAX_NGRAM_REPEAT),
+            repeat_penalty=_setting(body, "repeat_penalty", d.repeat_penalty),
+            repeat_last_n=_setting(body, "repeat_last_n", d.repeat_last_n),
+            dry_multiplier=_setting(body, "dry_multiplier", d.dry_multiplier),
+            dry_base=_setting(body, "dry_base", d.dry_base),
+            dry_allowed_length=_setting(body, "dry_allowed_length", d.dry_allowed_length),
         ).validate()
-    except SettingsError as exc:  # the ranges above are the engine's: this is a safety net
+    except SettingsError as exc:  # the fields were checked against these very ranges: a safety net
         raise bad("sampling", str(exc)) from None
 
     name, value = max_tokens
@@ -370,16 +369,22 @@ def _common(body: dict[str, Any], served_model: str, default_lookahead: str, *,
     )
 
 
-def _number(body: dict[str, Any], name: str, default: float, low: float, high: float,
-            low_open: bool = False, high_open: bool = False) -> float:
+def _setting(body: dict[str, Any], name: str, default: float) -> Any:
+    """A sampling field, in the engine's range for it (``SAMPLING_RANGES``): an integer where the default is one."""
+    allowed = SAMPLING_RANGES[name]
+    if isinstance(default, int):
+        return _integer(body, name, default, int(allowed.low), int(allowed.high))
+    return _number(body, name, default, allowed)
+
+
+def _number(body: dict[str, Any], name: str, default: float, allowed: SettingRange) -> float:
     value = body.get(name)
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise bad(name, "must be a number")
-    if value < low or value > high or (low_open and value == low) or (high_open and value == high):
-        lo, hi = ("(" if low_open else "[") + f"{low:g}", f"{high:g}" + (")" if high_open else "]")
-        raise bad(name, f"{value!r} is out of range {lo}, {hi}")
+    if value not in allowed:
+        raise bad(name, f"{value!r} is out of range {allowed}")
     return float(value)
 
 

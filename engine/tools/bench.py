@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass
 
 from engine.costs.curve import CostCurve
 from engine.decoding import kept as kept_ngrams
+from engine.decoding.attaching import attach_documents
 from engine.decoding.drafts import CorpusIndex
 from engine.decoding.grammar import Constraint
 from engine.decoding.origins import DraftOrigin
@@ -25,7 +26,7 @@ from engine.decoding.runtime import Engine, GenerationControls
 from engine.decoding.session import ChatSession
 from engine.decoding.settings import APP_LOOP_GUARD, APP_SAMPLING, LookaheadConfig, SamplingConfig, StopConfig
 from engine.decoding.text import Message
-from engine.documents import DocumentContext, read_document, with_documents
+from engine.documents import DocumentContext, read_document
 from engine.speed.comparison import compare_decoders, prompt_result
 from engine.speed.rows import ALL, BenchFigures, CategoryRow, Loops, PromptResult, by_category
 from engine.speed.run_stats import RunStats, first_divergence, geomean, simulated_speedup
@@ -300,10 +301,10 @@ def workload_prompt(
         yield engine.render_chat([Message("user", w.prompt)]), None
         return
     docs = [read_document(path) for path in w.attach]
-    context = ChatSession(engine).documents_context([Message("user", w.prompt)], docs, max_tokens)
+    messages, context = attach_documents(ChatSession(engine), [Message("user", w.prompt)], docs, max_tokens)
     engine.set_documents([d.text for d in docs])
     try:
-        yield engine.render_chat([Message("user", with_documents(w.prompt, context))]), context
+        yield engine.render_chat(messages), context
     finally:
         engine.set_documents([])
 

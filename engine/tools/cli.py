@@ -50,7 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     # The modules loaded by now live as long as the process: kept out of the cyclic collector's full passes,
-    # which would otherwise walk all of them in the middle of a reply (about 10 ms, every few hundred steps).
+    # which would otherwise walk all of them in the middle of a reply, a pause as long as a step every few hundred
+    # steps (docs/SPEED.md, "The figures behind the code's constants").
     gc.freeze()
     try:
         args = parser.parse_args(argv)

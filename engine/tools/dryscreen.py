@@ -20,12 +20,12 @@ from pathlib import Path
 
 from engine.decoding.drafts import DraftSources, HistoryIndex
 from engine.decoding.dry import dry_screen
+from engine.decoding.opening import ModelOpener
 from engine.decoding.origins import DraftOrigin
 from engine.decoding.pool import NgramPool
-from engine.decoding.runtime import Engine, GenerationControls
+from engine.decoding.runtime import GenerationControls
 from engine.decoding.settings import MAX_NGRAM, SamplingConfig, StopConfig
 from engine.decoding.text import Message
-from engine.llama.bundled import default_model_path
 from engine.tools.commands.common import add_sampling_args, sampling_from_args
 
 PROMPTS = Path(__file__).resolve().parents[1] / "data" / "loop-prompts.jsonl"
@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("DRY is off: give --dry")
     print(f"settings: {sampling.describe()}, {args.max_tokens} tokens at most", flush=True)
     prompts = [json.loads(line) for line in Path(args.prompts).read_text(encoding="utf-8").splitlines() if line]
-    engine = Engine(args.model or default_model_path(), n_ctx=4096, n_threads=args.threads)
+    engine = ModelOpener().open(args.model, 4096, args.threads).engine
     tally: Tally = {}
     for p in prompts:
         prompt = engine.render_chat([Message("user", p["prompt"])])

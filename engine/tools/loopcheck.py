@@ -25,11 +25,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from engine.decoding.loops import LoopGuard, reads_as_a_loop
-from engine.decoding.runtime import Engine, GenerationControls
+from engine.decoding.opening import ModelOpener
+from engine.decoding.runtime import GenerationControls
 from engine.decoding.session import ChatSession
 from engine.decoding.settings import StopConfig
 from engine.decoding.text import conversation_messages
-from engine.llama.bundled import default_model_path
 from engine.tools.commands.common import add_sampling_args, sampling_from_args
 
 PROMPTS = Path(__file__).resolve().parents[1] / "data" / "loop-prompts.jsonl"
@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     sampling = sampling_from_args(args)
     print(f"settings: {sampling.describe()}, {args.max_tokens} tokens at most", flush=True)
     prompts = [json.loads(line) for line in Path(args.prompts).read_text(encoding="utf-8").splitlines() if line]
-    engine = Engine(args.model or default_model_path(), n_ctx=4096, n_threads=args.threads)
+    engine = ModelOpener().open(args.model, 4096, args.threads).engine
     session = ChatSession(engine)
     counts: Counter[str] = Counter()
     for p in prompts:

@@ -9,12 +9,12 @@ import signal
 import sys
 import threading
 from collections.abc import Callable
-from pathlib import Path
 
 from engine.decoding.runtime import Engine
 from engine.decoding.settings import DEFAULT_LOOKAHEAD, LookaheadConfig
 from engine.server import DEFAULT_PORT, EngineRunner, ServerConfig
 from engine.server.api import ModelServer
+from engine.server.config import ServedModel
 
 API_KEY_ENV = "LOOKAHEAD_API_KEY"
 
@@ -45,8 +45,8 @@ def cmd_serve(args: argparse.Namespace, open_engine: Callable[[argparse.Namespac
         if args.lookahead == "auto" and not eng.lookahead_block_reason:
             prepare_auto(eng, DEFAULT_LOOKAHEAD)
         runner = EngineRunner(eng)
-        model_id = Path(eng.summary.path).stem
-        server = ModelServer(runner, model_id, config, created=int(Path(eng.summary.path).stat().st_mtime))
+        served = ServedModel.of_file(eng.summary.path)
+        server = ModelServer(runner, served.id, config, created=served.created)
         try:
             server.start()
         except OSError as exc:
@@ -54,7 +54,7 @@ def cmd_serve(args: argparse.Namespace, open_engine: Callable[[argparse.Namespac
             print(f"error: cannot listen on {config.host}:{config.port}: {exc.strerror or exc}", file=sys.stderr)
             return 1
         key_note = " (API key required)" if config.api_key else ""
-        print(f"serving {model_id} at {server.base_url}{key_note}; Ctrl+C stops", file=sys.stderr, flush=True)
+        print(f"serving {served.id} at {server.base_url}{key_note}; Ctrl+C stops", file=sys.stderr, flush=True)
         stop = threading.Event()
         signal.signal(signal.SIGTERM, lambda *_: stop.set())  # a service manager's stop, as Ctrl+C
         try:

@@ -19,12 +19,11 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
+from engine.decoding.opening import ModelOpener
 from engine.decoding.runtime import Engine, GenerationControls
 from engine.decoding.settings import LookaheadConfig, StopConfig
 from engine.decoding.text import Message
-from engine.llama.bundled import default_model_path
 from engine.llama.problems import ModelFileError, SettingsError
 from engine.speed.workloads import load_workloads
 
@@ -182,8 +181,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[{g + 1}/{args.generations}] {report.line()}", file=sys.stderr)
 
     try:
-        path = Path(args.model) if args.model else default_model_path()
-        with Engine(path, n_ctx=args.ctx, n_threads=args.threads) as engine:
+        with ModelOpener().open(args.model, args.ctx, args.threads).engine as engine:
             report = run_soak(engine, args.generations, args.max_tokens, args.warmup, on_generation=progress)
     except (ModelFileError, SettingsError) as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -5,16 +5,15 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from engine.costs.calibration import MachineBusy
-from engine.decoding.runtime import Engine, default_threads
+from engine.decoding.attaching import attach_documents
+from engine.decoding.opening import ModelOpener
+from engine.decoding.runtime import Engine
 from engine.decoding.session import ChatSession
 from engine.decoding.settings import APP_LOOP_GUARD, APP_SAMPLING, DEFAULT_LOOKAHEAD, LookaheadConfig, SamplingConfig
 from engine.decoding.text import Message
-from engine.documents import Document, DocumentContext, DocumentError, read_document, with_documents
-from engine.llama.bundled import default_model_path
-from engine.llama.probe import ensure_loadable
+from engine.documents import Document, DocumentContext, DocumentError, read_document
 from engine.llama.problems import SettingsError
 
 EXIT_BAD_INPUT = 2
@@ -104,13 +103,12 @@ def lookahead_from_args(args: argparse.Namespace, eng: Engine | None = None) -> 
 
 
 def open_engine(args: argparse.Namespace) -> Engine:
-    """The engine for ``--model``/``--ctx``/``--threads``; a file opened for the first time is test-loaded
-    in a child process first, so damage that would crash llama.cpp ends as one error line (engine/llama/probe.py)."""
-    path = Path(args.model) if args.model else default_model_path()
+    """The engine for ``--model``/``--ctx``/``--threads``, opened as the app opens one (``ModelOpener``): a file
+    opened for the first time is test-loaded in a child process first, so damage that would crash llama.cpp ends
+    as one error line."""
     if args.threads is not None and args.threads < 1:
         raise CliError(f"--threads must be >= 1, got {args.threads}")
-    checked = ensure_loadable(path, n_ctx=args.ctx, n_threads=args.threads or default_threads())
-    return Engine(path, n_ctx=args.ctx, n_threads=args.threads, summary=checked.summary)
+    return ModelOpener().open(args.model, args.ctx, args.threads).engine
 
 
 def prepare_auto(eng: Engine, lookahead: LookaheadConfig | None) -> None:
@@ -143,8 +141,8 @@ def read_attachments(paths: list[str]) -> list[Document]:
 def attach_to(eng: Engine, session: ChatSession, messages: list[Message], docs: list[Document],
               max_tokens: int) -> DocumentContext:
     """Put ``docs`` (whole, or their best passages) into the last message and let the engine draft from them."""
-    context = session.documents_context(messages, docs, max_tokens)
-    messages[-1] = Message(messages[-1].role, with_documents(messages[-1].content, context))
+    placed, context = attach_documents(session, messages, docs, max_tokens)
+    messages[-1] = placed[-1]
     eng.set_documents([d.text for d in docs])
     seen = ", ".join(f"{name} {fraction:.0%}" for name, fraction in context.coverage.items())
     print(f"note: attached ({'whole' if context.whole else 'best passages'}): {seen}", file=sys.stderr)

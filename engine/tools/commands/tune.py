@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 
-from engine.costs.calibration import EXACT_PROBE_SIZES, MachineBusy
+from engine.costs.calibration import MachineBusy
 from engine.costs.contention import WINDOW
 from engine.costs.curve import CostCurve
+from engine.costs.exactness import EXACT_PROBE_SIZES
 from engine.costs.whatif import save_curve
 from engine.llama import backend
 from engine.llama.kernels import explain_exact_limit, matrix_kernels

@@ -17,6 +17,7 @@ def _cpu_seconds(pid: int) -> float:
 
 
 @pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="pinning needs sched_setaffinity (Linux)")
+@pytest.mark.timing
 def test_the_busy_loop_spins_on_the_last_cpu_of_ours_and_is_gone_after_the_block():
     with BusyLoop() as loop:
         assert loop.proc is not None
