@@ -1,7 +1,10 @@
-"""The chat's logic: turns, request ids, edit state and what is written to the store. No Qt here.
+"""The chat's logic: the open chat, its edit state, turns, request ids and what is written to the store. No Qt here.
 
-A turn goes: ``begin_send``/``begin_regenerate`` builds the worker's request
-(nothing is saved yet) → ``accept`` when the worker has taken it (the
+``ChatController`` is the open chat: which conversation is shown, the message
+being edited, and what may be done to the chats (fork, flip alternatives,
+delete) while no reply streams. ``Turns`` (its ``turns``) is the reply in
+flight. A turn goes: ``begin_send``/``begin_regenerate`` builds the worker's
+request (nothing is saved yet) → ``accept`` when the worker has taken it (the
 conversation and the user's message are written now, and only now) →
 ``observe`` for every step → ``finish`` saves the reply as far as it got.
 ``reject`` forgets a turn the worker refused; nothing of it was saved. The
@@ -116,19 +119,18 @@ class TurnSettings:
 
 
 class ChatController:
-    """Runs the open chat: which conversation is shown, the message being edited, the turn in flight."""
+    """The open chat: which conversation is shown and the message being edited; the turn in flight is ``turns``'."""
 
     def __init__(self, store: ChatStore, ids: RequestIds) -> None:
         self.store = store
-        self.ids = ids
         self.conversation_id: int | None = None
         self.editing_message_id: int | None = None
-        self.turn: Turn | None = None
+        self.turns = Turns(self, ids)
 
     # --- state ---
 
     def is_generating(self) -> bool:
-        return self.turn is not None
+        return self.turns.turn is not None
 
     def messages(self) -> list[StoredMessage]:
         """The open chat's stored messages (none for a new chat)."""
@@ -137,6 +139,12 @@ class ChatController:
     def alternatives(self) -> dict[int, list[int]]:
         """The open chat's messages that have alternatives, each with all of them (``ChatStore.alternatives``)."""
         return self.store.alternatives(self.conversation_id) if self.conversation_id is not None else {}
+
+    def history_before(self, at: int | None) -> tuple[list[StoredMessage], list[StoredMessage]]:
+        """The branch shown before message ``at``, and ``at`` with those after it (``at`` None: all, none)."""
+        messages = self.messages()
+        cut = next((k for k, m in enumerate(messages) if m.id == at), len(messages))
+        return messages[:cut], messages[cut:]
 
     def start_edit(self, message_id: int) -> str | None:
         """Edit a user message of the open chat: returns its text for the input box (None if not editable)."""
@@ -157,190 +165,6 @@ class ChatController:
         """Leave edit mode; True if there was an edit to cancel."""
         editing, self.editing_message_id = self.editing_message_id, None
         return editing is not None
-
-    # --- starting a turn ---
-
-    def begin_send(
-        self, user_text: str, typed: str, settings: TurnSettings, attachments: Sequence[Attachment] = ()
-    ) -> tuple[Turn, GenerationRequest]:
-        """A new user message, maybe with files (or an edited one, beside it: what followed stays on the old
-        branch)."""
-        history, replaced = self._split_history(self.editing_message_id)
-        return self._begin(history, user_text, replaced, typed, settings, tuple(attachments))
-
-    def begin_regenerate(self, settings: TurnSettings) -> tuple[Turn, GenerationRequest] | None:
-        """The last reply again, beside it; None if the chat has no user message to answer."""
-        history = self.messages()
-        replaced: list[StoredMessage] = []
-        while history and history[-1].role == "assistant":
-            replaced.insert(0, history.pop())
-        if not history:
-            return None
-        return self._begin(history, None, replaced, "", settings)
-
-    def _split_history(self, at: int | None) -> tuple[list[StoredMessage], list[StoredMessage]]:
-        """The branch shown before message ``at``, and ``at`` with those after it (``at`` None: all, none)."""
-        messages = self.messages()
-        cut = next((k for k, m in enumerate(messages) if m.id == at), len(messages))
-        return messages[:cut], messages[cut:]
-
-    def _begin(
-        self,
-        history: list[StoredMessage],
-        user_text: str | None,
-        replaced: list[StoredMessage],
-        typed: str,
-        settings: TurnSettings,
-        attachments: tuple[Attachment, ...] = (),
-    ) -> tuple[Turn, GenerationRequest]:
-        turns = [(m.role, as_the_model_read_it(m.content, m.documents)) for m in history]
-        to_place = attachments
-        user_words = None
-        sources = None
-        if user_text is None and history:  # regenerate: the message answered is sent as it was before
-            last = history[-1]
-            sources = last.documents
-            if sources is not None:
-                user_words = last.content
-            elif last.attachments:  # saved with files the worker never placed (it stopped first): place them now
-                to_place = last.attachments
-        request = GenerationRequest(
-            request_id=self.ids.next(),
-            messages=tuple(conversation_messages(settings.system_prompt, turns, user_text)),
-            lookahead=settings.lookahead,
-            sampling=settings.sampling,
-            stop=settings.stop,
-            # A regenerated or re-asked reply often says much of what it replaces: free drafts.
-            drafts_from=tuple(m.content for m in replaced),
-            attachments=to_place,
-            documents=tuple(a.text for m in history for a in m.attachments) + tuple(a.text for a in attachments),
-            user_words=user_words,
-        )
-        self.turn = Turn(
-            request_id=request.request_id,
-            conversation_id=self.conversation_id,
-            user_text=user_text,
-            replaces=replaced[0].id if replaced else None,
-            system_prompt=settings.system_prompt,
-            auto=settings.lookahead is not None and settings.lookahead.auto,
-            history=history,
-            typed=typed,
-            chat_settings=dict(settings.chat_settings),
-            attachments=attachments,
-            sources=sources,
-        )
-        return self.turn, request
-
-    def read_ahead_request(self, settings: TurnSettings, attachments: Sequence[Attachment] = ()) -> ReadAheadRequest:
-        """The start of the prompt the next Send would build (the branch in view, before a message being edited,
-        and the files attached so far), for the worker to read while the user writes."""
-        history, _replaced = self._split_history(self.editing_message_id)
-        turns = [(m.role, as_the_model_read_it(m.content, m.documents)) for m in history]
-        return ReadAheadRequest(
-            messages=tuple(conversation_messages(settings.system_prompt, turns)),
-            attachments=tuple(attachments),
-            max_tokens=settings.stop.max_tokens,
-        )
-
-    # --- the worker's answers ---
-
-    def current(self, request_id: int) -> Turn | None:
-        """The turn in flight if ``request_id`` is its request (answers to older requests are ignored)."""
-        turn = self.turn
-        return turn if turn is not None and turn.request_id == request_id else None
-
-    def accept(self, request_id: int) -> Turn | None:
-        """The worker took the request: save the new chat and the user's message (beside any it replaces)."""
-        turn = self.current(request_id)
-        if turn is None:
-            return None
-        turn.started = True
-        if turn.conversation_id is None:
-            named = turn.user_text or (turn.attachments[0].name if turn.attachments else "") or NEW_CHAT_TITLE
-            title = chat_title(named)
-            turn.conversation_id = self.store.create_conversation(title, turn.system_prompt).id
-            self.conversation_id = turn.conversation_id
-        if turn.chat_settings:  # merged: the chat may keep other settings too
-            saved = self.store.conversation_settings(turn.conversation_id)
-            self.store.set_conversation_settings(turn.conversation_id, {**saved, **turn.chat_settings})
-        after = turn.history[-1].id if turn.history else None
-        if turn.user_text is not None:
-            turn.reply_parent = self.store.add_message(
-                turn.conversation_id, "user", turn.user_text, parent_id=after, attachments=turn.attachments
-            ).id
-            self.editing_message_id = None
-        else:
-            turn.reply_parent = after
-            if after is not None:
-                self.store.set_current_leaf(after)  # the chat shows what the new reply follows
-        return turn
-
-    def place_documents(self, placed: DocumentsPlaced) -> Turn | None:
-        """The worker placed the files of the message being answered: save what the model was given of them
-        (and each file's token count, now known) on that message."""
-        turn = self.current(placed.request_id)
-        if turn is None or turn.reply_parent is None:
-            return None
-        turn.sources = replace(placed.sources, text=placed.text)
-        message = self.store.message(turn.reply_parent)
-        if message is not None:
-            counted = tuple(replace(a, tokens=placed.tokens.get(a.name, a.tokens)) for a in message.attachments)
-            self.store.set_placed_documents(message.id, turn.sources, counted)
-        return turn
-
-    def note_step(self, request_id: int, event: StepEvent) -> Turn | None:
-        """A step arrived (before the window draws it): times the wait for the first token.
-
-        TTFT is what the user waited, from Send; set here, before ``observe`` folds the
-        step in, it is kept instead of the engine's own share of the wait.
-        """
-        turn = self.current(request_id)
-        if turn is not None and turn.stats.first_token_s is None and event.token_ids:
-            turn.stats.first_token_s = time.perf_counter() - turn.sent_at
-        return turn
-
-    def observe(self, events: Sequence[StepEvent]) -> list[int]:
-        """Fold drawn steps into the turn's text and statistics; returns the tokens each forward pass committed."""
-        turn = self.turn
-        if turn is None:
-            return []
-        committed = []
-        for ev in events:
-            turn.stats.observe(ev, auto=turn.auto)
-            turn.text += ev.text
-            turn.marks.observe(ev)
-            if ev.mode != "none":
-                committed.append(ev.n_committed)
-        return committed
-
-    def finish(self, outcome: ReplyOutcome, model_name: str) -> tuple[Turn, ReplyRecord] | None:
-        """The generation is over: save the reply as far as it got (an empty stopped one is dropped).
-
-        A regeneration that saved nothing shows the reply it was to replace again.
-        """
-        turn = self.current(outcome.request_id)
-        if turn is None:
-            return None
-        self.turn = None
-        turn.stats.model = model_name
-        if turn.stats.stop_reason is None:
-            turn.stats.stop_reason = outcome.stop_reason
-        message_id = None
-        if turn.conversation_id is not None and (turn.text or outcome.stop_reason != "cancelled"):
-            message_id = self.store.add_message(
-                turn.conversation_id, "assistant", turn.text, turn.stats.to_stats_json(), turn.marks.to_json(),
-                parent_id=turn.reply_parent,
-            ).id
-        elif turn.user_text is None and turn.replaces is not None and turn.conversation_id is not None:
-            self.store.select_branch(turn.replaces)
-        return turn, ReplyRecord(turn.conversation_id or 0, message_id, turn.text, turn.stats, outcome)
-
-    def reject(self, request_id: int) -> Turn | None:
-        """The worker refused the request: forget the turn (nothing of it was saved)."""
-        turn = self.current(request_id)
-        if turn is not None:
-            self.turn = None
-        return turn
 
     # --- conversations ---
 
@@ -384,11 +208,201 @@ class ChatController:
 
     def delete_conversation(self, conversation_id: int) -> bool:
         """Delete a chat; True if a reply streaming into it lost its place (the caller stops it)."""
-        orphaned = self.turn is not None and self.turn.conversation_id == conversation_id
-        if orphaned:
-            assert self.turn is not None
-            self.turn.conversation_id = None  # the partial reply has nowhere to go
+        turn = self.turns.turn
+        orphaned = turn is not None and turn.conversation_id == conversation_id
+        if turn is not None and orphaned:
+            turn.conversation_id = None  # the partial reply has nowhere to go
         self.store.delete_conversation(conversation_id)
         if conversation_id == self.conversation_id:
             self.conversation_id = None
         return orphaned
+
+
+class Turns:
+    """The reply being generated for the open chat (``turn``), from its request to its reply saved."""
+
+    def __init__(self, chat: ChatController, ids: RequestIds) -> None:
+        self.chat = chat
+        self.ids = ids
+        self.turn: Turn | None = None
+
+    # --- starting a turn ---
+
+    def begin_send(
+        self, user_text: str, typed: str, settings: TurnSettings, attachments: Sequence[Attachment] = ()
+    ) -> tuple[Turn, GenerationRequest]:
+        """A new user message, maybe with files (or an edited one, beside it: what followed stays on the old
+        branch)."""
+        history, replaced = self.chat.history_before(self.chat.editing_message_id)
+        return self._begin(history, user_text, replaced, typed, settings, tuple(attachments))
+
+    def begin_regenerate(self, settings: TurnSettings) -> tuple[Turn, GenerationRequest] | None:
+        """The last reply again, beside it; None if the chat has no user message to answer."""
+        history = self.chat.messages()
+        replaced: list[StoredMessage] = []
+        while history and history[-1].role == "assistant":
+            replaced.insert(0, history.pop())
+        if not history:
+            return None
+        return self._begin(history, None, replaced, "", settings)
+
+    def _begin(
+        self,
+        history: list[StoredMessage],
+        user_text: str | None,
+        replaced: list[StoredMessage],
+        typed: str,
+        settings: TurnSettings,
+        attachments: tuple[Attachment, ...] = (),
+    ) -> tuple[Turn, GenerationRequest]:
+        turns = [(m.role, as_the_model_read_it(m.content, m.documents)) for m in history]
+        to_place = attachments
+        user_words = None
+        sources = None
+        if user_text is None and history:  # regenerate: the message answered is sent as it was before
+            last = history[-1]
+            sources = last.documents
+            if sources is not None:
+                user_words = last.content
+            elif last.attachments:  # saved with files the worker never placed (it stopped first): place them now
+                to_place = last.attachments
+        request = GenerationRequest(
+            request_id=self.ids.next(),
+            messages=tuple(conversation_messages(settings.system_prompt, turns, user_text)),
+            lookahead=settings.lookahead,
+            sampling=settings.sampling,
+            stop=settings.stop,
+            # A regenerated or re-asked reply often says much of what it replaces: free drafts.
+            drafts_from=tuple(m.content for m in replaced),
+            attachments=to_place,
+            documents=tuple(a.text for m in history for a in m.attachments) + tuple(a.text for a in attachments),
+            user_words=user_words,
+        )
+        self.turn = Turn(
+            request_id=request.request_id,
+            conversation_id=self.chat.conversation_id,
+            user_text=user_text,
+            replaces=replaced[0].id if replaced else None,
+            system_prompt=settings.system_prompt,
+            auto=settings.lookahead is not None and settings.lookahead.auto,
+            history=history,
+            typed=typed,
+            chat_settings=dict(settings.chat_settings),
+            attachments=attachments,
+            sources=sources,
+        )
+        return self.turn, request
+
+    def read_ahead_request(self, settings: TurnSettings, attachments: Sequence[Attachment] = ()) -> ReadAheadRequest:
+        """The start of the prompt the next Send would build (the branch in view, before a message being edited,
+        and the files attached so far), for the worker to read while the user writes."""
+        history, _replaced = self.chat.history_before(self.chat.editing_message_id)
+        turns = [(m.role, as_the_model_read_it(m.content, m.documents)) for m in history]
+        return ReadAheadRequest(
+            messages=tuple(conversation_messages(settings.system_prompt, turns)),
+            attachments=tuple(attachments),
+            max_tokens=settings.stop.max_tokens,
+        )
+
+    # --- the worker's answers ---
+
+    def current(self, request_id: int) -> Turn | None:
+        """The turn in flight if ``request_id`` is its request (answers to older requests are ignored)."""
+        turn = self.turn
+        return turn if turn is not None and turn.request_id == request_id else None
+
+    def accept(self, request_id: int) -> Turn | None:
+        """The worker took the request: save the new chat and the user's message (beside any it replaces)."""
+        turn = self.current(request_id)
+        store = self.chat.store
+        if turn is None:
+            return None
+        turn.started = True
+        if turn.conversation_id is None:
+            named = turn.user_text or (turn.attachments[0].name if turn.attachments else "") or NEW_CHAT_TITLE
+            title = chat_title(named)
+            turn.conversation_id = store.create_conversation(title, turn.system_prompt).id
+            self.chat.conversation_id = turn.conversation_id
+        if turn.chat_settings:  # merged: the chat may keep other settings too
+            saved = store.conversation_settings(turn.conversation_id)
+            store.set_conversation_settings(turn.conversation_id, {**saved, **turn.chat_settings})
+        after = turn.history[-1].id if turn.history else None
+        if turn.user_text is not None:
+            turn.reply_parent = store.add_message(
+                turn.conversation_id, "user", turn.user_text, parent_id=after, attachments=turn.attachments
+            ).id
+            self.chat.editing_message_id = None
+        else:
+            turn.reply_parent = after
+            if after is not None:
+                store.set_current_leaf(after)  # the chat shows what the new reply follows
+        return turn
+
+    def place_documents(self, placed: DocumentsPlaced) -> Turn | None:
+        """The worker placed the files of the message being answered: save what the model was given of them
+        (and each file's token count, now known) on that message."""
+        turn = self.current(placed.request_id)
+        store = self.chat.store
+        if turn is None or turn.reply_parent is None:
+            return None
+        turn.sources = replace(placed.sources, text=placed.text)
+        message = store.message(turn.reply_parent)
+        if message is not None:
+            counted = tuple(replace(a, tokens=placed.tokens.get(a.name, a.tokens)) for a in message.attachments)
+            store.set_placed_documents(message.id, turn.sources, counted)
+        return turn
+
+    def note_step(self, request_id: int, event: StepEvent) -> Turn | None:
+        """A step arrived (before the window draws it): times the wait for the first token.
+
+        TTFT is what the user waited, from Send; set here, before ``observe`` folds the
+        step in, it is kept instead of the engine's own share of the wait.
+        """
+        turn = self.current(request_id)
+        if turn is not None and turn.stats.first_token_s is None and event.token_ids:
+            turn.stats.first_token_s = time.perf_counter() - turn.sent_at
+        return turn
+
+    def observe(self, events: Sequence[StepEvent]) -> list[int]:
+        """Fold drawn steps into the turn's text and statistics; returns the tokens each forward pass committed."""
+        turn = self.turn
+        if turn is None:
+            return []
+        committed = []
+        for ev in events:
+            turn.stats.observe(ev, auto=turn.auto)
+            turn.text += ev.text
+            turn.marks.observe(ev)
+            if ev.mode != "none":
+                committed.append(ev.n_committed)
+        return committed
+
+    def finish(self, outcome: ReplyOutcome, model_name: str) -> tuple[Turn, ReplyRecord] | None:
+        """The generation is over: save the reply as far as it got (an empty stopped one is dropped).
+
+        A regeneration that saved nothing shows the reply it was to replace again.
+        """
+        turn = self.current(outcome.request_id)
+        store = self.chat.store
+        if turn is None:
+            return None
+        self.turn = None
+        turn.stats.model = model_name
+        if turn.stats.stop_reason is None:
+            turn.stats.stop_reason = outcome.stop_reason
+        message_id = None
+        if turn.conversation_id is not None and (turn.text or outcome.stop_reason != "cancelled"):
+            message_id = store.add_message(
+                turn.conversation_id, "assistant", turn.text, turn.stats.to_stats_json(), turn.marks.to_json(),
+                parent_id=turn.reply_parent,
+            ).id
+        elif turn.user_text is None and turn.replaces is not None and turn.conversation_id is not None:
+            store.select_branch(turn.replaces)
+        return turn, ReplyRecord(turn.conversation_id or 0, message_id, turn.text, turn.stats, outcome)
+
+    def reject(self, request_id: int) -> Turn | None:
+        """The worker refused the request: forget the turn (nothing of it was saved)."""
+        turn = self.current(request_id)
+        if turn is not None:
+            self.turn = None
+        return turn

@@ -212,7 +212,7 @@ class ChatRunner(QObject):
         messages = self.chat.messages()
         self._pane.show_messages(messages, self.chat.alternatives())  # with each message's files and sources
         self._label_live_stats(messages)
-        turn = self.chat.turn
+        turn = self.chat.turns.turn
         self._reply_bubble = None
         if turn is not None and turn.started and turn.conversation_id == self.chat.conversation_id:
             self._reply_bubble = self._pane.add_reply_bubble(turn.text)
@@ -230,7 +230,7 @@ class ChatRunner(QObject):
         its chat; otherwise the panel shows the last reply of the branch in view, as saved.
         """
         live = self._panel.live
-        turn = self.chat.turn
+        turn = self.chat.turns.turn
         if turn is not None and turn.started:
             if turn.conversation_id == self.chat.conversation_id:
                 live.set_caption("Writing a reply in this chat")
@@ -278,7 +278,7 @@ class ChatRunner(QObject):
         return self.search_dialog
 
     def _search(self, text: str, conversation_id: int | None) -> list[SearchHit]:
-        return self.chat.store.search(text, MAX_RESULTS, conversation_id)
+        return self.chat.store.search.find(text, MAX_RESULTS, conversation_id)
 
     @Slot(int, int)
     def open_message(self, conversation_id: int, message_id: int) -> None:
@@ -312,7 +312,7 @@ class ChatRunner(QObject):
         attachments = self._pane.pending_attachments()
         if (not text and not attachments) or not self._can_start():
             return
-        turn, request = self.chat.begin_send(text, typed, self._settings(), attachments)
+        turn, request = self.chat.turns.begin_send(text, typed, self._settings(), attachments)
         self._pane.input.clear()
         self._pane.show_pending(turn.history, text, attachments)
         self._send(request)
@@ -333,7 +333,7 @@ class ChatRunner(QObject):
     def _regenerate(self, settings: TurnSettings) -> None:
         if self.chat.conversation_id is None or not self._can_start():
             return
-        started = self.chat.begin_regenerate(settings)
+        started = self.chat.turns.begin_regenerate(settings)
         if started is not None:
             self._send(started[1])
 
@@ -348,7 +348,7 @@ class ChatRunner(QObject):
         if self.closed or self.chat.is_generating():
             return  # the reply reads its own prompt; its end asks again
         self._engine.readAheadRequested.emit(
-            self.chat.read_ahead_request(self._settings(), self._pane.pending_attachments())
+            self.chat.turns.read_ahead_request(self._settings(), self._pane.pending_attachments())
         )
 
     @Slot(int)
@@ -375,7 +375,7 @@ class ChatRunner(QObject):
 
     @Slot(int)
     def _on_reply_started(self, request_id: int) -> None:
-        turn = self.chat.accept(request_id)
+        turn = self.chat.turns.accept(request_id)
         if turn is None:
             return
         if turn.user_text is not None:
@@ -391,7 +391,7 @@ class ChatRunner(QObject):
     @Slot(object)
     def _on_documents_placed(self, placed: DocumentsPlaced) -> None:
         """What of the files the reply is given: saved on the message, shown on its chips and under the reply."""
-        turn = self.chat.place_documents(placed)
+        turn = self.chat.turns.place_documents(placed)
         if turn is None or turn.conversation_id != self.chat.conversation_id or turn.reply_parent is None:
             return
         meter = self._pane.context_meter
@@ -406,13 +406,13 @@ class ChatRunner(QObject):
     @Slot(int, int, int)
     def _on_prompt_progress(self, request_id: int, done: int, total: int) -> None:
         """Before the first token: how much of a long prompt has been read."""
-        turn = self.chat.current(request_id)
+        turn = self.chat.turns.current(request_id)
         if turn is not None and not turn.text and self._reply_bubble is not None and total > PREFILL_CHUNK:
             self._reply_bubble.set_stats_line(f"{WAITING_LINE} {done} / {total} tokens")
 
     @Slot(object)
     def _on_step_update(self, update: StepUpdate) -> None:
-        if self.chat.note_step(update.request_id, update.event) is None:
+        if self.chat.turns.note_step(update.request_id, update.event) is None:
             return
         self._steps.push(update)
         self.stepReceived.emit(update)
@@ -420,10 +420,10 @@ class ChatRunner(QObject):
     @Slot(list)
     def _on_steps_flushed(self, updates: list[StepUpdate]) -> None:
         """Draw a batch of steps at once: one Markdown render and one chart update."""
-        turn = self.chat.turn
+        turn = self.chat.turns.turn
         if turn is None or not updates:
             return
-        new_steps = self.chat.observe([u.event for u in updates])
+        new_steps = self.chat.turns.observe([u.event for u in updates])
         self._pane.show_usage(turn.stats)
         view = self._pane.chat_view
         if self._reply_bubble is not None and turn.stats.dropped_messages != len(view.left_out()):
@@ -445,10 +445,10 @@ class ChatRunner(QObject):
 
     @Slot(object)
     def _on_reply_finished(self, outcome: ReplyOutcome) -> None:
-        if self.chat.current(outcome.request_id) is None:
+        if self.chat.turns.current(outcome.request_id) is None:
             return
         self._steps.flush()
-        finished = self.chat.finish(outcome, self._model_name())
+        finished = self.chat.turns.finish(outcome, self._model_name())
         assert finished is not None
         turn, record = finished
         bubble, self._reply_bubble = self._reply_bubble, None
@@ -474,7 +474,7 @@ class ChatRunner(QObject):
 
     @Slot(int, str)
     def _on_reply_failed(self, request_id: int, message: str) -> None:
-        turn = self.chat.reject(request_id)
+        turn = self.chat.turns.reject(request_id)
         if turn is None:
             return
         self._steps.clear()
@@ -491,7 +491,7 @@ class ChatRunner(QObject):
     def close_turn(self) -> None:
         """The window is closing: save a reply the closing stopped, as far as it got."""
         self.closed = True
-        turn = self.chat.turn
+        turn = self.chat.turns.turn
         if turn is not None and turn.started:
             self._on_reply_finished(ReplyOutcome(turn.request_id, "cancelled", turn.stats.n_tokens, 0))
         self._steps.clear()

@@ -17,7 +17,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from engine import ChatSession, LookaheadConfig, Message, SamplingConfig, StepEvent, StopConfig
-from engine.documents import read_document, with_documents
+from engine.decoding.attaching import attach_documents
+from engine.documents import read_document
 from engine.speed.comparison import CompareProgress, Comparison, compare_decoders, prompt_result
 from engine.speed.rows import PromptResult
 from engine.speed.workloads import Workload
@@ -152,9 +153,7 @@ def run_speed_report(
         comparison = request.comparison(workload, plain_first=k % 2 == 0)
         docs = [read_document(path) for path in workload.attach]
         if docs:  # as a chat message with these files attached: whole or their best passages, drafted from whole
-            messages = list(comparison.messages)
-            context = session.documents_context(messages, docs, request.max_tokens)
-            messages[-1] = Message("user", with_documents(workload.prompt, context))
+            messages, _ = attach_documents(session, comparison.messages, docs, request.max_tokens)
             comparison = replace(comparison, messages=tuple(messages))
         session.engine.set_documents([d.text for d in docs])
         try:

@@ -1,14 +1,15 @@
 """The main window: chats on the left, the conversation in the middle, decoding on the right.
 
 The window assembles the parts and wires their signals. The chat's logic (turns,
-request ids, what is saved) is ``ChatController``'s; comparisons and speed
-reports are ``Comparisons``'; measuring this PC at idle is ``MeasureStatus``'s.
-The menu bar is laid out in ``menus``; choosing a model is ``ModelDialogs``'
-(app/model_loader.py); the local server's status is ``ServingStatus``'; the
-window's size and place between runs are ``window_geometry``'s.
-Nothing here calls the engine: requests go to the ``EngineWorker`` through
-``EngineThread``'s signals. Step events are buffered and drawn by a ~30 Hz
-timer, so a fast model cannot flood the event loop with repaints.
+request ids, what is saved) is ``ChatController``'s, and ``ChatRunner`` draws a
+turn as the worker's steps arrive; comparisons and speed reports are
+``Comparisons'``; measuring this PC at idle is ``MeasureStatus``'s. The menu bar
+is laid out by ``menus.build_menu_bar`` from the slots the window hands it, and
+what Help opens is ``Help``'s; choosing a model is ``ModelDialogs'``
+(app/model_loader.py); the local server's status is ``ServingStatus'``; the
+side panels' showing and hiding is ``SidePanels'``; the window's size and place
+between runs are ``window_geometry``'s. Nothing here calls the engine: requests
+go to the ``EngineWorker`` through ``EngineThread``'s signals.
 """
 
 from __future__ import annotations
@@ -20,15 +21,17 @@ from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QCoreApplication, QEvent, Qt, QTimer, Signal, Slot
-from PySide6.QtGui import QAction, QCloseEvent, QIcon, QResizeEvent
-from PySide6.QtWidgets import QMainWindow, QMenu, QMessageBox, QScrollArea, QSplitter, QTabWidget, QVBoxLayout, QWidget
+from PySide6.QtGui import QCloseEvent, QIcon, QResizeEvent
+from PySide6.QtWidgets import QMainWindow, QScrollArea, QSplitter, QTabWidget, QVBoxLayout, QWidget
 
 from engine.library.names import DRAFTS_ONLY_NOTE, LookaheadKind
 
-from . import menus, paths
+from . import paths
 from .chat_controller import ChatController, ReplyRecord, RequestIds
 from .chat_runner import ChatRunner
 from .engine_thread import EngineThread
+from .help import Help
+from .menus import MenuActions, MenuBar, MenuParts, build_menu_bar
 from .model_loader import ModelDialogs, ModelLoader, load_options
 from .requests import LoadedModel
 from .serving import ServerController
@@ -45,7 +48,6 @@ from .widgets.decoding_panel import DecodingPanel
 from .widgets.library import LibraryDialog
 from .widgets.measure_status import MeasureStatus
 from .widgets.serve_dialog import ServeDialog
-from .widgets.shortcuts import ShortcutsDialog
 from .widgets.side_panels import DEFAULT_SPLITTER_SIZES, SidePanels
 from .window_geometry import DEFAULT_SIZE, restore_geometry, save_geometry
 
@@ -70,28 +72,6 @@ class MainWindow(QMainWindow):
     replyStepReceived = Signal(object)
     replyCompleted = Signal(object)
     replyRejected = Signal(str)
-
-    # The menus' actions by the names the window and its tests use, and the side panels the View menu shows and
-    # hides (made by ``menus.build_menu_bar``).
-    open_action: QAction
-    export_action: QAction
-    compare_tab_action: QAction
-    report_action: QAction
-    new_action: QAction
-    stop_action: QAction
-    regenerate_action: QAction
-    library_action: QAction
-    template_action: QAction
-    serve_action: QAction
-    model_menu: QMenu
-    send_action: QAction
-    show_lookahead_action: QAction
-    side_panels: SidePanels
-    chat_list_action: QAction
-    panel_action: QAction
-    shortcuts_action: QAction
-    log_folder_action: QAction
-    about_action: QAction
 
     def __init__(
         self,
@@ -134,7 +114,15 @@ class MainWindow(QMainWindow):
         self.model_dialogs = ModelDialogs(self.models, self.settings, self, load_model=self.load_model,
                                           busy=self.is_busy, save_settings=self._save_settings)
         self.recent_menu = self.model_dialogs.recent_menu
-        menus.build_menu_bar(self)
+        self.help = Help(self, model=lambda: self.model)
+        # The chats list and the panel beside the chat: the View menu and the tabs' corners show and hide them.
+        self.side_panels = SidePanels(
+            self, self.splitter, self.conversations, self.tabs, self.panel_scroll,
+            show_chats=self.settings.show_chat_list, show_panel=self.settings.show_decoding_panel,
+            chosen=self._on_side_panel_chosen,
+        )
+        self.menus = self._build_menus()
+        self._on_show_lookahead(self.settings.show_lookahead)
         self._wire()
 
         self.panel.load_settings(self.settings)
@@ -183,50 +171,6 @@ class MainWindow(QMainWindow):
         self.setCentralWidget(outer)
         self.resize(DEFAULT_SIZE)
 
-    # --- side panels ---
-
-    def _on_side_panel_chosen(self, setting: str, shown: bool) -> None:
-        """The user showed or hid a side panel: kept in the settings (``SidePanels`` keeps it on resizing)."""
-        setattr(self.settings, setting, shown)
-        self._save_settings()
-
-    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 (Qt name)
-        super().resizeEvent(event)
-        self.side_panels.window_resized()
-
-    def is_narrow(self) -> bool:
-        """The window is narrower than ``NARROW_WINDOW_WIDTH``: the side panels give way to the chat."""
-        return self.side_panels.is_narrow()
-
-    # --- help ---
-
-    def shortcut_actions(self) -> list[QAction]:
-        """Every action of the window, in menu order first, then those that live outside the menus."""
-        return menus.shortcut_actions(self)
-
-    @Slot()
-    def show_shortcuts(self) -> ShortcutsDialog:
-        """Help → Keyboard shortcuts (F1): read from the actions themselves, so the list is always current."""
-        return menus.show_shortcuts(self)
-
-    @Slot()
-    def open_log_folder(self) -> None:
-        """Help → Open log folder: the app's log files (warnings, tracebacks) in the system's file manager."""
-        menus.open_log_folder(self)
-
-    @Slot()
-    def show_about(self) -> QMessageBox:
-        """Help → About Lookahead Chat: what it is, its version and what it runs on."""
-        return menus.show_about(self, self.model)
-
-    @Slot(bool)
-    def _on_show_lookahead(self, on: bool) -> None:
-        self.chat_pane.set_show_lookahead(on)
-        self.compare_view.set_show_lookahead(on)
-        if on != self.settings.show_lookahead:
-            self.settings.show_lookahead = on
-            self._save_settings()
-
     def _build_status_bar(self) -> None:
         bar = self.statusBar()
         self.models = ModelLoader(self.engine, self)
@@ -253,6 +197,7 @@ class MainWindow(QMainWindow):
         self.runner.turnEnded.connect(self.measure_status.resume_later)
 
         self.runner.stopRequested.connect(self.stop_reply)
+        self.runner.status.connect(lambda text: self.statusBar().showMessage(text, 5000))
         self.chat_pane.stopRequested.connect(self.stop_reply)
         self.panel.settingsChanged.connect(self._on_settings_changed)
         self.panel.systemPromptEdited.connect(self.chat.set_system_prompt)
@@ -271,6 +216,49 @@ class MainWindow(QMainWindow):
         self._settings_timer.setInterval(400)
         self._settings_timer.timeout.connect(self._save_settings)
 
+    def _build_menus(self) -> MenuBar:
+        """The menu bar, its items calling the window's slots and its parts'."""
+        runner = self.runner
+        return build_menu_bar(self, MenuActions(
+            open_model=self.model_dialogs.open_model, export_markdown=runner.backup.export_chat_as_markdown,
+            quit=self.close, show_compare_tab=self.show_compare_tab,
+            open_speed_report=self.comparisons.open_speed_report, new_chat=self.new_chat, stop=self.stop_reply,
+            regenerate=self.regenerate_last, open_library=self.model_dialogs.open_library,
+            show_chat_template=self.model_dialogs.show_chat_template, serve=self.show_serve_dialog,
+            send=self._on_send_shortcut, show_lookahead=self._on_show_lookahead,
+            show_shortcuts=self.help.show_shortcuts, open_log_folder=self.help.open_log_folder,
+            show_about=self.help.show_about,
+        ), MenuParts(
+            recent_models=self.recent_menu,
+            backup=(runner.export_json_action, runner.export_all_json_action, runner.import_json_action),
+            search=(runner.find_action, runner.search_action),
+            side_panels=(self.side_panels.chat_list_action, self.side_panels.panel_action),
+            lookahead_shown=self.settings.show_lookahead,
+        ))
+
+    # --- side panels and lookahead tints ---
+
+    def _on_side_panel_chosen(self, setting: str, shown: bool) -> None:
+        """The user showed or hid a side panel: kept in the settings (``SidePanels`` keeps it on resizing)."""
+        setattr(self.settings, setting, shown)
+        self._save_settings()
+
+    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 (Qt name)
+        super().resizeEvent(event)
+        self.side_panels.window_resized()
+
+    def is_narrow(self) -> bool:
+        """The window is narrower than ``NARROW_WINDOW_WIDTH``: the side panels give way to the chat."""
+        return self.side_panels.is_narrow()
+
+    @Slot(bool)
+    def _on_show_lookahead(self, on: bool) -> None:
+        self.chat_pane.set_show_lookahead(on)
+        self.compare_view.set_show_lookahead(on)
+        if on != self.settings.show_lookahead:
+            self.settings.show_lookahead = on
+            self._save_settings()
+
     @Slot()
     def _show_store_notice(self) -> None:
         if self.store_notice and not self._closed:
@@ -288,15 +276,9 @@ class MainWindow(QMainWindow):
         """A model is loaded and no other is being loaded."""
         return self.model is not None and not self.is_loading()
 
-    def is_comparing(self) -> bool:
-        return self.comparisons.is_comparing()
-
-    def is_reporting(self) -> bool:
-        return self.comparisons.is_reporting()
-
     def is_busy(self) -> bool:
         """The engine is working for the chat, a comparison or a speed report."""
-        return self.is_generating() or self.is_comparing() or self.is_reporting()
+        return self.is_generating() or self.comparisons.is_comparing() or self.comparisons.is_reporting()
 
     def current_conversation_id(self) -> int | None:
         return self.chat.conversation_id
@@ -305,12 +287,13 @@ class MainWindow(QMainWindow):
     def _update_actions(self) -> None:
         busy, ready = self.is_busy(), self.is_ready()
         self.chat_pane.set_state(self.is_generating(), can_send=ready and not busy, busy=busy or not ready)
-        self.stop_action.setEnabled(busy)
-        self.regenerate_action.setEnabled(ready and not busy and self.chat.conversation_id is not None)
-        for widget in (self.open_action, self.recent_menu, self.panel.reload_button):
+        menus = self.menus
+        menus.stop_action.setEnabled(busy)
+        menus.regenerate_action.setEnabled(ready and not busy and self.chat.conversation_id is not None)
+        for widget in (menus.open_action, self.recent_menu, self.panel.reload_button):
             widget.setEnabled(not busy and not self.is_loading())
-        self.export_action.setEnabled(self.chat.conversation_id is not None)
-        self.template_action.setEnabled(self.model is not None)
+        menus.export_action.setEnabled(self.chat.conversation_id is not None)
+        menus.template_action.setEnabled(self.model is not None)
         self.comparisons.set_ready(ready and not busy)
 
     # --- model ---
@@ -352,7 +335,7 @@ class MainWindow(QMainWindow):
         self._update_actions()
         # Earlier chats with this model, for lookahead to draft from (tokenized on the engine's thread).
         names = {model.display_name, Path(model.path).stem}  # the file's name: what chats were stored under before
-        self.engine.rememberRequested.emit(model.path, self.store.chat_texts(names))
+        self.engine.rememberRequested.emit(model.path, self.store.search.chat_texts(names))
         self.modelChanged.emit(model)
         self.measure_status.start()
         self.serving.model_loaded(model)

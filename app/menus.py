@@ -1,189 +1,162 @@
-"""The window's menu bar: File, Compare, Chat, Model, View and Help, with their actions and shortcuts, and what
-Help opens (the keyboard shortcuts, the log folder, About).
+"""The window's menu bar: File, Compare, Chat, Model, View and Help, with their actions and shortcuts.
 
-``build_menu_bar`` makes the actions the window keeps by name (``open_action``,
-``stop_action``…) and the side panels the View menu shows and hides; the slots
-the actions call are the window's and its parts'.
+``build_menu_bar`` lays the menus out. What their items call comes in ``MenuActions`` (the window's slots
+and its parts'); the items others made (the recent models, the chats' backup and search, the side panels'
+switches) come in ``MenuParts`` and are only placed. It returns ``MenuBar``, the actions and menus it made,
+which the window keeps and enables: nothing here reads or sets the window's own attributes.
 """
 
 from __future__ import annotations
 
-import importlib.metadata
-import platform
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
-from PySide6 import __version__ as pyside_version
-from PySide6.QtCore import Qt, QUrl, qVersion
-from PySide6.QtGui import QAction, QDesktopServices, QKeySequence
-from PySide6.QtWidgets import QMainWindow, QMenu, QMessageBox
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtWidgets import QMainWindow, QMenu
 
-from . import paths
-from .requests import LoadedModel
-from .widgets import plain
-from .widgets.shortcuts import ShortcutsDialog, shortcut_rows
-from .widgets.side_panels import SidePanels
-
-if TYPE_CHECKING:
-    from .main_window import MainWindow
+Handler = Callable[[], object]  # a slot an item calls
 
 
-def build_menu_bar(window: MainWindow) -> None:
-    """The menus in the menu bar's order, and the actions that live outside them (Ctrl+Enter sends)."""
-    _build_menus(window)
-    _build_view_menu(window)
-    _build_chat_menus(window)
-    _build_help_menu(window)
+@dataclass(frozen=True)
+class MenuActions:
+    """What the menus' items call."""
+
+    open_model: Handler
+    export_markdown: Handler
+    quit: Handler
+    show_compare_tab: Handler
+    open_speed_report: Handler
+    new_chat: Handler
+    stop: Handler
+    regenerate: Handler
+    open_library: Handler
+    show_chat_template: Handler
+    serve: Handler
+    send: Handler  # Ctrl+Enter, an action outside the menus
+    show_lookahead: Callable[[bool], object]
+    show_shortcuts: Handler
+    open_log_folder: Handler
+    show_about: Handler
 
 
-def _build_menus(window: MainWindow) -> None:
-    def menu(title: str, *items: tuple[str, Any, Any] | QMenu | None) -> list[QAction]:
-        """A menu of (text, slot, shortcut) items, submenus, and separators (None); returns the items' actions."""
-        m, actions = window.menuBar().addMenu(title), []
-        for item in items:
-            if item is None:
-                m.addSeparator()
-                continue
-            if isinstance(item, QMenu):
-                m.addMenu(item)
-                continue
-            action = m.addAction(item[0], item[1])
+@dataclass(frozen=True)
+class MenuParts:
+    """The items made elsewhere, where they go, and how View → Show lookahead starts."""
+
+    recent_models: QMenu  # File, after Open model…
+    backup: Sequence[QAction]  # File, after Export chat as Markdown…
+    search: Sequence[QAction]  # Chat, after a separator
+    side_panels: Sequence[QAction]  # View, after a separator
+    lookahead_shown: bool
+
+
+@dataclass(frozen=True)
+class MenuBar:
+    """The actions and menus ``build_menu_bar`` made, by the names the window and its tests use."""
+
+    open_action: QAction
+    export_action: QAction
+    compare_tab_action: QAction
+    report_action: QAction
+    new_action: QAction
+    stop_action: QAction
+    regenerate_action: QAction
+    library_action: QAction
+    template_action: QAction
+    serve_action: QAction
+    model_menu: QMenu
+    send_action: QAction
+    show_lookahead_action: QAction
+    shortcuts_action: QAction
+    log_folder_action: QAction
+    about_action: QAction
+
+
+Item = tuple[str, Handler, Any] | QMenu | None  # (text, slot, shortcut), a submenu, or a separator
+
+
+def _menu(window: QMainWindow, title: str, *items: Item) -> tuple[QMenu, list[QAction]]:
+    """A menu of (text, slot, shortcut) items, submenus, and separators (None); with the items' actions."""
+    menu, actions = window.menuBar().addMenu(title), []
+    for item in items:
+        if item is None:
+            menu.addSeparator()
+        elif isinstance(item, QMenu):
+            menu.addMenu(item)
+        else:
+            action = menu.addAction(item[0], item[1])
             if item[2] is not None:
                 action.setShortcut(QKeySequence(item[2]))
             actions.append(action)
-        return actions
+    return menu, actions
 
-    window.open_action, window.export_action, _quit = menu(
-        "&File", ("&Open model…", window.model_dialogs.open_model, QKeySequence.StandardKey.Open), window.recent_menu,
-        None, ("&Export chat as Markdown…", window.runner.backup.export_chat_as_markdown, "Ctrl+Shift+E"), None,
-        ("&Quit", window.close, QKeySequence.StandardKey.Quit),
+
+def _after(menu: QMenu, action: QAction, added: Sequence[QAction]) -> None:
+    """Put ``added`` in ``menu`` just after ``action``."""
+    items = menu.actions()
+    menu.insertActions(items[items.index(action) + 1], list(added))
+
+
+def build_menu_bar(window: QMainWindow, do: MenuActions, parts: MenuParts) -> MenuBar:
+    """The menus in the menu bar's order, and the actions that live outside them (Ctrl+Enter sends)."""
+    file_menu, (open_action, export_action, _quit) = _menu(
+        window, "&File", ("&Open model…", do.open_model, QKeySequence.StandardKey.Open), parts.recent_models,
+        None, ("&Export chat as Markdown…", do.export_markdown, "Ctrl+Shift+E"), None,
+        ("&Quit", do.quit, QKeySequence.StandardKey.Quit),
     )
-    window.open_action.setToolTip("Load a GGUF model file from disk")
-    window.compare_tab_action, window.report_action = menu(
-        "C&ompare", ("&Side by side", window.show_compare_tab, "Ctrl+K"),
-        ("Speed &report…", window.comparisons.open_speed_report, None),
+    open_action.setToolTip("Load a GGUF model file from disk")
+    _, (compare_tab_action, report_action) = _menu(
+        window, "C&ompare", ("&Side by side", do.show_compare_tab, "Ctrl+K"),
+        ("Speed &report…", do.open_speed_report, None),
     )
-    window.new_action, window.stop_action, window.regenerate_action = menu(
-        "&Chat", ("&New chat", window.new_chat, "Ctrl+N"), ("&Stop", window.stop_reply, Qt.Key.Key_Escape),
-        ("&Regenerate last reply", window.regenerate_last, "Ctrl+R"),
+    chat_menu, (new_action, stop_action, regenerate_action) = _menu(
+        window, "&Chat", ("&New chat", do.new_chat, "Ctrl+N"), ("&Stop", do.stop, Qt.Key.Key_Escape),
+        ("&Regenerate last reply", do.regenerate, "Ctrl+R"),
     )
-    window.library_action, window.template_action, window.serve_action = menu(
-        "&Model", ("&Library…", window.model_dialogs.open_library, "Ctrl+Shift+L"),
-        ("Chat &template…", window.model_dialogs.show_chat_template, None), None,
-        ("&Serve to other programs…", window.show_serve_dialog, None),
+    model_menu, (library_action, template_action, serve_action) = _menu(
+        window, "&Model", ("&Library…", do.open_library, "Ctrl+Shift+L"),
+        ("Chat &template…", do.show_chat_template, None), None, ("&Serve to other programs…", do.serve, None),
     )
-    window.serve_action.setToolTip("Let other programs on this PC use the loaded model through the OpenAI API")
+    serve_action.setToolTip("Let other programs on this PC use the loaded model through the OpenAI API")
     # Opening a model is a model's business: the Model menu has it first; File keeps the same action.
-    model_menu = window.library_action.parent()
-    assert isinstance(model_menu, QMenu)
-    window.model_menu = model_menu
-    window.model_menu.insertAction(window.library_action, window.open_action)
-    window.model_menu.insertSeparator(window.library_action)
-    window.send_action = QAction("Send", window)
-    window.send_action.setShortcut(QKeySequence("Ctrl+Return"))
-    window.send_action.triggered.connect(window._on_send_shortcut)
-    window.addAction(window.send_action)
+    model_menu.insertAction(library_action, open_action)
+    model_menu.insertSeparator(library_action)
+    send_action = QAction("Send", window)
+    send_action.setShortcut(QKeySequence("Ctrl+Return"))
+    send_action.triggered.connect(do.send)
+    window.addAction(send_action)
 
-
-def _build_view_menu(window: MainWindow) -> None:
-    window.show_lookahead_action = QAction("Show &lookahead in replies", window)
-    window.show_lookahead_action.setCheckable(True)
-    window.show_lookahead_action.setShortcut(QKeySequence("Ctrl+L"))
-    window.show_lookahead_action.setToolTip("Tint the text each draft source gave; hover a run for its step")
-    window.show_lookahead_action.setChecked(window.settings.show_lookahead)
-    window.show_lookahead_action.toggled.connect(window._on_show_lookahead)
-    view_menu = window.menuBar().addMenu("&View")
-    view_menu.addAction(window.show_lookahead_action)
-    window._on_show_lookahead(window.settings.show_lookahead)
-
-    # The side panels: a narrow window puts the chats list away and narrows the panel; these bring them back.
-    window.side_panels = SidePanels(
-        window, window.splitter, window.conversations, window.tabs, window.panel_scroll,
-        show_chats=window.settings.show_chat_list, show_panel=window.settings.show_decoding_panel,
-        chosen=window._on_side_panel_chosen,
-    )
-    window.chat_list_action = window.side_panels.chat_list_action
-    window.panel_action = window.side_panels.panel_action
-    view_menu.addSeparator()
-    view_menu.addActions([window.chat_list_action, window.panel_action])
-
-
-def _build_chat_menus(window: MainWindow) -> None:
-    """The chats as a whole (the runner's actions): the JSON backup in File, search in Chat."""
-    file_menu, chat_menu = window.export_action.parent(), window.new_action.parent()
-    assert isinstance(file_menu, QMenu) and isinstance(chat_menu, QMenu)
-    items = file_menu.actions()
-    after_export = items[items.index(window.export_action) + 1]
-    file_menu.insertActions(after_export, [window.runner.export_json_action, window.runner.export_all_json_action,
-                                           window.runner.import_json_action])
+    show_lookahead_action = _view_menu(window, do, parts)
+    # The chats as a whole: the JSON backup in File, search in Chat.
+    _after(file_menu, export_action, parts.backup)
     chat_menu.addSeparator()
-    chat_menu.addActions([window.runner.find_action, window.runner.search_action])
-    window.runner.status.connect(lambda text: window.statusBar().showMessage(text, 5000))
-
-
-def _build_help_menu(window: MainWindow) -> None:
-    help_menu = window.menuBar().addMenu("&Help")
-    window.shortcuts_action = help_menu.addAction("&Keyboard shortcuts", window.show_shortcuts)
-    window.shortcuts_action.setShortcut(QKeySequence(QKeySequence.StandardKey.HelpContents))
-    window.log_folder_action = help_menu.addAction("Open &log folder", window.open_log_folder)
-    window.about_action = help_menu.addAction("&About Lookahead Chat", window.show_about)
-
-
-# --- what Help opens ---
-
-
-def shortcut_actions(window: QMainWindow) -> list[QAction]:
-    """Every action of the window, in menu order first, then those that live outside the menus."""
-    actions: list[QAction] = []
-
-    def walk(menu_actions: list[QAction]) -> None:
-        for action in menu_actions:
-            actions.append(action)
-            submenu = action.menu()
-            if isinstance(submenu, QMenu):
-                walk(submenu.actions())
-
-    walk(window.menuBar().actions())
-    actions.extend(window.actions())
-    actions.extend(window.findChildren(QAction))
-    return actions
-
-
-def show_shortcuts(window: QMainWindow) -> ShortcutsDialog:
-    """Help → Keyboard shortcuts (F1): read from the actions themselves, so the list is always current."""
-    dialog = ShortcutsDialog(shortcut_rows(shortcut_actions(window)), window)
-    dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
-    dialog.open()
-    return dialog
-
-
-def open_log_folder(window: QMainWindow) -> None:
-    """Help → Open log folder: the app's log files (warnings, tracebacks) in the system's file manager."""
-    try:
-        folder = paths.log_dir()
-    except OSError as exc:
-        window.statusBar().showMessage(f"Could not open the log folder: {exc}", 8000)
-        return
-    QDesktopServices.openUrl(QUrl.fromLocalFile(str(folder)))
-
-
-def show_about(window: QMainWindow, model: LoadedModel | None) -> QMessageBox:
-    """Help → About Lookahead Chat: what it is, its version and what it runs on."""
-    try:
-        version = importlib.metadata.version("lookahead-chat")
-    except importlib.metadata.PackageNotFoundError:
-        version = "(development copy)"
-    in_use = f"<p>Model in use: {plain.escape(model.display_name)}</p>" if model else ""
-    text = (
-        f"<h3>Lookahead Chat {version}</h3>"
-        "<p>Chat with a local GGUF model on this computer. Lookahead decoding guesses several tokens ahead "
-        "and checks the guesses in the same forward pass, so a reply can take fewer passes.</p>"
-        f"{in_use}<p>Qt {qVersion()} · PySide6 {pyside_version} · Python {platform.python_version()}</p>"
+    chat_menu.addActions(list(parts.search))
+    _, (shortcuts_action, log_folder_action, about_action) = _menu(
+        window, "&Help", ("&Keyboard shortcuts", do.show_shortcuts, QKeySequence.StandardKey.HelpContents),
+        ("Open &log folder", do.open_log_folder, None), ("&About Lookahead Chat", do.show_about, None),
     )
-    box = QMessageBox(QMessageBox.Icon.NoIcon, "About Lookahead Chat", text, QMessageBox.StandardButton.Close,
-                      window)
-    box.setTextFormat(Qt.TextFormat.RichText)
-    if not window.windowIcon().isNull():
-        box.setIconPixmap(window.windowIcon().pixmap(64, 64))
-    box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
-    box.open()
-    return box
+    return MenuBar(
+        open_action=open_action, export_action=export_action, compare_tab_action=compare_tab_action,
+        report_action=report_action, new_action=new_action, stop_action=stop_action,
+        regenerate_action=regenerate_action, library_action=library_action, template_action=template_action,
+        serve_action=serve_action, model_menu=model_menu, send_action=send_action,
+        show_lookahead_action=show_lookahead_action, shortcuts_action=shortcuts_action,
+        log_folder_action=log_folder_action, about_action=about_action,
+    )
+
+
+def _view_menu(window: QMainWindow, do: MenuActions, parts: MenuParts) -> QAction:
+    """View: Show lookahead, then the side panels' switches; returns Show lookahead's action."""
+    show_lookahead = QAction("Show &lookahead in replies", window)
+    show_lookahead.setCheckable(True)
+    show_lookahead.setShortcut(QKeySequence("Ctrl+L"))
+    show_lookahead.setToolTip("Tint the text each draft source gave; hover a run for its step")
+    show_lookahead.setChecked(parts.lookahead_shown)
+    show_lookahead.toggled.connect(do.show_lookahead)
+    view_menu = window.menuBar().addMenu("&View")
+    view_menu.addAction(show_lookahead)
+    view_menu.addSeparator()
+    view_menu.addActions(list(parts.side_panels))
+    return show_lookahead

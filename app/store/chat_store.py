@@ -1,23 +1,24 @@
-"""``ChatStore``: every read and write of chats and their messages; ``open_chat_store``: the user's, at start."""
+"""``ChatStore``: every read and write of chats and their messages; ``open_chat_store``: the user's, at start.
+
+The store is made of the database it writes to (``ChatDatabase``: the connection, its transactions and health
+checks) and the searches across all chats (``ChatSearch``); the chats and their message trees are its own.
+"""
 
 from __future__ import annotations
 
-import itertools
 import json
 import sqlite3
 import time
-from collections.abc import Collection, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from .. import paths
 from ..attachments import Attachment, ReplySources, attachments_to_json
-from .opening import MEMORY, DatabaseLockedError, Recovery, _CorruptDatabase, connect, move_aside
-from .records import _CONVERSATION_COLUMNS, _MESSAGE_COLUMNS, Conversation, MessageNode, StoredMessage
-from .schema import SchemaTooNewError, user_version
-from .search import MATCH_END, MATCH_START, SearchHit, _match_expression
+from .opening import MEMORY, ChatDatabase, DatabaseLockedError
+from .records import CONVERSATION_COLUMNS, MESSAGE_COLUMNS, Conversation, MessageNode, StoredMessage
+from .schema import SchemaTooNewError
+from .search import ChatSearch
 
 
 class _Place(Enum):
@@ -34,46 +35,17 @@ def _row_id(cur: sqlite3.Cursor) -> int:
 class ChatStore:
     """All reads and writes of chats. Used from the GUI thread only.
 
-    ``recovered`` is set when the file was corrupt and has been replaced
-    (the caller should tell the user where the backup is).
+    ``path``: the database file (None: the user's; ``MEMORY``: none). ``database.recovered`` is set when the
+    file was corrupt and has been replaced (the caller should tell the user where the backup is).
     """
 
     def __init__(self, path: Path | str | None = None, *, busy_timeout_s: float | None = None) -> None:
-        self.path: Path | str = MEMORY if path == MEMORY else Path(path) if path else paths.database_path()
-        self.recovered: Recovery | None = None
-        try:
-            self._db = connect(self.path, busy_timeout_s)
-        except _CorruptDatabase as exc:
-            backup = move_aside(self.path)
-            self._db = connect(self.path, busy_timeout_s)
-            self.recovered = Recovery(backup, str(exc))
-
-    @contextmanager
-    def _transaction(self) -> Iterator[None]:
-        """Several statements as one commit: a kill between them leaves neither."""
-        self._db.execute("BEGIN IMMEDIATE")
-        try:
-            yield
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
-        self._db.execute("COMMIT")
-
-    def schema_version(self) -> int:
-        return user_version(self._db)
-
-    def journal_mode(self) -> str:
-        return str(self._db.execute("PRAGMA journal_mode").fetchone()[0])
-
-    def synchronous(self) -> int:
-        """SQLite's sync level: 2 = FULL."""
-        return int(self._db.execute("PRAGMA synchronous").fetchone()[0])
-
-    def integrity_check(self) -> str:
-        return str(self._db.execute("PRAGMA integrity_check").fetchone()[0])
+        self.database = ChatDatabase(path, busy_timeout_s)
+        self._db = self.database.connection
+        self.search = ChatSearch(self._db)
 
     def close(self) -> None:
-        self._db.close()
+        self.database.close()
 
     # --- conversations ---
 
@@ -88,13 +60,13 @@ class ChatStore:
     def conversations(self) -> list[Conversation]:
         """Most recently updated first."""
         rows = self._db.execute(
-            f"SELECT {_CONVERSATION_COLUMNS} FROM conversations ORDER BY updated DESC, id DESC"
+            f"SELECT {CONVERSATION_COLUMNS} FROM conversations ORDER BY updated DESC, id DESC"
         ).fetchall()
         return [Conversation(**dict(r)) for r in rows]
 
     def conversation(self, conversation_id: int) -> Conversation | None:
         row = self._db.execute(
-            f"SELECT {_CONVERSATION_COLUMNS} FROM conversations WHERE id = ?", (conversation_id,)
+            f"SELECT {CONVERSATION_COLUMNS} FROM conversations WHERE id = ?", (conversation_id,)
         ).fetchone()
         return Conversation(**dict(row)) if row else None
 
@@ -147,7 +119,7 @@ class ChatStore:
         """
         now = time.time()
         attachments_json = attachments_to_json(attachments)
-        with self._transaction():
+        with self.database.transaction():
             if isinstance(parent_id, _Place):
                 parent_id = self._current_leaf(conversation_id)
             message_id = self._insert_message(
@@ -177,7 +149,7 @@ class ChatStore:
 
     def message(self, message_id: int) -> StoredMessage | None:
         """One message by its id (None: no such message, e.g. its chat was deleted)."""
-        row = self._db.execute(f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE id = ?", (message_id,)).fetchone()
+        row = self._db.execute(f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE id = ?", (message_id,)).fetchone()
         return StoredMessage(**dict(row)) if row else None
 
     def _insert_message(
@@ -212,14 +184,14 @@ class ChatStore:
     def messages(self, conversation_id: int) -> list[StoredMessage]:
         """The branch the chat shows, first message to last."""
         leaf = self._current_leaf(conversation_id)
-        return self.branch(leaf) if leaf is not None else []
+        return self._branch(leaf) if leaf is not None else []
 
-    def branch(self, message_id: int) -> list[StoredMessage]:
+    def _branch(self, message_id: int) -> list[StoredMessage]:
         """The messages from the conversation's first one down to ``message_id``, in order."""
         rows = self._db.execute(
             "WITH RECURSIVE up(id) AS (VALUES (?) UNION ALL"
             " SELECT m.parent_id FROM messages m JOIN up ON m.id = up.id WHERE m.parent_id IS NOT NULL)"
-            f" SELECT {_MESSAGE_COLUMNS} FROM messages JOIN up USING (id) ORDER BY id",
+            f" SELECT {MESSAGE_COLUMNS} FROM messages JOIN up USING (id) ORDER BY id",
             (message_id,),
         ).fetchall()
         return [StoredMessage(**dict(r)) for r in rows]
@@ -227,7 +199,7 @@ class ChatStore:
     def tree(self, conversation_id: int) -> list[StoredMessage]:
         """Every message of a chat, on every branch, oldest first (so each comes after its parent)."""
         rows = self._db.execute(
-            f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE conversation_id = ? ORDER BY id", (conversation_id,)
+            f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE conversation_id = ? ORDER BY id", (conversation_id,)
         ).fetchall()
         return [StoredMessage(**dict(r)) for r in rows]
 
@@ -289,7 +261,7 @@ class ChatStore:
         created = now if created is None else created
         updated = now if updated is None else updated
         new_ids: dict[int, int] = {}
-        with self._transaction():
+        with self.database.transaction():
             cur = self._db.execute(
                 "INSERT INTO conversations(title, system_prompt, created, updated, settings_json)"
                 " VALUES (?, ?, ?, ?, ?)",
@@ -315,7 +287,7 @@ class ChatStore:
 
     def fork_conversation(self, message_id: int) -> Conversation:
         """A new chat with the branch down to ``message_id`` (the original is left as it is)."""
-        branch = self.branch(message_id)
+        branch = self._branch(message_id)
         if not branch:
             raise ValueError(f"no message {message_id}")
         source = self.conversation(branch[0].conversation_id)
@@ -326,67 +298,6 @@ class ChatStore:
             [MessageNode.of(m) for m in branch],
             settings=self.conversation_settings(source.id),
         )
-
-    def search(self, text: str, limit: int = 50, conversation_id: int | None = None) -> list[SearchHit]:
-        """Messages with every word of ``text`` (the last may be the start of a word).
-
-        Across all chats the best matches come first; in one chat (``conversation_id``), the
-        order of the chat. The input is taken as plain words: quotes and FTS5 operators in it
-        are only text.
-        """
-        match = _match_expression(text)
-        if match is None:
-            return []
-        params: list[object] = [MATCH_START, MATCH_END, match]
-        where = "message_text MATCH ?"
-        if conversation_id is not None:
-            where += " AND m.conversation_id = ?"
-            params.append(conversation_id)
-        rows = self._db.execute(
-            "SELECT m.conversation_id, c.title, m.id AS message_id, m.role, m.created,"
-            " snippet(message_text, 0, ?, ?, '…', 16) AS snippet"
-            " FROM message_text JOIN messages m ON m.id = message_text.rowid"
-            " JOIN conversations c ON c.id = m.conversation_id"
-            f" WHERE {where} ORDER BY {'m.id' if conversation_id is not None else 'rank'} LIMIT ?",
-            (*params, limit),
-        ).fetchall()
-        return [SearchHit(**dict(r)) for r in rows]
-
-    def chat_texts(self, model_name: str | Collection[str], max_chars: int = 400_000) -> list[str]:
-        """The text of every chat whose replies all came from ``model_name``, newest first, within ``max_chars``.
-
-        ``model_name`` may be several names of the same file (its shown name now, the file name it was shown
-        by before), so a model's earlier chats are found under either.
-
-        For lookahead to draft from (engine ``CorpusIndex``): a chat answered by another model,
-        even in part, is left out. Each chat's branch shown is its text.
-        """
-        from ..stats import ReplyStats  # local: keeps this module importable on its own
-
-        names = {model_name} if isinstance(model_name, str) else set(model_name)
-
-        rows = self._db.execute(
-            "WITH RECURSIVE shown(id) AS ("
-            " SELECT COALESCE(current_leaf_id, (SELECT MAX(id) FROM messages WHERE conversation_id = c.id))"
-            " FROM conversations c"
-            " UNION ALL SELECT m.parent_id FROM messages m JOIN shown ON m.id = shown.id WHERE m.parent_id IS NOT NULL)"
-            " SELECT m.conversation_id, m.role, m.content, m.stats_json FROM messages m JOIN shown USING (id)"
-            " JOIN conversations c ON c.id = m.conversation_id ORDER BY c.updated DESC, c.id DESC, m.id"
-        ).fetchall()
-        texts: list[str] = []
-        budget = max_chars
-        for _conv, group in itertools.groupby(rows, key=lambda row: row["conversation_id"]):
-            messages = list(group)
-            replies = (ReplyStats.from_stats_json(m["stats_json"]) for m in messages if m["role"] == "assistant")
-            models = {s.model for s in replies if s is not None}
-            if not models or not models <= names:
-                continue
-            text = "\n".join(m["content"] for m in messages if m["role"] in ("user", "assistant"))
-            if len(text) > budget:
-                break
-            texts.append(text)
-            budget -= len(text)
-        return texts
 
 
 def open_chat_store() -> tuple[ChatStore, str | None]:
@@ -409,4 +320,5 @@ def open_chat_store() -> tuple[ChatStore, str | None]:
             f"will not be saved. {hint}"
         )
         return ChatStore(MEMORY), notice
-    return store, store.recovered.message() if store.recovered is not None else None
+    recovered = store.database.recovered
+    return store, recovered.message() if recovered is not None else None

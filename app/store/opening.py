@@ -1,4 +1,5 @@
-"""Opening the chat database: the connection's settings, and what is done when the file is locked or broken.
+"""The chat database file: the connection's settings, what is done when the file is locked or broken, and
+``ChatDatabase``, which owns the connection (its transactions, its health checks, closing it).
 
 Durability: every write is its own transaction, committed before the call
 returns, with ``synchronous=FULL`` (the WAL is synced at each commit), so a
@@ -13,10 +14,13 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from .schema import migrate
+from .. import paths
+from .schema import migrate, user_version
 
 
 class DatabaseLockedError(RuntimeError):
@@ -114,3 +118,49 @@ def move_aside(path: Path | str) -> Path:
         if side.exists():
             os.replace(side, backup.with_name(backup.name + suffix))
     return backup
+
+
+class ChatDatabase:
+    """The open chat database: ``connection``, its transactions and health checks. Used from the GUI thread only.
+
+    ``path`` None is the user's database (``paths.database_path``); ``MEMORY`` keeps the chats in memory.
+    ``recovered`` is set when the file was corrupt and has been replaced (the caller should tell the user
+    where the backup is).
+    """
+
+    def __init__(self, path: Path | str | None = None, busy_timeout_s: float | None = None) -> None:
+        self.path: Path | str = MEMORY if path == MEMORY else Path(path) if path else paths.database_path()
+        self.recovered: Recovery | None = None
+        try:
+            self.connection = connect(self.path, busy_timeout_s)
+        except _CorruptDatabase as exc:
+            backup = move_aside(self.path)
+            self.connection = connect(self.path, busy_timeout_s)
+            self.recovered = Recovery(backup, str(exc))
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """Several statements as one commit: a kill between them leaves neither."""
+        self.connection.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self.connection.execute("ROLLBACK")
+            raise
+        self.connection.execute("COMMIT")
+
+    def schema_version(self) -> int:
+        return user_version(self.connection)
+
+    def journal_mode(self) -> str:
+        return str(self.connection.execute("PRAGMA journal_mode").fetchone()[0])
+
+    def synchronous(self) -> int:
+        """SQLite's sync level: 2 = FULL."""
+        return int(self.connection.execute("PRAGMA synchronous").fetchone()[0])
+
+    def integrity_check(self) -> str:
+        return str(self.connection.execute("PRAGMA integrity_check").fetchone()[0])
+
+    def close(self) -> None:
+        self.connection.close()

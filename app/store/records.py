@@ -17,7 +17,7 @@ class Conversation:
     current_leaf_id: int | None = None  # the last message of the branch the chat shows
 
 
-_CONVERSATION_COLUMNS = "id, title, system_prompt, created, updated, current_leaf_id"
+CONVERSATION_COLUMNS = "id, title, system_prompt, created, updated, current_leaf_id"
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,7 @@ class StoredMessage:
         return ReplySources.from_json(self.documents_json)
 
 
-_MESSAGE_COLUMNS = (
+MESSAGE_COLUMNS = (
     "id, conversation_id, role, content, created, stats_json, marks_json, parent_id, attachments_json, documents_json"
 )
 

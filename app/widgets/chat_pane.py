@@ -5,40 +5,23 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from PySide6.QtCore import QEvent, QObject, Qt, Signal, Slot
-from PySide6.QtGui import QAction, QDragEnterEvent, QDragMoveEvent, QDropEvent, QKeySequence, QPalette
-from PySide6.QtWidgets import QFileDialog, QHBoxLayout, QPushButton, QToolButton, QVBoxLayout, QWidget
-
-from engine.documents import SUPPORTED_SUFFIXES
+from PySide6.QtCore import Qt, Signal, Slot
+from PySide6.QtWidgets import QHBoxLayout, QPushButton, QVBoxLayout, QWidget
 
 from ..attachments import Attachment, ReplySources
 from ..marks import TokenMarks
 from ..stats import ReplyStats
 from ..store import StoredMessage
-from .attachments_bar import MAX_FILES, AttachmentsBar, paperclip_icon
+from .attachments_bar import AttachmentsBar
 from .chat_input import ChatInput
 from .chat_view import ChatView
 from .context_meter import ContextMeter
+from .file_intake import FileIntake
 from .marked_text import MarksLegend
 from .message_bubble import MessageBubble
 from .plain import Label
 
 WAITING_LINE = "Reading the prompt…"
-ATTACH_SHORTCUT = "Ctrl+Shift+A"
-
-
-def file_filter() -> str:
-    """The attach dialog's filter: every kind of file the app reads, then all files."""
-    patterns = " ".join(f"*{suffix}" for suffix in SUPPORTED_SUFFIXES)
-    return f"Documents and code ({patterns});;All files (*)"
-
-
-def _dropped_files(event: QDropEvent | QDragEnterEvent | QDragMoveEvent) -> list[str]:
-    """The local files a drag carries (a dragged link or text is not a file to attach)."""
-    mime = event.mimeData()
-    if not mime.hasUrls():
-        return []
-    return [url.toLocalFile() for url in mime.urls() if url.isLocalFile()]
 
 
 class ChatPane(QWidget):
@@ -55,7 +38,8 @@ class ChatPane(QWidget):
         forkRequested(int): "Fork" on a message (its store id).
         attachmentsChanged(): a file was attached, read, removed or cleared (see ``pending_attachments``).
 
-    Files come in by the paperclip (Ctrl+Shift+A) or by dropping them on the chat or the input box.
+    Files come in by the paperclip (Ctrl+Shift+A) or by dropping them on the chat or the input box (``files``,
+    a ``FileIntake``); the bar above the input shows them.
     """
 
     sendRequested = Signal()
@@ -71,59 +55,9 @@ class ChatPane(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self._replying = False
-        self.chat_view = ChatView()
-        self.chat_view.editRequested.connect(self.editRequested)
-        self.chat_view.regenerateRequested.connect(self.regenerateRequested)
-        self.chat_view.writeOutRequested.connect(self.writeOutRequested)
-        self.chat_view.alternativeRequested.connect(self.alternativeRequested)
-        self.chat_view.forkRequested.connect(self.forkRequested)
-
-        self.edit_banner = QWidget()
-        banner = QHBoxLayout(self.edit_banner)
-        banner.setContentsMargins(0, 0, 0, 0)
-        banner_text = Label("Editing an earlier message: sending adds the new one beside it (‹ › flips back).")
-        banner_text.setWordWrap(True)  # a narrow chat wraps it rather than growing wider than the window
-        banner.addWidget(banner_text, 1)
-        self.cancel_edit_button = QPushButton("Cancel edit")
-        self.cancel_edit_button.clicked.connect(self.cancelEditRequested)
-        banner.addWidget(self.cancel_edit_button)
-        self.edit_banner.setVisible(False)
-
-        self.input = ChatInput()
-        self.input.submitted.connect(self.sendRequested)
-        self.send_button = QPushButton("Send")
-        self.send_button.setToolTip("Send (Enter / Ctrl+Enter)")
-        self.send_button.setDefault(True)
-        self.send_button.clicked.connect(self._on_button_clicked)
-        self.attachments_bar = AttachmentsBar()
-        self.attachments_bar.changed.connect(self.attachmentsChanged)
-        self.attach_action = QAction("&Attach files…", self)
-        self.attach_action.setShortcut(QKeySequence(ATTACH_SHORTCUT))
-        self.attach_action.setToolTip(
-            f"Attach files to the message ({ATTACH_SHORTCUT}): text, Markdown, code, CSV, JSON, HTML, PDF or Word; "
-            f"up to {MAX_FILES}. You can also drop files on the chat."
-        )
-        self.attach_action.triggered.connect(self.choose_files)
-        self.addAction(self.attach_action)
-        self.attach_button = QToolButton()
-        self.attach_button.setObjectName("attachButton")
-        self.attach_button.setDefaultAction(self.attach_action)
-        self.attach_button.setAccessibleName("Attach files")
-        self.attach_button.setFocusPolicy(Qt.FocusPolicy.StrongFocus)  # Tab reaches it, Space presses it
-        self._update_attach_icon()
-        self._attach_folder = ""  # where the last attached file came from: the dialog starts there
-        input_row = QHBoxLayout()
-        input_row.addWidget(self.input, 1)
-        buttons = QVBoxLayout()
-        buttons.addStretch(1)
-        buttons.addWidget(self.attach_button, 0, Qt.AlignmentFlag.AlignRight)
-        buttons.addWidget(self.send_button)
-        input_row.addLayout(buttons)
-        # A file dropped on the chat lands on the pane (the messages take no drops); the input box takes dropped
-        # text itself, so its drops of files are caught on the way.
-        self.setAcceptDrops(True)
-        self.input.viewport().installEventFilter(self)
-
+        self._build_chat_view()
+        self._build_edit_banner()
+        input_row = self._build_input_row()
         self.context_meter = ContextMeter()
         self.legend = MarksLegend()
         self.legend.setVisible(False)
@@ -136,8 +70,48 @@ class ChatPane(QWidget):
         layout.addWidget(self.edit_banner)
         layout.addWidget(self.attachments_bar)
         layout.addLayout(input_row)
-        QWidget.setTabOrder(self.input, self.attach_button)  # Tab from the message: attach, then send
-        QWidget.setTabOrder(self.attach_button, self.send_button)
+        QWidget.setTabOrder(self.input, self.files.button)  # Tab from the message: attach, then send
+        QWidget.setTabOrder(self.files.button, self.send_button)
+
+    def _build_chat_view(self) -> None:
+        self.chat_view = ChatView()
+        self.chat_view.editRequested.connect(self.editRequested)
+        self.chat_view.regenerateRequested.connect(self.regenerateRequested)
+        self.chat_view.writeOutRequested.connect(self.writeOutRequested)
+        self.chat_view.alternativeRequested.connect(self.alternativeRequested)
+        self.chat_view.forkRequested.connect(self.forkRequested)
+
+    def _build_edit_banner(self) -> None:
+        self.edit_banner = QWidget()
+        banner = QHBoxLayout(self.edit_banner)
+        banner.setContentsMargins(0, 0, 0, 0)
+        banner_text = Label("Editing an earlier message: sending adds the new one beside it (‹ › flips back).")
+        banner_text.setWordWrap(True)  # a narrow chat wraps it rather than growing wider than the window
+        banner.addWidget(banner_text, 1)
+        self.cancel_edit_button = QPushButton("Cancel edit")
+        self.cancel_edit_button.clicked.connect(self.cancelEditRequested)
+        banner.addWidget(self.cancel_edit_button)
+        self.edit_banner.setVisible(False)
+
+    def _build_input_row(self) -> QHBoxLayout:
+        """The input box, and beside it the paperclip above Send; the files attached go in the bar above them."""
+        self.input = ChatInput()
+        self.input.submitted.connect(self.sendRequested)
+        self.send_button = QPushButton("Send")
+        self.send_button.setToolTip("Send (Enter / Ctrl+Enter)")
+        self.send_button.setDefault(True)
+        self.send_button.clicked.connect(self._on_button_clicked)
+        self.attachments_bar = AttachmentsBar()
+        self.attachments_bar.changed.connect(self.attachmentsChanged)
+        self.files = FileIntake(self, self.input, self.attachments_bar)
+        input_row = QHBoxLayout()
+        input_row.addWidget(self.input, 1)
+        buttons = QVBoxLayout()
+        buttons.addStretch(1)
+        buttons.addWidget(self.files.button, 0, Qt.AlignmentFlag.AlignRight)
+        buttons.addWidget(self.send_button)
+        input_row.addLayout(buttons)
+        return input_row
 
     def set_state(self, replying: bool, can_send: bool, busy: bool) -> None:
         """Send becomes Stop while a reply is written; message actions are off while the engine is busy."""
@@ -249,57 +223,12 @@ class ChatPane(QWidget):
 
     def attach_files(self, paths: Sequence[str | Path]) -> None:
         """Read these files (off the GUI thread) and put them on the message being written."""
-        if paths:
-            self._attach_folder = str(Path(paths[-1]).parent)
-        self.attachments_bar.attach_paths(paths)
+        self.files.attach(paths)
 
     def stop_reading(self) -> bool:
         """Stop every file read and wait for the reading threads (before the window closes); False if one did not
         end within seconds."""
         return self.attachments_bar.shutdown()
-
-    @Slot()
-    def choose_files(self) -> None:
-        """The paperclip (Ctrl+Shift+A): pick files to attach."""
-        paths, _ = QFileDialog.getOpenFileNames(
-            self, "Attach files", self._attach_folder or str(Path.home()), file_filter()
-        )
-        self.attach_files(paths)
-        self.input.setFocus()
-
-    def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 (Qt name)
-        if watched is self.input.viewport() and isinstance(event, (QDragEnterEvent, QDragMoveEvent, QDropEvent)):
-            if _dropped_files(event):  # files: ours to attach; anything else: the input box's to insert
-                self._take_drop(event)
-                return True
-        return super().eventFilter(watched, event)
-
-    def dragEnterEvent(self, event: QDragEnterEvent) -> None:  # noqa: N802 (Qt name)
-        self._take_drop(event)
-
-    def dragMoveEvent(self, event: QDragMoveEvent) -> None:  # noqa: N802 (Qt name)
-        self._take_drop(event)
-
-    def dropEvent(self, event: QDropEvent) -> None:  # noqa: N802 (Qt name)
-        self._take_drop(event)
-
-    def _take_drop(self, event: QDropEvent | QDragEnterEvent | QDragMoveEvent) -> None:
-        files = _dropped_files(event)
-        if not files:
-            event.ignore()
-            return
-        event.setDropAction(Qt.DropAction.CopyAction)  # the file stays where it is: only its text is taken
-        event.accept()
-        if event.type() == QEvent.Type.Drop:
-            self.attach_files(files)
-
-    def changeEvent(self, event: QEvent) -> None:  # noqa: N802 (Qt name)
-        super().changeEvent(event)
-        if event.type() == QEvent.Type.PaletteChange:
-            self._update_attach_icon()
-
-    def _update_attach_icon(self) -> None:
-        self.attach_action.setIcon(paperclip_icon(self.palette().color(QPalette.ColorRole.ButtonText)))
 
     @Slot()
     def _on_button_clicked(self) -> None:

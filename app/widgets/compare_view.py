@@ -199,50 +199,14 @@ class CompareView(QWidget):
 
         self.note = Label(FAIRNESS_NOTE)
         self.note.setWordWrap(True)
-        self.status = Label("Type a prompt and press Compare.")
-        self.progress = QProgressBar()
-        self.progress.setMaximumWidth(200)
-        self.progress.setToolTip("The planned runs of both decoders (it may end early once their times agree)")
-        self.progress.setVisible(False)
-        self.skip_button = QPushButton("Skip replay")
-        self.skip_button.setToolTip("Show both finished replies now")
-        self.skip_button.setVisible(False)
-        self.skip_button.clicked.connect(self.skip_replay)
-        status_row = QHBoxLayout()
-        status_row.addWidget(self.status, 1)
-        status_row.addWidget(self.progress)
-        status_row.addWidget(self.skip_button)
-
+        status_row = self._build_status_row()
         self.plain_pane = ComparePane("Plain decoding")
         self.lookahead_pane = ComparePane("Lookahead")
         panes = QHBoxLayout()
         panes.addWidget(self.plain_pane, 1)
         panes.addWidget(self.lookahead_pane, 1)
-
-        self.verdict = Label()
-        self.verdict.setWordWrap(True)
-        verdict_font = QFont(self.verdict.font())
-        verdict_font.setPointSizeF(verdict_font.pointSizeF() * 1.15)
-        self.verdict.setFont(verdict_font)
-        self.verdict.setTextFormat(Qt.TextFormat.RichText)
-        self.verdict.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-
-        self.input = ChatInput()
-        self.input.setPlaceholderText("A prompt to run through both decoders — Enter compares")
-        self.input.submitted.connect(self._on_compare_clicked)
-        self.compare_button = QPushButton("Compare")
-        self.compare_button.setDefault(True)
-        self.compare_button.clicked.connect(self._on_compare_clicked)
-        self.report_button = QPushButton("Speed report…")
-        self.report_button.setToolTip("Run the benchmark prompts through the same comparison")
-        self.report_button.clicked.connect(self.speedReportRequested)
-        buttons = QVBoxLayout()
-        buttons.addStretch(1)
-        buttons.addWidget(self.report_button)
-        buttons.addWidget(self.compare_button)
-        input_row = QHBoxLayout()
-        input_row.addWidget(self.input, 1)
-        input_row.addLayout(buttons)
+        self._build_verdict()
+        input_row = self._build_input_row()
 
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
@@ -263,6 +227,52 @@ class CompareView(QWidget):
         self._replay_clock = QElapsedTimer()
         self._skip = False
         self._update_buttons()
+
+    def _build_status_row(self) -> QHBoxLayout:
+        """What the comparison is doing, its runs' progress, and Skip replay."""
+        self.status = Label("Type a prompt and press Compare.")
+        self.progress = QProgressBar()
+        self.progress.setMaximumWidth(200)
+        self.progress.setToolTip("The planned runs of both decoders (it may end early once their times agree)")
+        self.progress.setVisible(False)
+        self.skip_button = QPushButton("Skip replay")
+        self.skip_button.setToolTip("Show both finished replies now")
+        self.skip_button.setVisible(False)
+        self.skip_button.clicked.connect(self.skip_replay)
+        status_row = QHBoxLayout()
+        status_row.addWidget(self.status, 1)
+        status_row.addWidget(self.progress)
+        status_row.addWidget(self.skip_button)
+        return status_row
+
+    def _build_verdict(self) -> None:
+        self.verdict = Label()
+        self.verdict.setWordWrap(True)
+        verdict_font = QFont(self.verdict.font())
+        verdict_font.setPointSizeF(verdict_font.pointSizeF() * 1.15)
+        self.verdict.setFont(verdict_font)
+        self.verdict.setTextFormat(Qt.TextFormat.RichText)
+        self.verdict.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+
+    def _build_input_row(self) -> QHBoxLayout:
+        """The prompt box, with Speed report… above Compare beside it."""
+        self.input = ChatInput()
+        self.input.setPlaceholderText("A prompt to run through both decoders — Enter compares")
+        self.input.submitted.connect(self._on_compare_clicked)
+        self.compare_button = QPushButton("Compare")
+        self.compare_button.setDefault(True)
+        self.compare_button.clicked.connect(self._on_compare_clicked)
+        self.report_button = QPushButton("Speed report…")
+        self.report_button.setToolTip("Run the benchmark prompts through the same comparison")
+        self.report_button.clicked.connect(self.speedReportRequested)
+        buttons = QVBoxLayout()
+        buttons.addStretch(1)
+        buttons.addWidget(self.report_button)
+        buttons.addWidget(self.compare_button)
+        input_row = QHBoxLayout()
+        input_row.addWidget(self.input, 1)
+        input_row.addLayout(buttons)
+        return input_row
 
     # --- state ---
 

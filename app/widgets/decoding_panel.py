@@ -1,4 +1,4 @@
-"""The right-hand panel: live stats, lookahead shape, sampling, model options, system prompt."""
+"""The right-hand panel: live stats, the Decoding box (``LookaheadControls``), sampling, model, system prompt."""
 
 from __future__ import annotations
 
@@ -14,11 +14,9 @@ from PySide6.QtWidgets import (
     QDoubleSpinBox,
     QFormLayout,
     QGroupBox,
-    QHBoxLayout,
     QPlainTextEdit,
     QPushButton,
     QSpinBox,
-    QStackedWidget,
     QVBoxLayout,
     QWidget,
 )
@@ -26,23 +24,17 @@ from PySide6.QtWidgets import (
 from engine import LookaheadConfig, SamplingConfig, StepEvent, StopConfig
 from engine.decoding.settings import (
     APP_LOOP_GUARD,
-    DEFAULT_LOOKAHEAD,
     MAX_DRY_MULTIPLIER,
     MAX_REPEAT_LAST_N,
     MAX_REPEAT_PENALTY,
+    MAX_TEMPERATURE,
     MAX_TOP_K,
 )
 
 from ..settings import AppSettings
-from .plain import Label
-from .plain import tip as plain_tip
+from .lookahead_controls import LookaheadControls, spin_box
 from .section import Section
-from .stats_view import LiveStatsView, auto_step_text
-
-# Engine limits (engine/decoding/settings.py): the spin boxes cannot leave them.
-WINDOW_RANGE = (0, 16)
-NGRAM_RANGE = (2, 8)
-GUESSES_RANGE = (0, 16)
+from .stats_view import LiveStatsView
 
 # What a chat keeps of the panel (ChatStore.conversation_settings), by the names of SamplingConfig/StopConfig.
 CHAT_SETTING_TYPES: dict[str, type] = {
@@ -50,23 +42,6 @@ CHAT_SETTING_TYPES: dict[str, type] = {
     "repeat_last_n": int, "dry_multiplier": float, "seed": int, "max_tokens": int, "stop_strings": list,
     "loop_guard": bool,
 }
-
-AUTO_TIP = (
-    "The engine picks each step's shape itself: the draft (from this chat, the text being regenerated or\n"
-    "earlier chats) and its length with the most tokens expected per unit of cost on this PC's measured step\n"
-    "costs, or a plain step when no draft is worth it. W, N and G below are then not used (your values are kept\n"
-    "for when Auto is off); the line in their place says what Auto chose for the last step."
-)
-AUTO_CHOICE_TIP = (
-    "What Auto chose for the last step: W window columns, N n-gram size (or draft length + 1), G drafts\n"
-    "checked. Hover after a step for Auto's reason."
-)
-WINDOW_TIP = (
-    "Window W: Jacobi columns guessing ahead each step, their n-grams feeding the pool (0 = none). A wider\n"
-    "window makes every step's batch bigger."
-)
-NGRAM_TIP = "N-gram size N: each guess checks N - 1 draft tokens, so a step can add up to N tokens"
-GUESSES_TIP = "Guesses G: n-grams from the pool checked each step (0 = none; each adds N - 1 tokens to the batch)"
 
 LOOP_GUARD_TIP = (
     "End the reply when it starts repeating one passage over and over, as small models can; repeating what the "
@@ -102,74 +77,63 @@ class DecodingPanel(QWidget):
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self._block_reason: str | None = None
+        live_box = self._build_live_box()
+        self.lookahead = LookaheadControls()
+        sampling_box = self._build_sampling_form()
+        model_box = self._build_model_form()
+        prompt_box = self._build_prompt_box()
+        # The settings changed less often fold to a line saying what they are set to, so the live view and
+        # the decoding switches fit a laptop's screen height without scrolling.
+        self.sections = {
+            "sampling": Section("Sampling", sampling_box, note="saved with the chat"),
+            "model": Section("Model", model_box, note="applies on the next load"),
+            "system_prompt": Section("System prompt", prompt_box, note="for this chat"),
+        }
 
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(live_box, 1)
+        layout.addWidget(self.lookahead)
+        for section in self.sections.values():
+            layout.addWidget(section)
+            section.expandedChanged.connect(self._on_setting_changed)
+        self._connect_controls()
+        self._update_summaries()
+
+    def _build_live_box(self) -> QGroupBox:
         self.live = LiveStatsView(self)
         live_box = QGroupBox("Live: tokens per forward pass")
         live_box.setToolTip("The reply being written, or the last one; hover a number for what it means")
         QVBoxLayout(live_box).addWidget(self.live)
+        return live_box
 
-        # --- lookahead ---
-        self.lookahead_check = QCheckBox("Lookahead decoding")
-        self.lookahead_check.setToolTip("Guess several tokens ahead and verify them in the same forward pass")
-        self.auto_check = QCheckBox("Auto (the engine picks W, N, G each step)")
-        self.auto_check.setToolTip(AUTO_TIP)
-        self.window_spin = self._spin(*WINDOW_RANGE, WINDOW_TIP)
-        self.ngram_spin = self._spin(*NGRAM_RANGE, NGRAM_TIP)
-        self.guesses_spin = self._spin(*GUESSES_RANGE, GUESSES_TIP)
-        self.block_label = Label()
-        self.block_label.setWordWrap(True)
-        self.block_label.setVisible(False)
-        manual_shape = QWidget()
-        shape = QHBoxLayout(manual_shape)
-        shape.setContentsMargins(0, 0, 0, 0)
-        for name, spin in (("W", self.window_spin), ("N", self.ngram_spin), ("G", self.guesses_spin)):
-            name_label = Label(name)
-            name_label.setToolTip(spin.toolTip())
-            shape.addWidget(name_label)
-            shape.addWidget(spin, 1)
-        # Under Auto the spin boxes give way to what Auto chose: greyed manual values there read as if in use.
-        self.auto_choice = Label()
-        self.auto_choice.setWordWrap(True)
-        self.auto_choice.setToolTip(AUTO_CHOICE_TIP)
-        self._last_auto_step: StepEvent | None = None
-        self.manual_shape = manual_shape
-        self.shape_stack = QStackedWidget()
-        self.shape_stack.addWidget(manual_shape)
-        self.shape_stack.addWidget(self.auto_choice)
-        la_box = QGroupBox("Decoding")
-        la_layout = QVBoxLayout(la_box)
-        la_layout.addWidget(self.lookahead_check)
-        la_layout.addWidget(self.auto_check)
-        la_layout.addWidget(self.shape_stack)
-        la_layout.addWidget(self.block_label)
-
-        # --- sampling ---
+    def _build_sampling_form(self) -> QWidget:
+        """How tokens are picked and when a reply ends: the values a chat keeps."""
         self.temperature_spin = QDoubleSpinBox()
-        self.temperature_spin.setRange(0.0, 2.0)
+        self.temperature_spin.setRange(0.0, MAX_TEMPERATURE)
         self.temperature_spin.setSingleStep(0.1)
         self.temperature_spin.setSpecialValueText("0 (greedy)")
-        self.top_k_spin = self._spin(0, MAX_TOP_K, "Sample from the k likeliest tokens only (sampling only)")
+        self.top_k_spin = spin_box(0, MAX_TOP_K, "Sample from the k likeliest tokens only (sampling only)")
         self.top_k_spin.setSpecialValueText("off")
         self.top_p_spin = QDoubleSpinBox()
         self.top_p_spin.setRange(0.05, 1.0)
         self.top_p_spin.setSingleStep(0.05)
         self.top_p_spin.setToolTip("Sample from the likeliest tokens that together hold this probability")
-        self.min_p_spin = self._fraction(0.0, 0.99, 0.01, "Drop tokens less likely than this fraction of the "
+        self.min_p_spin = fraction_box(0.0, 0.99, 0.01, "Drop tokens less likely than this fraction of the "
                                          "likeliest one (sampling only)")
         self.min_p_spin.setSpecialValueText("off")
-        self.repeat_penalty_spin = self._fraction(1.0, MAX_REPEAT_PENALTY, 0.05, "Make tokens of the last N "
+        self.repeat_penalty_spin = fraction_box(1.0, MAX_REPEAT_PENALTY, 0.05, "Make tokens of the last N "
                                                   "tokens less likely; applies when greedy too")
         self.repeat_penalty_spin.setSpecialValueText("off")
-        self.repeat_last_n_spin = self._spin(0, MAX_REPEAT_LAST_N, "How many recent tokens (the prompt's "
+        self.repeat_last_n_spin = spin_box(0, MAX_REPEAT_LAST_N, "How many recent tokens (the prompt's "
                                              "included) the repeat penalty looks at")
         self.repeat_last_n_spin.setSingleStep(16)
         self.repeat_last_n_spin.setSuffix(" tokens")
         self.repeat_last_n_spin.setSpecialValueText("off")
-        self.dry_spin = self._fraction(0.0, MAX_DRY_MULTIPLIER, 0.1, DRY_TIP)
+        self.dry_spin = fraction_box(0.0, MAX_DRY_MULTIPLIER, 0.1, DRY_TIP)
         self.dry_spin.setSpecialValueText("off")
-        self.seed_spin = self._spin(0, 2**31 - 1, "Random seed (sampling only)")
-        self.max_tokens_spin = self._spin(1, 32768, "Longest reply, in tokens")
+        self.seed_spin = spin_box(0, 2**31 - 1, "Random seed (sampling only)")
+        self.max_tokens_spin = spin_box(1, 32768, "Longest reply, in tokens")
         self.stop_edit = QPlainTextEdit()
         self.stop_edit.setPlaceholderText("One per line, e.g. ###")
         self.stop_edit.setToolTip(STOP_STRINGS_TIP)
@@ -192,11 +156,13 @@ class DecodingPanel(QWidget):
         form.addRow("Max tokens", self.max_tokens_spin)
         form.addRow("Stop strings", self.stop_edit)
         form.addRow("", self.loop_guard_check)
+        return sampling_box
 
-        # --- model ---
-        self.n_ctx_spin = self._spin(256, 131072, "Context size in tokens (applies on the next model load)")
+    def _build_model_form(self) -> QWidget:
+        """The context size and threads the next load uses, and Reload."""
+        self.n_ctx_spin = spin_box(256, 131072, "Context size in tokens (applies on the next model load)")
         self.n_ctx_spin.setSingleStep(256)
-        self.threads_spin = self._spin(0, max(1, os.cpu_count() or 1) * 2, "CPU threads (applies on the next load)")
+        self.threads_spin = spin_box(0, max(1, os.cpu_count() or 1) * 2, "CPU threads (applies on the next load)")
         self.threads_spin.setSpecialValueText("auto")
         self.reload_button = QPushButton("Reload model")
         self.reload_button.setToolTip("Load the model again with this context size and thread count")
@@ -206,8 +172,10 @@ class DecodingPanel(QWidget):
         form.addRow("Context", self.n_ctx_spin)
         form.addRow("Threads", self.threads_spin)
         form.addRow(self.reload_button)
+        return model_box
 
-        # --- chat ---
+    def _build_prompt_box(self) -> QWidget:
+        """The open chat's system prompt, and the button that makes it new chats' too."""
         self.system_prompt_edit = QPlainTextEdit()
         self.system_prompt_edit.setPlaceholderText("System prompt for this chat")
         self.system_prompt_edit.setMaximumHeight(self.fontMetrics().lineSpacing() * 4 + 14)
@@ -217,27 +185,10 @@ class DecodingPanel(QWidget):
         chat_layout.setContentsMargins(0, 0, 0, 0)
         chat_layout.addWidget(self.system_prompt_edit)
         chat_layout.addWidget(self.default_prompt_button)
+        return chat_box
 
-        # The settings changed less often fold to a line saying what they are set to, so the live view and
-        # the decoding switches fit a laptop's screen height without scrolling.
-        self.sections = {
-            "sampling": Section("Sampling", sampling_box, note="saved with the chat"),
-            "model": Section("Model", model_box, note="applies on the next load"),
-            "system_prompt": Section("System prompt", chat_box, note="for this chat"),
-        }
-
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(0, 0, 0, 0)
-        layout.addWidget(live_box, 1)
-        layout.addWidget(la_box)
-        for section in self.sections.values():
-            layout.addWidget(section)
-            section.expandedChanged.connect(self._on_setting_changed)
-
-        for box in (self.lookahead_check, self.auto_check):
-            box.toggled.connect(self._on_lookahead_controls_changed)
-        for spin in (self.window_spin, self.ngram_spin, self.guesses_spin):
-            spin.valueChanged.connect(self._on_lookahead_controls_changed)
+    def _connect_controls(self) -> None:
+        self.lookahead.changed.connect(self._on_lookahead_controls_changed)
         for fraction in (self.temperature_spin, self.top_p_spin, self.min_p_spin, self.repeat_penalty_spin,
                          self.dry_spin):
             fraction.valueChanged.connect(self._on_setting_changed)
@@ -251,40 +202,16 @@ class DecodingPanel(QWidget):
         self.default_prompt_button.clicked.connect(self._on_make_default_prompt)
         self.settingsChanged.connect(self._update_summaries)
         self.system_prompt_edit.textChanged.connect(self._update_summaries)
-        self._update_enabled()
-        self._update_summaries()
-
-    @staticmethod
-    def _spin(low: int, high: int, tip: str) -> QSpinBox:
-        spin = QSpinBox()
-        spin.setRange(low, high)
-        spin.setToolTip(tip)
-        return spin
-
-    @staticmethod
-    def _fraction(low: float, high: float, step: float, tip: str) -> QDoubleSpinBox:
-        spin = QDoubleSpinBox()
-        spin.setRange(low, high)
-        spin.setSingleStep(step)
-        spin.setToolTip(tip)
-        return spin
 
     # --- reading and writing the controls ---
 
     def load_settings(self, s: AppSettings) -> None:
         """Show ``s`` without emitting change signals."""
-        widgets = (
-            self.lookahead_check, self.auto_check, self.window_spin, self.ngram_spin, self.guesses_spin,
-            self.n_ctx_spin, self.threads_spin,
-        )
+        self.lookahead.load(s)
+        widgets = (self.n_ctx_spin, self.threads_spin)
         for w in widgets:
             w.blockSignals(True)
         try:
-            self.lookahead_check.setChecked(s.lookahead_on)
-            self.auto_check.setChecked(s.auto)
-            self.window_spin.setValue(s.window)
-            self.ngram_spin.setValue(s.ngram)
-            self.guesses_spin.setValue(s.guesses)
             self.n_ctx_spin.setValue(s.n_ctx)
             self.threads_spin.setValue(s.threads)
         finally:
@@ -293,7 +220,6 @@ class DecodingPanel(QWidget):
         for name, section in self.sections.items():
             section.set_expanded(name in s.open_panel_sections)
         self.load_chat_settings({name: getattr(s, name) for name in CHAT_SETTING_TYPES})
-        self._update_enabled()
         self._update_summaries()
 
     def load_chat_settings(self, values: Mapping[str, Any]) -> None:
@@ -341,9 +267,7 @@ class DecodingPanel(QWidget):
         }
 
     def store_settings(self, s: AppSettings) -> None:
-        s.lookahead_on = self.lookahead_check.isChecked()
-        s.auto = self.auto_check.isChecked()
-        s.window, s.ngram, s.guesses = self.window_spin.value(), self.ngram_spin.value(), self.guesses_spin.value()
+        self.lookahead.store(s)
         for name, value in self.chat_settings().items():
             setattr(s, name, value)
         s.n_ctx = self.n_ctx_spin.value()
@@ -352,19 +276,11 @@ class DecodingPanel(QWidget):
 
     def lookahead_config(self) -> LookaheadConfig | None:
         """The lookahead setting in effect; None = plain decoding (switched off or unavailable)."""
-        if self._block_reason or not self.lookahead_check.isChecked():
-            return None
-        return self.chosen_lookahead()
+        return self.lookahead.config()
 
     def chosen_lookahead(self) -> LookaheadConfig:
         """Auto or the W/N/G set here, whether or not lookahead is switched on."""
-        if self.auto_check.isChecked():
-            return DEFAULT_LOOKAHEAD  # Auto chooses each step within these limits
-        return LookaheadConfig(
-            window=self.window_spin.value(),
-            ngram=self.ngram_spin.value(),
-            guesses=self.guesses_spin.value(),
-        )
+        return self.lookahead.chosen()
 
     def sampling_config(self) -> SamplingConfig:
         return SamplingConfig(
@@ -388,11 +304,7 @@ class DecodingPanel(QWidget):
     def set_lookahead_blocked(self, reason: str | None, note: str = "") -> None:
         """Disable lookahead for a model that cannot do it, saying why; ``note``: what this model's lookahead
         leaves out (shown while it is not blocked)."""
-        self._block_reason = reason
-        text = reason or note
-        self.block_label.setText(text)
-        self.block_label.setVisible(bool(text))
-        self._update_enabled()
+        self.lookahead.set_blocked(reason, note)
 
     def set_system_prompt(self, text: str) -> None:
         """Show the open chat's system prompt (without emitting systemPromptEdited)."""
@@ -406,33 +318,7 @@ class DecodingPanel(QWidget):
 
     def show_step(self, event: StepEvent) -> None:
         """A step of the running reply: an Auto step's shape goes where W, N, G are shown under Auto."""
-        if event.mode == "auto":
-            self._last_auto_step = event
-            self._show_auto_choice()
-
-    def _show_auto_choice(self) -> None:
-        ev = self._last_auto_step
-        if ev is None:
-            self.auto_choice.setText("W, N, G: set by Auto each step (no step yet)")
-            self.auto_choice.setToolTip(AUTO_CHOICE_TIP)
-            return
-        shape = f"W{ev.window} N{ev.ngram} G{ev.guesses}, " if ev.n_drafted or ev.window else ""
-        self.auto_choice.setText(f"W, N, G: set by Auto each step. Last step: {shape}{auto_step_text(ev)}")
-        why = f"\n\nWhy: {ev.choice}" if ev.choice else ""
-        self.auto_choice.setToolTip(plain_tip(AUTO_CHOICE_TIP + why))
-
-    def _update_enabled(self) -> None:
-        available = self._block_reason is None
-        on = available and self.lookahead_check.isChecked()
-        self.lookahead_check.setEnabled(available)
-        self.auto_check.setEnabled(on)
-        auto = self.auto_check.isChecked()
-        for spin in (self.window_spin, self.ngram_spin, self.guesses_spin):
-            spin.setEnabled(on and not auto)
-        # The manual values stay in their spin boxes (saved settings), out of sight while Auto sets the shape.
-        self.shape_stack.setCurrentWidget(self.auto_choice if auto else self.manual_shape)
-        self.auto_choice.setEnabled(on)
-        self._show_auto_choice()
+        self.lookahead.show_step(event)
 
     @Slot()
     def _update_summaries(self) -> None:
@@ -450,7 +336,6 @@ class DecodingPanel(QWidget):
 
     @Slot()
     def _on_lookahead_controls_changed(self) -> None:
-        self._update_enabled()
         self.lookaheadChanged.emit(self.lookahead_config())
         self.settingsChanged.emit()
 
@@ -465,6 +350,15 @@ class DecodingPanel(QWidget):
     @Slot()
     def _on_make_default_prompt(self) -> None:
         self.makeDefaultPromptRequested.emit(self.system_prompt())
+
+
+def fraction_box(low: float, high: float, step: float, tip: str) -> QDoubleSpinBox:
+    """A spin box of fractions from ``low`` to ``high`` in steps of ``step`` that says what it sets."""
+    spin = QDoubleSpinBox()
+    spin.setRange(low, high)
+    spin.setSingleStep(step)
+    spin.setToolTip(tip)
+    return spin
 
 
 def sampling_summary(sampling: SamplingConfig, stop: StopConfig) -> str:

@@ -179,7 +179,22 @@ class LibraryDialog(QDialog):
         self.filter_edit = QLineEdit()
         self.filter_edit.setPlaceholderText("Filter by name, architecture, quantisation, app or path")
         self.filter_edit.setClearButtonEnabled(True)
+        self._build_models_table()
+        self._build_tabs()
+        folders_row = self._build_folders_row()
+        bottom = self._build_bottom_row()
 
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.filter_edit)
+        layout.addWidget(self.tabs, 1)
+        layout.addLayout(folders_row)
+        layout.addLayout(bottom)
+        self._connect_controls()
+        self._update_buttons()
+        self.rescan()
+
+    def _build_models_table(self) -> None:
+        """The models found, sortable and filtered by ``filter_edit``."""
         self.model = QStandardItemModel(0, len(COLUMNS), self)
         self.model.setHorizontalHeaderLabels(list(COLUMNS))
         self.proxy = QSortFilterProxyModel(self)
@@ -201,6 +216,8 @@ class LibraryDialog(QDialog):
         self.table.setWordWrap(False)
         self.table.setTextElideMode(Qt.TextElideMode.ElideMiddle)
 
+    def _build_tabs(self) -> None:
+        """Models, and beside them what was skipped and where the scan looked."""
         self.skipped_table = QTableWidget(0, 3)
         self.skipped_table.setHorizontalHeaderLabels(["File or folder", "Why it was skipped", "Found in"])
         self.skipped_table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
@@ -220,6 +237,8 @@ class LibraryDialog(QDialog):
         self.tabs.addTab(self.skipped_table, "Skipped")
         self.tabs.addTab(self.searched_table, "Searched")
 
+    def _build_folders_row(self) -> QHBoxLayout:
+        """The user's own folders, with Add folder… and Remove folder."""
         self.folder_list = QListWidget()
         self.folder_list.addItems(self.folders)
         self.folder_list.setMaximumHeight(self.fontMetrics().lineSpacing() * 4 + 8)
@@ -233,7 +252,10 @@ class LibraryDialog(QDialog):
         folders_row.addWidget(Label("Your folders:"), 0, Qt.AlignmentFlag.AlignTop)
         folders_row.addWidget(self.folder_list, 1)
         folders_row.addLayout(folder_buttons)
+        return folders_row
 
+    def _build_bottom_row(self) -> QHBoxLayout:
+        """The scan's status, Rescan, Load and Close."""
         self.status_label = Label()
         self.rescan_button = QPushButton("Rescan")
         self.load_button = QPushButton("Load")
@@ -243,13 +265,9 @@ class LibraryDialog(QDialog):
         bottom.addWidget(self.status_label, 1)
         for button in (self.rescan_button, self.load_button, self.close_button):
             bottom.addWidget(button)
+        return bottom
 
-        layout = QVBoxLayout(self)
-        layout.addWidget(self.filter_edit)
-        layout.addWidget(self.tabs, 1)
-        layout.addLayout(folders_row)
-        layout.addLayout(bottom)
-
+    def _connect_controls(self) -> None:
         self.filter_edit.textChanged.connect(self.proxy.setFilterFixedString)
         self.table.doubleClicked.connect(self._on_activated)
         self.table.selectionModel().selectionChanged.connect(self._update_buttons)
@@ -259,8 +277,6 @@ class LibraryDialog(QDialog):
         self.rescan_button.clicked.connect(self.rescan)
         self.load_button.clicked.connect(self._on_load_clicked)
         self.close_button.clicked.connect(self.reject)
-        self._update_buttons()
-        self.rescan()
 
     # --- scanning ---
 

@@ -205,7 +205,38 @@ class MessageBubble(QFrame):
         self.message_id = message_id
         self.setObjectName("userBubble" if role == "user" else "assistantBubble")
         self.setFrameShape(QFrame.Shape.StyledPanel)
+        header = self._build_header(role)
 
+        self.body = MarkdownView(self)
+        self.body.set_markdown(text)
+        self._text = text
+        self._body_stale = False  # text set while the marked view was shown instead
+        self.marks: TokenMarks | None = None
+        self.marked: MarkedView | None = None  # made when first shown
+        self.attachment_chips: AttachmentChips | None = None  # made for a message that carried files
+        self.sources_section: SourcesSection | None = None  # made for a reply that was given passages
+        self._show_marks = False
+        self.is_left_out = False
+
+        self.stats_label = Label()
+        self.stats_label.setObjectName("statsLine")
+        self.stats_label.setWordWrap(True)
+        self.stats_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.stats_label.setVisible(False)
+        self.stats_label.setEnabled(False)  # the palette's disabled text colour: a quiet footnote
+
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(10, 6, 10, 6)
+        layout.setSpacing(2)
+        layout.addLayout(header)
+        layout.addWidget(self.body)
+        self._layout = layout
+        layout.addWidget(self.stats_label)
+        self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Maximum)
+        self.set_alternatives([])
+
+    def _build_header(self, role: str) -> QHBoxLayout:
+        """Who wrote it, ‹ 2/3 ›, and the actions (which of them are shown depends on the role)."""
         self.title = Label(_ROLE_TITLES.get(role, role))
         font = self.title.font()
         font.setBold(True)
@@ -242,34 +273,7 @@ class MessageBubble(QFrame):
         for b in (self.edit_button, self.regenerate_button, self.write_out_button, self.fork_button,
                   self.copy_button):
             header.addWidget(b)
-
-        self.body = MarkdownView(self)
-        self.body.set_markdown(text)
-        self._text = text
-        self._body_stale = False  # text set while the marked view was shown instead
-        self.marks: TokenMarks | None = None
-        self.marked: MarkedView | None = None  # made when first shown
-        self.attachment_chips: AttachmentChips | None = None  # made for a message that carried files
-        self.sources_section: SourcesSection | None = None  # made for a reply that was given passages
-        self._show_marks = False
-        self.is_left_out = False
-
-        self.stats_label = Label()
-        self.stats_label.setObjectName("statsLine")
-        self.stats_label.setWordWrap(True)
-        self.stats_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.stats_label.setVisible(False)
-        self.stats_label.setEnabled(False)  # the palette's disabled text colour: a quiet footnote
-
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(10, 6, 10, 6)
-        layout.setSpacing(2)
-        layout.addLayout(header)
-        layout.addWidget(self.body)
-        self._layout = layout
-        layout.addWidget(self.stats_label)
-        self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Maximum)
-        self.set_alternatives([])
+        return header
 
     def _tool_button(self, text: str, tip: str, slot: Callable[[], object]) -> ActionButton:
         button = ActionButton(text, tip, self)

@@ -65,7 +65,20 @@ class ServeDialog(QDialog):
         self.serve_box.setChecked(settings.serve_on)
         self.serve_box.toggled.connect(self._on_serve_toggled)
         layout.addWidget(self.serve_box)
+        layout.addLayout(self._build_form())
+        self._build_state_labels(layout)
 
+        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
+        buttons.rejected.connect(self.reject)
+        layout.addWidget(buttons)
+        controller.stateChanged.connect(self.refresh)
+        controller.statsChanged.connect(self.show_stats)
+        self.setMinimumWidth(520)
+        self.refresh()
+
+    def _build_form(self) -> QFormLayout:
+        """The port, who may connect, the key, and the address and key to copy."""
+        settings = self.controller.settings
         form = QFormLayout()
         self.port_spin = QSpinBox()
         self.port_spin.setRange(1024, 65535)
@@ -96,8 +109,10 @@ class ServeDialog(QDialog):
         self.new_key.setToolTip("Make another key: programs using the old one are refused from now on")
         self.new_key.clicked.connect(self._on_new_key)
         form.addRow("API key:", _row(self.key_edit, self.copy_key, self.new_key))
-        layout.addLayout(form)
+        return form
 
+    def _build_state_labels(self, layout: QVBoxLayout) -> None:
+        """Whether it serves and what, and what it has served."""
         self.state_label = QLabel()
         self.state_label.setTextFormat(Qt.TextFormat.PlainText)  # a model's file name is shown as written
         self.state_label.setWordWrap(True)
@@ -109,14 +124,6 @@ class ServeDialog(QDialog):
         self.stats_label = QLabel(stats_text(None))
         self.stats_label.setWordWrap(True)
         layout.addWidget(self.stats_label)
-
-        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
-        buttons.rejected.connect(self.reject)
-        layout.addWidget(buttons)
-        controller.stateChanged.connect(self.refresh)
-        controller.statsChanged.connect(self.show_stats)
-        self.setMinimumWidth(520)
-        self.refresh()
 
     @Slot()
     def refresh(self) -> None:

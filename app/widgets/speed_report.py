@@ -71,8 +71,25 @@ class SpeedReportDialog(QDialog):
 
         self.settings_label = Label()
         self.settings_label.setWordWrap(True)
+        left, right = self._build_prompt_picker(), self._build_results()
+        splitter = QSplitter(Qt.Orientation.Horizontal)
+        splitter.addWidget(left)
+        splitter.addWidget(right)
+        splitter.setStretchFactor(1, 1)
+        splitter.setSizes([240, 760])
+        bottom = self._build_bottom_row()
 
-        # --- which prompts ---
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.settings_label)
+        layout.addWidget(splitter, 1)
+        layout.addWidget(self.status)
+        layout.addLayout(bottom)
+        self.tree.itemChanged.connect(self._on_selection_changed)
+        self._show_count()
+        self._update_buttons()
+
+    def _build_prompt_picker(self) -> QWidget:
+        """Which prompts: a tree of them by category, All and None, and the tokens per reply."""
         self.tree = QTreeWidget()
         self.tree.setHeaderLabels(["Prompts"])
         self._prompt_items: list[tuple[QTreeWidgetItem, Workload]] = []
@@ -109,8 +126,10 @@ class SpeedReportDialog(QDialog):
         left_layout.addWidget(self.tree, 1)
         left_layout.addLayout(pick_buttons)
         left_layout.addWidget(self.max_tokens_spin)
+        return left
 
-        # --- results ---
+    def _build_results(self) -> QWidget:
+        """The tables, per prompt and per category, and the summary under them."""
         self.prompt_table = self._table(PROMPT_HEADINGS)
         speedup_header = QTableWidgetItem("speedup")
         speedup_header.setToolTip(
@@ -133,13 +152,10 @@ class SpeedReportDialog(QDialog):
         self.summary = Label()  # report_summary: the measured and the predicted gain over every row
         self.summary.setWordWrap(True)
         right_layout.addWidget(self.summary)
-        splitter = QSplitter(Qt.Orientation.Horizontal)
-        splitter.addWidget(left)
-        splitter.addWidget(right)
-        splitter.setStretchFactor(1, 1)
-        splitter.setSizes([240, 760])
+        return right
 
-        # --- run, cancel, export ---
+    def _build_bottom_row(self) -> QHBoxLayout:
+        """Progress, the status line (laid out above the row), Run, Cancel and the exports."""
         self.progress = QProgressBar()
         self.progress.setFormat("%v / %m prompts")
         self._total = len(self.workloads)  # prompts of the running or last report; before one, the selection
@@ -159,15 +175,7 @@ class SpeedReportDialog(QDialog):
         bottom.addWidget(self.cancel_button)
         bottom.addWidget(self.csv_button)
         bottom.addWidget(self.markdown_button)
-
-        layout = QVBoxLayout(self)
-        layout.addWidget(self.settings_label)
-        layout.addWidget(splitter, 1)
-        layout.addWidget(self.status)
-        layout.addLayout(bottom)
-        self.tree.itemChanged.connect(self._on_selection_changed)
-        self._show_count()
-        self._update_buttons()
+        return bottom
 
     @staticmethod
     def _table(columns: Sequence[str]) -> QTableWidget:

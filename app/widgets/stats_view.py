@@ -88,7 +88,8 @@ class StepChart(QChartView):
         self._values: list[int] = []
         self._total = 0
         # Every point drawn, kept here: a flush hands each series its whole list at once (``replace``), where
-        # ``append`` redraws the series once per point, which grows with the series (0.4 s for 1500 steps).
+        # ``append`` redraws the series once per point, which grows with the series (a long reply's chart took
+        # a visible pause: docs/SPEED.md, "The figures behind the code's constants").
         self._bar_points: list[QPointF] = []
         self._mean_points: list[QPointF] = []
         self.apply_palette(self.palette())

@@ -15,7 +15,8 @@ from PySide6.QtWidgets import QApplication, QFileDialog, QVBoxLayout, QWidget
 from app import attach_reader
 from app.attachments import Attachment
 from app.widgets.attachments_bar import MAX_FILES
-from app.widgets.chat_pane import ATTACH_SHORTCUT, ChatPane
+from app.widgets.chat_pane import ChatPane
+from app.widgets.file_intake import ATTACH_SHORTCUT
 from engine.documents import SUPPORTED_SUFFIXES, read_document
 from tests.helpers.app_fixtures import OFFSCREEN_NOISE
 from tests.helpers.documents_fixtures import make_encrypted_pdf, make_pdf, make_zip_bomb
@@ -84,7 +85,7 @@ def test_the_paperclip_offers_the_readable_kinds_and_each_file_read_becomes_a_ch
 
     monkeypatch.setattr(QFileDialog, "getOpenFileNames", staticmethod(pick))
     with qtbot.waitSignal(pane.attachmentsChanged, timeout=5000):
-        pane.attach_button.click()
+        pane.files.button.click()
     assert pane.is_reading_attachments() or pane.pending_attachments()  # reading has started, off the GUI thread
     qtbot.waitUntil(lambda: len(pane.pending_attachments()) == 2, timeout=READ_TIMEOUT_MS)
 
@@ -109,18 +110,18 @@ def test_the_paperclip_is_reached_by_tab_and_ctrl_shift_a_opens_the_dialog(qtbot
         return [], ""
 
     monkeypatch.setattr(QFileDialog, "getOpenFileNames", staticmethod(get_open_file_names))
-    assert pane.attach_action.shortcut() == QKeySequence(ATTACH_SHORTCUT) == QKeySequence("Ctrl+Shift+A")
-    assert pane.attach_button.focusPolicy() & Qt.FocusPolicy.TabFocus
-    assert "Ctrl+Shift+A" in pane.attach_button.toolTip() and pane.attach_button.accessibleName()
-    assert not pane.attach_button.icon().isNull()
+    assert pane.files.action.shortcut() == QKeySequence(ATTACH_SHORTCUT) == QKeySequence("Ctrl+Shift+A")
+    assert pane.files.button.focusPolicy() & Qt.FocusPolicy.TabFocus
+    assert "Ctrl+Shift+A" in pane.files.button.toolTip() and pane.files.button.accessibleName()
+    assert not pane.files.button.icon().isNull()
     window = pane.window()
     window.activateWindow()
     qtbot.waitActive(window)
     pane.input.setFocus()
     qtbot.keyClick(pane.input, Qt.Key.Key_A, Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier)
     assert calls == [1]
-    pane.attach_button.setFocus(Qt.FocusReason.TabFocusReason)
-    qtbot.keyClick(pane.attach_button, Qt.Key.Key_Space)
+    pane.files.button.setFocus(Qt.FocusReason.TabFocusReason)
+    qtbot.keyClick(pane.files.button, Qt.Key.Key_Space)
     assert calls == [1, 1]
     assert pane.input.toPlainText() == TYPED and not pane.pending_attachments()
 
@@ -284,6 +285,7 @@ def long_book(folder: Path) -> Path:
     return make_pdf(folder / "long.pdf", [f"Page {i + 1}\n{page}" for i in range(1500)])
 
 
+@pytest.mark.timing
 def test_a_300_page_pdf_is_read_without_stalling_the_window_shows_progress_and_cancel_stops_it(
     qtbot, pane, tmp_path, monkeypatch
 ):
@@ -320,6 +322,7 @@ def test_a_300_page_pdf_is_read_without_stalling_the_window_shows_progress_and_c
     assert not pane.attachments_bar.notices()  # the user stopped it: nothing to report
 
 
+@pytest.mark.timing
 def test_closing_stops_the_reads_at_once(qtbot, pane, tmp_path, monkeypatch):
     fractions: list[float] = []  # how far the read got, as it told it (on its pool thread)
     real = attach_reader.read_document
@@ -382,7 +385,7 @@ def test_in_the_window_a_file_deleted_before_send_goes_with_its_kept_text_and_it
     use_fake_engine(worker_options, DocsSession)
     window = make_window(quick_settings(max_tokens=400))
     assert any(row.what == "Attach files" and row.keys == "Ctrl+Shift+A"
-               for row in shortcut_rows(window.shortcut_actions()))
+               for row in shortcut_rows(window.help.shortcut_actions()))
     pane = window.chat_pane
     notes = write_notes(tmp_path)
     attach_and_wait(qtbot, pane, notes)

@@ -315,18 +315,18 @@ def test_a_message_saved_with_files_the_worker_never_placed_gets_them_placed_whe
     question = store.add_message(conv.id, "user", "What do owls eat?", attachments=[OWLS])  # the app stopped here
     chat = ChatController(store, RequestIds())
     chat.conversation_id = conv.id
-    started = chat.begin_regenerate(_settings())
+    started = chat.turns.begin_regenerate(_settings())
     assert started is not None
     turn, request = started
     assert request.attachments == (OWLS,) and request.messages[-1].content == "What do owls eat?"
-    assert chat.accept(request.request_id) is turn and turn.reply_parent == question.id
+    assert chat.turns.accept(request.request_id) is turn and turn.reply_parent == question.id
     context = DocumentContext.build([OWLS.document()], "What do owls eat?", 100, lambda t: len(t.split()))
-    chat.place_documents(DocumentsPlaced(request.request_id, ReplySources.of_context(context), context.text,
-                                         {"owls.md": 11}))
+    chat.turns.place_documents(DocumentsPlaced(request.request_id, ReplySources.of_context(context), context.text,
+                                               {"owls.md": 11}))
     saved = present(store.message(question.id))
     assert saved.documents == ReplySources.of_context(context) and saved.attachments[0].tokens == 11
 
-    _again, next_request = present(chat.begin_regenerate(_settings()))
+    _again, next_request = present(chat.turns.begin_regenerate(_settings()))
     assert next_request.attachments == () and next_request.user_words == "What do owls eat?"
     assert next_request.messages[-1].content == with_documents("What do owls eat?", context)
 

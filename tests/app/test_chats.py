@@ -173,7 +173,7 @@ def test_flipping_forking_and_searching_wait_while_a_reply_streams(qtbot, make_w
     assert not any(b.fork_button.isEnabled() or b.previous_button.isEnabled() for b in bubbles)
     assert not window.runner.search_action.isEnabled() and not window.runner.find_action.isEnabled()
     with qtbot.waitSignal(window.replyCompleted, timeout=TIMEOUT_MS):
-        window.stop_action.trigger()
+        window.menus.stop_action.trigger()
     assert window.chat_view.bubbles()[1].previous_button.isEnabled()
     assert window.runner.search_action.isEnabled()
 
@@ -209,6 +209,7 @@ def _in_view(window: MainWindow, bubble: MessageBubble) -> bool:
     return top <= bubble.y() and bubble.y() + 20 <= top + view.viewport().height()
 
 
+@pytest.mark.timing
 def test_ctrl_shift_f_finds_a_word_in_any_chat_and_opens_its_message_on_its_branch_highlighted(
     qtbot, app_home, make_window, numbered_engine
 ):
@@ -352,7 +353,7 @@ def test_the_file_menu_exports_and_imports_json_and_explains_a_bad_file(
 
     window = make_window(quick_settings())
     record = send(qtbot, window, "Keep this.")
-    file_menu = window.export_action.parent()
+    file_menu = window.menus.export_action.parent()
     texts = [a.text() for a in file_menu.actions()]
     assert texts.index("&Export chat as Markdown…") < texts.index("Export chat as &JSON…") < texts.index("&Quit")
     assert {"Export &all chats as JSON…", "&Import chats from JSON…"} <= set(texts)

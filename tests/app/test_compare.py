@@ -261,9 +261,9 @@ def test_stop_ends_a_comparison_being_measured(qtbot, make_window, scripted_engi
     qtbot.waitUntil(lambda: "tokens" in view.status.text(), timeout=10_000)
     assert view.progress.maximum() == 0  # busy: the first run has not yet said how many runs fit
     assert view.compare_button.text() == "Stop" and window.is_busy()
-    assert not window.send_button.isEnabled() and not window.open_action.isEnabled()
+    assert not window.send_button.isEnabled() and not window.menus.open_action.isEnabled()
     with qtbot.waitSignal(view.compareCompleted, timeout=10_000) as blocker:
-        window.stop_action.trigger()  # Esc
+        window.menus.stop_action.trigger()  # Esc
     result: CompareResult = blocker.args[0]
 
     assert result.cancelled and result.lookahead is None

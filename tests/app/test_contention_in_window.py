@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
 from PySide6.QtCore import QElapsedTimer
@@ -13,6 +14,7 @@ from app.widgets.chat_pane import WAITING_LINE
 from app.widgets.message_bubble import MessageBubble
 from engine import GenerationControls, StepEvent
 from engine.costs.calibration import MachineBusy
+from engine.costs.curve import CostCurve
 from engine.decoding.prompt_cache import PREFILL_CHUNK
 from engine.llama import native
 from engine.tools.busybench import BusyLoop
@@ -88,7 +90,8 @@ class _BusyPcEngine(FakeEngine):
     def load_cached_curve(self) -> bool:
         return False
 
-    def tune(self, progress=None, cancel=None):
+    def tune(self, refresh: bool = False, budget_s: float = 6.0, progress: Callable[[float], None] | None = None,
+             cancel: threading.Event | None = None) -> CostCurve:
         type(self).tunes += 1
         if progress is not None:
             progress(0.2)
@@ -149,6 +152,7 @@ def test_a_measurement_stopped_by_a_busy_pc_says_so_and_is_tried_again_later_not
 
 
 @pytest.mark.model
+@pytest.mark.timing
 def test_a_1000_token_prompt_beside_a_busy_program_shows_progress_after_its_first_chunk_and_never_freezes(
     qtbot, make_window, monkeypatch
 ):

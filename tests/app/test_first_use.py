@@ -19,6 +19,7 @@ pytestmark = pytest.mark.model
 
 
 @pytest.mark.auto
+@pytest.mark.timing
 def test_a_first_reply_on_a_fresh_pc_shows_the_message_at_once_and_the_measurement_pauses_for_it(
     qtbot, make_window
 ):

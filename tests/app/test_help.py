@@ -40,7 +40,7 @@ def test_keyboard_shortcuts_lists_every_action_that_has_a_shortcut(qtbot, make_w
     with_keys = [a for a in window.findChildren(QAction) if a.shortcuts()]
     assert len(with_keys) >= 12  # File, Model, Chat, Compare, View and Help all have some
 
-    dialog = window.show_shortcuts()
+    dialog = window.help.show_shortcuts()
     qtbot.waitExposed(dialog)
     rows = shown_rows(dialog)
 
@@ -57,7 +57,7 @@ def test_a_shortcut_added_later_is_in_the_list_without_anyone_editing_it(qtbot, 
     extra = menu_titled(window, "Chat").addAction("Summarise chat")
     extra.setShortcut(QKeySequence("Ctrl+Alt+S"))
 
-    dialog = window.show_shortcuts()
+    dialog = window.help.show_shortcuts()
     assert ("Summarise chat", shortcut_text(extra)) in shown_rows(dialog)
     dialog.close()
 
@@ -65,9 +65,9 @@ def test_a_shortcut_added_later_is_in_the_list_without_anyone_editing_it(qtbot, 
 def test_the_help_menu_has_the_shortcuts_and_about_which_names_the_app_and_its_version(qtbot, make_window,
                                                                                        fake_engine):
     window = make_window(quick_settings())
-    assert menu_titled(window, "Help").actions() == [window.shortcuts_action, window.log_folder_action,
-                                                     window.about_action]
-    box = window.show_about()
+    assert menu_titled(window, "Help").actions() == [window.menus.shortcuts_action, window.menus.log_folder_action,
+                                                     window.menus.about_action]
+    box = window.help.show_about()
     qtbot.waitExposed(box)
     version = importlib.metadata.version("lookahead-chat")  # the installed project's, as the box reads it
     assert f"Lookahead Chat {version}" in box.text() and "Fake" in box.text()
@@ -77,9 +77,9 @@ def test_the_help_menu_has_the_shortcuts_and_about_which_names_the_app_and_its_v
 def test_open_model_is_in_the_model_menu_as_the_one_action_file_also_shows(make_window, fake_engine):
     window = make_window(quick_settings())
     model_menu, file_menu = menu_titled(window, "Model"), menu_titled(window, "File")
-    assert model_menu.actions()[0] is window.open_action
-    assert window.open_action in file_menu.actions()
-    assert window.open_action.shortcut() == QKeySequence(QKeySequence.StandardKey.Open)
+    assert model_menu.actions()[0] is window.menus.open_action
+    assert window.menus.open_action in file_menu.actions()
+    assert window.menus.open_action.shortcut() == QKeySequence(QKeySequence.StandardKey.Open)
     assert len([a for a in window.findChildren(QAction) if a.text() == "&Open model…"]) == 1
 
 
@@ -114,12 +114,12 @@ def test_open_model_starts_in_downloads_then_in_the_folder_the_last_model_came_f
     (models / "other.gguf").write_bytes(b"GGUF")
 
     with qtbot.waitSignal(window.modelChanged, timeout=10_000):
-        window.open_action.trigger()
+        window.menus.open_action.trigger()
     assert file_dialog.starts == [str(downloads)]  # not the bundled model's folder (/models here)
     assert window.model.path.endswith("other.gguf")
 
     file_dialog.choice = ""  # cancelled: nothing changes
-    window.open_action.trigger()
+    window.menus.open_action.trigger()
     assert file_dialog.starts[-1] == str(models)
     assert AppSettings.load().last_model_folder == str(models)  # remembered across runs
 
@@ -131,5 +131,5 @@ def test_open_model_falls_back_to_home_without_downloads_and_forgets_a_folder_th
     monkeypatch.setenv("HOME", str(tmp_path))
     window = make_window(quick_settings(last_model_folder=str(tmp_path / "deleted")))
 
-    window.open_action.trigger()
+    window.menus.open_action.trigger()
     assert file_dialog.starts == [str(tmp_path)]

@@ -77,13 +77,13 @@ def test_a_narrow_window_puts_the_chats_list_away_and_a_wide_one_brings_it_back_
 
     resized(qtbot, window, 1024, 700)
     assert window.is_narrow() and not window.conversations.isVisible()
-    assert not window.chat_list_action.isChecked()
+    assert not window.side_panels.chat_list_action.isChecked()
     assert window.panel_scroll.width() < wide_sizes[2]  # the panel narrowed for the chat
     assert window.settings.show_chat_list  # put away for now, not the user's choice
 
     resized(qtbot, window, 1400, 860)
     qtbot.waitUntil(lambda: window.splitter.sizes() == wide_sizes, timeout=5000)
-    assert window.conversations.isVisible() and window.chat_list_action.isChecked()
+    assert window.conversations.isVisible() and window.side_panels.chat_list_action.isChecked()
 
 
 def test_the_users_own_choice_of_panels_is_not_undone_by_resizing(qtbot, make_window, fake_engine):
@@ -95,8 +95,8 @@ def test_the_users_own_choice_of_panels_is_not_undone_by_resizing(qtbot, make_wi
     assert window.conversations.isVisible()
 
     resized(qtbot, window, 1400, 860)
-    window.chat_list_action.trigger()  # and now hides it in a wide one
-    window.panel_action.trigger()
+    window.side_panels.chat_list_action.trigger()  # and now hides it in a wide one
+    window.side_panels.panel_action.trigger()
     resized(qtbot, window, 1024, 700)
     resized(qtbot, window, 1400, 860)
     assert not window.conversations.isVisible() and not window.panel_scroll.isVisible()

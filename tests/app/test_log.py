@@ -208,11 +208,11 @@ def test_help_open_log_folder_opens_the_log_folder_in_the_file_manager(make_wind
     opened: list[QUrl] = []
     monkeypatch.setattr(QDesktopServices, "openUrl", staticmethod(_recording_into(opened)))
     window = make_window(quick_settings())
-    help_menu = window.about_action.parent()
-    assert window.log_folder_action in help_menu.actions()
-    assert window.log_folder_action.text().replace("&", "") == "Open log folder"
+    help_menu = window.menus.about_action.parent()
+    assert window.menus.log_folder_action in help_menu.actions()
+    assert window.menus.log_folder_action.text().replace("&", "") == "Open log folder"
 
-    window.log_folder_action.trigger()
+    window.menus.log_folder_action.trigger()
 
     folder = app_home / "data" / "logs"
     assert opened == [QUrl.fromLocalFile(str(folder))]
@@ -227,7 +227,7 @@ def test_help_open_log_folder_says_why_when_the_folder_cannot_be_made(make_windo
     window = make_window(quick_settings())
     (app_home / "data" / "logs").write_text("not a folder")
 
-    window.log_folder_action.trigger()
+    window.menus.log_folder_action.trigger()
 
     assert opened == []
     assert window.statusBar().currentMessage().startswith("Could not open the log folder:")

@@ -72,9 +72,9 @@ def test_switching_lookahead_off_and_changing_w_mid_reply_take_effect_at_the_nex
     def change_settings_as_steps_arrive(update) -> None:
         updates.append(update)
         if len(updates) == 1:
-            window.panel.window_spin.setValue(6)
-        elif update.event.window == 6 and window.panel.lookahead_check.isChecked():
-            window.panel.lookahead_check.setChecked(False)
+            window.panel.lookahead.window_spin.setValue(6)
+        elif update.event.window == 6 and window.panel.lookahead.lookahead_check.isChecked():
+            window.panel.lookahead.lookahead_check.setChecked(False)
 
     window.replyStepReceived.connect(change_settings_as_steps_arrive)
     send(qtbot, window, LONG_PROMPT)

@@ -149,11 +149,11 @@ def test_a_reply_that_repeats_the_prompt_is_marked_kept_and_copied_plain(qtbot, 
     first.close()
 
     second = make_window(AppSettings.load())
-    assert second.show_lookahead_action.isChecked()
+    assert second.menus.show_lookahead_action.isChecked()
     again = second.chat_view.bubbles()[-1]
     assert again.marks is not None and again.marks.runs == runs
     assert again.marked is not None and again.marked.toPlainText() == rendered(record.text)
-    second.show_lookahead_action.setChecked(False)  # back to Markdown
+    second.menus.show_lookahead_action.setChecked(False)  # back to Markdown
     assert not again.body.isHidden() and again.marked.isHidden()
     assert second.chat_pane.legend.isHidden()
     assert AppSettings.load().show_lookahead is False

@@ -13,6 +13,7 @@ import urllib.request
 import pytest
 from PySide6.QtGui import QGuiApplication
 
+from engine.server.config import ServedModel
 from tests.helpers.app_fixtures import MODEL_LOAD_TIMEOUT_MS, quick_settings
 
 pytestmark = pytest.mark.model
@@ -67,6 +68,9 @@ def test_serving_starts_with_the_model_and_its_requests_are_not_chats(qtbot, mak
     assert window.serving_label.isVisible() and serving.base_url in window.serving_label.toolTip()
     chats_before = len(window.store.conversations())
     model_id = window.serving.server.model_id
+    # listed as ``engine serve`` lists it: by the file's name and time, the same after a restart
+    assert window.serving.server.created == ServedModel.of_file(window.serving.model.path).created
+    assert model_id == ServedModel.of_file(window.serving.model.path).id
 
     call = in_thread(post, f"{serving.base_url}/chat/completions", hello(model_id))
     qtbot.waitUntil(lambda: "result" in call, timeout=120_000)

@@ -223,7 +223,7 @@ def attach_and_ask(window: MainWindow, wait_for: Callable[[SignalInstance], None
     tool = folder / "tool.py"
     tool.write_text(TOOL_PY, encoding="utf-8")
     pane = window.chat_pane
-    window.show_lookahead_action.setChecked(True)
+    window.menus.show_lookahead_action.setChecked(True)
     pane.attach_files([str(manual), str(tool)])
     while pane.is_reading_attachments():
         QApplication.processEvents()

@@ -1,4 +1,5 @@
-"""engine/ imports go one way, down its layers, and form no circle; app/ never imports the engine's tools.
+"""engine/ imports go one way, down its layers, and form no circle; app/ forms no circle either and never imports
+the engine's tools.
 
 Every import counts, at module level, inside functions or for type checks only. The layers, lowest first:
 
@@ -12,7 +13,8 @@ Every import counts, at module level, inside functions or for type checks only. 
     engine (its __init__ and __main__)             the package's face
 
 A module may import its own layer and those below, never one above: each layer can be read, tested and
-replaced without those above it. A circle means no module in it can be read without the others. The parent
+replaced without those above it. A circle means no module in it can be read without the others (in app/, too:
+a window that hands itself to a helper module, which imports the window's class to type it, is one). The parent
 packages a module's own package path runs first are not counted: they are not an import its author wrote.
 """
 
@@ -22,6 +24,7 @@ import ast
 from pathlib import Path
 
 ENGINE = Path(__file__).resolve().parents[2] / "engine"
+APP = ENGINE.parent / "app"
 
 
 def module_name(path: Path, root: Path = ENGINE) -> str:
@@ -143,13 +146,12 @@ def test_an_import_from_a_layer_above_is_found(tmp_path: Path) -> None:
 
 def test_the_app_never_imports_the_engines_tools() -> None:
     """The app stands on the engine's library, not on its command line or benches (engine.tools)."""
-    app = ENGINE.parent / "app"
     found = []
-    for path in sorted(app.rglob("*.py")):
+    for path in sorted(APP.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
                 [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
-            found += [f"{path.relative_to(app.parent)}: {n}" for n in names if n.startswith("engine.tools")]
+            found += [f"{path.relative_to(APP.parent)}: {n}" for n in names if n.startswith("engine.tools")]
     assert found == []
 
 
@@ -169,3 +171,20 @@ def test_a_circle_through_a_type_check_only_import_is_found(tmp_path: Path) -> N
         "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..runtime import Engine\n")
     (pkg / "alone.py").write_text("def f():\n    from engine.costs.curve import x\n")
     assert circles(import_graph(pkg)) == [["engine.costs.curve", "engine.runtime"]]
+
+
+def test_the_app_has_no_import_circle() -> None:
+    """Every import of app/ counts, those for type checks only too."""
+    graph = import_graph(APP)
+    assert len(graph) > 20, "the walk found the app's modules"
+    assert circles(graph) == []
+
+
+def test_a_window_typed_by_the_module_it_hands_itself_to_is_a_circle(tmp_path: Path) -> None:
+    pkg = tmp_path / "app"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "main_window.py").write_text("from . import menus\n\nclass MainWindow:\n    pass\n")
+    (pkg / "menus.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .main_window import MainWindow\n")
+    assert circles(import_graph(pkg)) == [["app.main_window", "app.menus"]]

@@ -34,8 +34,8 @@ def test_all_files_go_under_lookahead_chat_home_when_it_is_set(home):
 
 def test_a_new_database_is_in_wal_mode_with_the_current_schema_version(home):
     store = ChatStore()
-    assert store.journal_mode() == "wal"
-    assert store.schema_version() == SCHEMA_VERSION >= 1
+    assert store.database.journal_mode() == "wal"
+    assert store.database.schema_version() == SCHEMA_VERSION >= 1
     store.close()
 
 
@@ -118,9 +118,9 @@ def test_deleting_a_long_chat_deletes_all_its_messages_and_their_search_index(ho
     keep = store.create_conversation("keep")
     store.add_message(keep.id, "user", "a walrus too")
     store.delete_conversation(c.id)
-    assert [h.conversation_id for h in store.search("walrus")] == [keep.id]
+    assert [h.conversation_id for h in store.search.find("walrus")] == [keep.id]
     assert store.tree(c.id) == []
-    assert store.integrity_check() == "ok"
+    assert store.database.integrity_check() == "ok"
     store.close()
 
 
@@ -149,7 +149,7 @@ def _schema_2_database(path) -> list[tuple]:
 def test_a_database_written_at_schema_2_keeps_every_chat_and_message_and_gains_alternatives_and_search(home):
     rows = _schema_2_database(paths.database_path())
     store = ChatStore()
-    assert store.schema_version() == SCHEMA_VERSION >= 3
+    assert store.database.schema_version() == SCHEMA_VERSION >= 3
     assert [(c.title, c.created, c.updated) for c in store.conversations()] == [
         ("Tea", 1003.0, 2003.0), ("Empty", 1002.0, 2002.0), ("Whales", 1001.0, 2001.0)]
     for conv_id in (1, 2, 3):
@@ -158,16 +158,16 @@ def test_a_database_written_at_schema_2_keeps_every_chat_and_message_and_gains_a
             r for r in rows if r[0] == conv_id]
         assert [m.parent_id for m in shown] == [None, *(m.id for m in shown)][:len(shown)]  # each after the last
         assert store.alternatives(conv_id) == {}
-    assert [(h.conversation_id, h.title) for h in store.search("narwhal")] == [(1, "Whales")]
+    assert [(h.conversation_id, h.title) for h in store.search.find("narwhal")] == [(1, "Whales")]
 
     # The new features work on the old chats: an alternative reply, a fork, a search of new text.
     old_reply = store.messages(1)[-1]
     new_reply = store.add_message(1, "assistant", "a new narwhal reply", parent_id=old_reply.parent_id)
     assert store.siblings(new_reply.id) == [old_reply.id, new_reply.id]
-    assert len(store.search("narwhal")) == 2
+    assert len(store.search.find("narwhal")) == 2
     assert [m.content for m in store.messages(store.fork_conversation(old_reply.id).id)] == [
         r[2] for r in rows if r[0] == 1]
-    assert store.integrity_check() == "ok"
+    assert store.database.integrity_check() == "ok"
     store.close()
 
 
@@ -191,19 +191,19 @@ def _schema_3_database(path) -> list[tuple]:
 def test_a_database_written_at_schema_3_keeps_every_message_and_its_new_messages_keep_their_files(home):
     rows = _schema_3_database(paths.database_path())
     store = ChatStore()
-    assert store.schema_version() == SCHEMA_VERSION == 4
+    assert store.database.schema_version() == SCHEMA_VERSION == 4
     tree = store.tree(1)
     assert [(m.id, m.parent_id, m.role, m.content, m.created, m.stats_json, m.marks_json) for m in tree] == rows
     assert [m.id for m in store.messages(1)] == [1, 2]  # the branch shown is kept
     assert all(m.attachments == () and m.documents is None for m in tree)
-    assert [h.message_id for h in store.search("owls")] and store.siblings(2) == [2, 3]
+    assert [h.message_id for h in store.search.find("owls")] and store.siblings(2) == [2, 3]
 
     notes = Attachment("notes.txt", "text", 40, "Owls swallow their prey whole.", path="/tmp/notes.txt")
     added = store.add_message(1, "user", "and what do they eat?", attachments=[notes])
     store.close()
     store = ChatStore()  # the app started again
     assert store.messages(1)[-1].attachments == (notes,) and present(store.message(added.id)).attachments == (notes,)
-    assert store.integrity_check() == "ok"
+    assert store.database.integrity_check() == "ok"
     store.close()
 
 
@@ -241,8 +241,8 @@ def test_search_finds_what_people_wrote_not_the_text_of_their_files(home):
     notes = Attachment("notes.txt", "text", 40, "Owls swallow their prey whole; pellets follow.")
     question = store.add_message(conv.id, "user", "Summarise the notes", attachments=[notes])
     store.set_placed_documents(question.id, _placed("## notes.txt\nOwls swallow their prey whole; pellets follow."))
-    assert store.search("pellets") == []
-    assert [h.message_id for h in store.search("summarise")] == [question.id]
+    assert store.search.find("pellets") == []
+    assert [h.message_id for h in store.search.find("summarise")] == [question.id]
     store.close()
 
 
@@ -277,7 +277,7 @@ def test_search_finds_a_word_among_1000_messages_in_under_50_ms_of_cpu(home):
         fresh = ChatStore()
         try:
             cpu, wall = time.thread_time(), time.perf_counter()
-            hits = fresh.search("axolotl")
+            hits = fresh.search.find("axolotl")
             return hits, time.thread_time() - cpu, time.perf_counter() - wall
         finally:
             fresh.close()
@@ -294,7 +294,7 @@ def test_search_finds_a_word_among_1000_messages_in_under_50_ms_of_cpu(home):
     assert cpu < 0.050, f"{cpu * 1000:.1f} ms of CPU"
     assert wall < 0.250, f"{wall * 1000:.1f} ms"
     store = ChatStore()
-    assert len(store.search("lazy dog", limit=1000)) == 1000
+    assert len(store.search.find("lazy dog", limit=1000)) == 1000
     store.close()
 
 
@@ -304,7 +304,7 @@ def test_what_the_user_types_is_searched_as_words_and_never_raises(home, text):
     store = ChatStore()
     conv = store.create_conversation("c")
     store.add_message(conv.id, "user", "the fox's den")
-    hits = store.search(text)
+    hits = store.search.find(text)
     assert all(h.conversation_id == conv.id for h in hits)
     store.close()
 
@@ -314,9 +314,9 @@ def test_search_matches_every_word_the_last_as_a_prefix_and_in_one_chat_keeps_it
     a, b = store.create_conversation("a"), store.create_conversation("b")
     for conv, text in ((a, "Whales sing songs"), (b, "whales sing"), (a, "songs of whales"), (a, "fish sing")):
         store.add_message(conv.id, "user", text)
-    assert len(store.search('"whales sing"')) == 2  # quotes are only text: both words, anywhere
-    assert len(store.search("whal")) == 3  # while typing
-    assert [h.snippet for h in store.search("whales", conversation_id=a.id)] == [
+    assert len(store.search.find('"whales sing"')) == 2  # quotes are only text: both words, anywhere
+    assert len(store.search.find("whal")) == 3  # while typing
+    assert [h.snippet for h in store.search.find("whales", conversation_id=a.id)] == [
         f"{MATCH_START}Whales{MATCH_END} sing songs", f"songs of {MATCH_START}whales{MATCH_END}"]
     store.close()
 

@@ -34,6 +34,7 @@ while True:
 """
 
 
+@pytest.mark.timing
 def test_messages_reported_saved_survive_a_sigkill_and_the_database_stays_intact(tmp_path):
     db = tmp_path / "chats.sqlite3"
     env = dict(os.environ, PYTHONPATH=str(ROOT))
@@ -58,8 +59,8 @@ def test_messages_reported_saved_survive_a_sigkill_and_the_database_stays_intact
 
         store = ChatStore(db)
         try:
-            assert store.integrity_check() == "ok"
-            assert store.recovered is None
+            assert store.database.integrity_check() == "ok"
+            assert store.database.recovered is None
             saved = {m.id for c in store.conversations() for m in store.messages(c.id)}
         finally:
             store.close()
@@ -69,7 +70,7 @@ def test_messages_reported_saved_survive_a_sigkill_and_the_database_stays_intact
 
 def test_the_store_syncs_every_commit_and_writes_a_message_and_its_chat_together(tmp_path, monkeypatch):
     store = ChatStore(tmp_path / "c.sqlite3")
-    assert store.journal_mode() == "wal" and store.synchronous() == 2  # FULL
+    assert store.database.journal_mode() == "wal" and store.database.synchronous() == 2  # FULL
     conv = store.create_conversation("c")
 
     def fail(_conversation_id: int) -> None:
@@ -107,17 +108,17 @@ def test_a_corrupt_database_is_kept_as_a_timestamped_backup_and_a_new_one_starte
 
     store = ChatStore(path)
     try:
-        assert store.recovered is not None
-        backup = store.recovered.backup
+        assert store.database.recovered is not None
+        backup = store.database.recovered.backup
         assert backup.name.startswith("chats.sqlite3.corrupt-") and backup.read_bytes() == original
-        assert str(backup) in store.recovered.message()
+        assert str(backup) in store.database.recovered.message()
         assert store.conversations() == []
         conv = store.create_conversation("fresh start")
         store.add_message(conv.id, "user", "hello")
-        assert store.integrity_check() == "ok"
+        assert store.database.integrity_check() == "ok"
     finally:
         store.close()
-    assert ChatStore(path).recovered is None  # the new file is healthy
+    assert ChatStore(path).database.recovered is None  # the new file is healthy
 
 
 def _hold_lock(path: Path) -> sqlite3.Connection:
@@ -129,6 +130,7 @@ def _hold_lock(path: Path) -> sqlite3.Connection:
     return other
 
 
+@pytest.mark.timing
 def test_a_locked_database_is_reported_clearly_after_a_short_wait_and_left_untouched(tmp_path):
     path = tmp_path / "chats.sqlite3"
     other = _hold_lock(path)
@@ -193,7 +195,7 @@ def test_the_app_starts_on_a_corrupt_database_keeps_a_backup_and_says_where(qtbo
     assert window.conversations.titles() == []
     conv = window.store.create_conversation("after recovery")  # the new database works
     assert [c.title for c in window.store.conversations()] == ["after recovery"]
-    assert window.store.path == paths.database_path() and conv.id
+    assert window.store.database.path == paths.database_path() and conv.id
 
 
 @OFFSCREEN_NOISE
@@ -206,7 +208,7 @@ def test_the_app_starts_on_a_locked_database_says_so_and_keeps_running(qtbot, ba
         qtbot.waitUntil(lambda: bool(dialogs.shown), timeout=5000)
         ((kind, _title, text),) = dialogs.shown
         assert kind == "warning" and "locked by another program" in text and "will not be saved" in text
-        assert window.store.path == MEMORY
+        assert window.store.database.path == MEMORY
         conv = window.store.create_conversation("this session")
         window.store.add_message(conv.id, "user", "still works")
         assert window.store.messages(conv.id)[0].content == "still works"

@@ -169,8 +169,8 @@ def test_every_statistic_and_control_says_what_it_means_on_hover(qtbot):
         assert len(name.toolTip()) > 30, name.text()
     for value in values:
         assert len(value.toolTip()) > 30, value
-    for widget in (live.speedup, live.speedup_note, live.chart, panel.auto_check, panel.auto_choice,
-                   panel.window_spin, panel.ngram_spin, panel.guesses_spin):
+    for widget in (live.speedup, live.speedup_note, live.chart, panel.lookahead.auto_check, panel.lookahead.auto_choice,
+                   panel.lookahead.window_spin, panel.lookahead.ngram_spin, panel.lookahead.guesses_spin):
         assert len(widget.toolTip()) > 30, widget
     assert "steps that drafted nothing" in live.row_names["tokens_per_step"].toolTip()
     assert "not a timed race" in live.speedup.toolTip()
@@ -311,7 +311,7 @@ def test_a_reply_running_in_another_chat_is_named_above_its_numbers(qtbot, make_
 
 
 def _shape_label_shown(panel: DecodingPanel) -> QLabel | None:
-    page = panel.shape_stack.currentWidget()
+    page = panel.lookahead.shape_stack.currentWidget()
     return page if isinstance(page, QLabel) else None
 
 
@@ -319,11 +319,11 @@ def test_under_auto_w_n_g_give_way_to_what_auto_chose_and_come_back_unchanged(qt
     panel = DecodingPanel()
     qtbot.addWidget(panel)
     panel.load_settings(quick_settings(auto=False, window=7, ngram=5, guesses=2))
-    assert _shape_label_shown(panel) is None and panel.window_spin.isEnabled()
+    assert _shape_label_shown(panel) is None and panel.lookahead.window_spin.isEnabled()
 
-    panel.auto_check.setChecked(True)
+    panel.lookahead.auto_check.setChecked(True)
     label = _shape_label_shown(panel)
-    assert label is panel.auto_choice and "set by Auto" in label.text() and "no step yet" in label.text()
+    assert label is panel.lookahead.auto_choice and "set by Auto" in label.text() and "no step yet" in label.text()
     panel.show_step(step_event(0, "auto"))
     assert label.text().endswith("Last step: W0 N4 G1, 3-token draft")
     assert "history match 9" in label.toolTip()
@@ -335,17 +335,18 @@ def test_under_auto_w_n_g_give_way_to_what_auto_chose_and_come_back_unchanged(qt
     saved = AppSettings()
     panel.store_settings(saved)
     assert (saved.auto, saved.window, saved.ngram, saved.guesses) == (True, 7, 5, 2)
-    panel.auto_check.setChecked(False)
+    panel.lookahead.auto_check.setChecked(False)
     assert _shape_label_shown(panel) is None
-    assert (panel.window_spin.value(), panel.ngram_spin.value(), panel.guesses_spin.value()) == (7, 5, 2)
-    assert panel.window_spin.isEnabled()
+    controls = panel.lookahead
+    assert (controls.window_spin.value(), controls.ngram_spin.value(), controls.guesses_spin.value()) == (7, 5, 2)
+    assert panel.lookahead.window_spin.isEnabled()
 
 
 def test_a_reply_under_auto_shows_auto_s_last_choice_in_the_panel(qtbot, make_window, priced_engine):
     window = make_window(quick_settings(auto=True))
     send(qtbot, window, "go")  # its last step is plain: Auto found no draft worth its cost
-    assert window.panel.auto_choice.text().endswith("Last step: plain step")
-    assert "no draft worth its cost" in window.panel.auto_choice.toolTip()
+    assert window.panel.lookahead.auto_choice.text().endswith("Last step: plain step")
+    assert "no draft worth its cost" in window.panel.lookahead.auto_choice.toolTip()
     assert window.panel.live.shape.text() == "auto  plain step  (batch 1)"
-    window.panel.auto_check.setChecked(False)
+    window.panel.lookahead.auto_check.setChecked(False)
     assert (window.settings.window, window.settings.ngram, window.settings.guesses) == (4, 4, 3)

@@ -4,6 +4,7 @@ cost, measuring later, and a result that stays long enough to read. The engine i
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from types import SimpleNamespace
 
 import pytest
@@ -11,7 +12,7 @@ import pytest
 from app.widgets import measure_status
 from app.widgets.measure_status import RUNNING_TEXT, SKIP_COST, SKIPPED_TEXT, format_left, time_left
 from engine.costs.calibration import MeasurementCancelled
-from engine.costs.curve import DEFAULT_CURVE
+from engine.costs.curve import DEFAULT_CURVE, CostCurve
 from tests.helpers.app_fixtures import (
     MODEL_LOAD_TIMEOUT_MS,
     OFFSCREEN_NOISE,
@@ -44,7 +45,9 @@ class _SteppedTuneEngine(FakeEngine):
     def load_cached_curve(self) -> bool:
         return False
 
-    def tune(self, progress=None, cancel=None):
+    def tune(self, refresh: bool = False, budget_s: float = 6.0, progress: Callable[[float], None] | None = None,
+             cancel: threading.Event | None = None) -> CostCurve:
+        assert progress is not None  # the worker always listens
         cls = type(self)
         cls.tunes += 1
         for fraction in cls.steps:

@@ -16,7 +16,7 @@ from app.widgets.model_info import FALLBACK_NOTE, OWN_TEMPLATE_NOTE, ModelInfoDi
 from engine.decoding.text import CHATML_TEMPLATE, GEMMA_TEMPLATE, ChatTemplate, built_in_format
 from engine.llama.probe import ProbeResult
 from engine.units import format_params, plain_size
-from tests.helpers.app_fixtures import OFFSCREEN_NOISE, FakeEngineEarlierChats
+from tests.helpers.app_fixtures import OFFSCREEN_NOISE, FakeEngine, fake_model_info, fake_summary
 from tests.helpers.optional import present
 
 pytestmark = OFFSCREEN_NOISE
@@ -89,21 +89,15 @@ def test_the_fallback_template_is_shown_with_a_line_saying_it_is_not_the_models_
 # --- through the real worker and window, with an engine whose file has no chat template ---
 
 
-class _TemplatelessEngine(FakeEngineEarlierChats):
-    def __init__(self, path, n_ctx=4096, n_threads=None, progress=None, summary=None) -> None:
-        self.summary = SimpleNamespace(name="Bare", architecture="gpt2", file_type="F16", path=str(path),
-                                       context_length=1024, size_bytes=250_000_000, matrix_types=(("F16", 48),))
-        self.info = SimpleNamespace(n_params=124_000_000)
-        self.n_ctx, self.n_threads = n_ctx, n_threads or 1
-        self.lookahead_block_reason = None
-        self.lookahead_kind = "lookahead"
-        self.template = ChatTemplate(None)  # the engine's own rule: no source, the generic fallback
+class _TemplatelessEngine(FakeEngine):
+    """A GPT-2 file without a chat template: the engine's own rule, no source, gives the generic fallback (as
+    ``FakeEngine``'s template has)."""
 
-    def close(self) -> None:
-        pass
-
-    def load_cached_curve(self) -> bool:
-        return True
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.summary = fake_summary(self.summary.path, name="Bare", architecture="gpt2", context_length=1024,
+                                    size_bytes=250_000_000, matrix_types=(("F16", 48),))
+        self.info = fake_model_info(124_000_000)
 
 
 @pytest.fixture
@@ -114,8 +108,8 @@ def templateless_engine(worker_options):
 
 
 def _open_template_dialog(window) -> ModelInfoDialog:
-    assert window.template_action.isEnabled()
-    window.template_action.trigger()
+    assert window.menus.template_action.isEnabled()
+    window.menus.template_action.trigger()
     dialog = window.findChild(ModelInfoDialog)
     assert dialog is not None and dialog.isVisible()
     return dialog
@@ -174,9 +168,9 @@ def test_the_template_action_waits_for_a_model(qtbot, app_home, dialogs):
     try:
         (model_menu,) = [a.menu() for a in window.menuBar().actions() if a.text() == "&Model"]
         assert isinstance(model_menu, QMenu)
-        assert window.template_action in model_menu.actions()
-        assert not window.template_action.isEnabled()
-        window.template_action.trigger()  # a disabled action does nothing
+        assert window.menus.template_action in model_menu.actions()
+        assert not window.menus.template_action.isEnabled()
+        window.menus.template_action.trigger()  # a disabled action does nothing
         assert window.findChild(ModelInfoDialog) is None
     finally:
         window.close()
@@ -227,9 +221,9 @@ def test_a_hybrid_model_says_it_gets_drafts_only_in_the_panel_model_info_and_lib
         window.load_model(path)
     assert window.model.lookahead_kind == "drafts only" and window.model.lookahead_block_reason is None
     panel = window.panel
-    assert panel.block_label.text() == DRAFTS_ONLY_NOTE and not panel.block_label.isHidden()
-    assert panel.lookahead_check.isEnabled()  # lookahead stays on: only its window is left out
-    window.template_action.trigger()
+    assert panel.lookahead.block_label.text() == DRAFTS_ONLY_NOTE and not panel.lookahead.block_label.isHidden()
+    assert panel.lookahead.lookahead_check.isEnabled()  # lookahead stays on: only its window is left out
+    window.menus.template_action.trigger()
     info = window.findChild(ModelInfoDialog)
     assert info is not None and info.facts["Lookahead"].text() == DRAFTS_ONLY_NOTE
     library = LibraryDialog([str(folder)], loaded_path=path)

@@ -130,10 +130,10 @@ def test_a_model_named_with_markup_is_shown_as_its_characters_everywhere(make_wi
         window.load_model(path)
     assert window.model.display_name == NAME
 
-    window.template_action.trigger()
+    window.menus.template_action.trigger()
     info = window.findChild(ModelInfoDialog)
     assert info is not None
-    about = window.show_about()
+    about = window.help.show_about()
     library = LibraryDialog([str(folder)], loaded_path=path)
     qtbot.addWidget(library)
     library.show()

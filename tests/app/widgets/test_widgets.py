@@ -49,31 +49,32 @@ def test_enter_and_ctrl_enter_send_while_shift_enter_starts_a_new_line(qtbot):
 def test_the_decoding_panel_keeps_w_n_g_in_the_engine_ranges_and_disables_them_under_auto(qtbot):
     panel = DecodingPanel()
     qtbot.addWidget(panel)
-    ranges = [(s.minimum(), s.maximum()) for s in (panel.window_spin, panel.ngram_spin, panel.guesses_spin)]
+    spins = (panel.lookahead.window_spin, panel.lookahead.ngram_spin, panel.lookahead.guesses_spin)
+    ranges = [(s.minimum(), s.maximum()) for s in spins]
     assert ranges == [(0, 16), (2, 8), (0, 16)]
-    panel.lookahead_check.setChecked(True)
-    panel.auto_check.setChecked(False)
+    panel.lookahead.lookahead_check.setChecked(True)
+    panel.lookahead.auto_check.setChecked(False)
     changes: list[LookaheadConfig | None] = []
     panel.lookaheadChanged.connect(changes.append)
 
-    panel.window_spin.setValue(7)
-    assert changes[-1] == LookaheadConfig(window=7, ngram=panel.ngram_spin.value(), guesses=panel.guesses_spin.value())
-    panel.auto_check.setChecked(True)
+    panel.lookahead.window_spin.setValue(7)
+    assert changes[-1] == LookaheadConfig(window=7, ngram=spins[1].value(), guesses=spins[2].value())
+    panel.lookahead.auto_check.setChecked(True)
     assert changes[-1].auto
-    assert not any(s.isEnabled() for s in (panel.window_spin, panel.ngram_spin, panel.guesses_spin))
-    panel.lookahead_check.setChecked(False)
+    assert not any(s.isEnabled() for s in spins)
+    panel.lookahead.lookahead_check.setChecked(False)
     assert changes[-1] is None and panel.lookahead_config() is None
-    assert not panel.auto_check.isEnabled()
+    assert not panel.lookahead.auto_check.isEnabled()
 
 
 def test_a_model_that_cannot_do_lookahead_disables_it_and_says_why(qtbot):
     panel = DecodingPanel()
     qtbot.addWidget(panel)
-    panel.lookahead_check.setChecked(True)
+    panel.lookahead.lookahead_check.setChecked(True)
     panel.set_lookahead_blocked("lookahead is unavailable for this model: recurrent memory")
-    assert not panel.lookahead_check.isEnabled()
+    assert not panel.lookahead.lookahead_check.isEnabled()
     assert panel.lookahead_config() is None
-    assert "recurrent" in panel.block_label.text()
+    assert "recurrent" in panel.lookahead.block_label.text()
     panel.set_lookahead_blocked(None)
     assert panel.lookahead_config() is not None
 
@@ -115,6 +116,7 @@ def test_only_the_last_reply_offers_regenerate(qtbot):
     assert [b.edit_button.isVisibleTo(b) for b in view.bubbles()] == [True, False, True, False]
 
 
+@pytest.mark.timing
 def test_the_coalescer_hands_over_every_item_in_order_at_most_about_30_times_a_second(qtbot):
     coalescer = UpdateCoalescer()
     batches: list[list] = []
@@ -219,7 +221,7 @@ def test_stop_reaches_a_running_generation_through_the_direct_connection(qtbot, 
     with qtbot.waitSignal(window.replyStepReceived, timeout=10_000):
         window.send_button.click()
     with qtbot.waitSignal(window.replyCompleted, timeout=10_000) as blocker:
-        window.stop_action.trigger()  # Esc
+        window.menus.stop_action.trigger()  # Esc
     record = blocker.args[0]
     assert record.outcome.stop_reason == "cancelled"
     assert record.outcome.steps_after_stop <= 1

@@ -325,11 +325,13 @@ def test_a_second_scan_reads_no_header_and_a_changed_file_is_read_again(fake_hom
     again = scan(home_roots(fake_home))
     assert read == [] and rows(again) == rows(first)
 
-    os.utime(fake_home.lm_studio, ns=(time.time_ns(), time.time_ns() + 10**9))
+    changed = fake_home.lm_studio.stat().st_mtime_ns + 10**9  # a second later: no clock read, no race with it
+    os.utime(fake_home.lm_studio, ns=(changed, changed))
     scan(home_roots(fake_home))
     assert read == [str(fake_home.lm_studio)]
 
 
+@pytest.mark.timing
 def test_a_rescan_of_a_thousand_cached_files_lists_the_folder_once_stats_each_file_once_and_is_quick(
     tmp_path, app_home, monkeypatch
 ):
@@ -616,6 +618,7 @@ def test_added_folders_are_scanned_and_removed_ones_are_not(qtbot, fake_home, tm
 
 
 @OFFSCREEN_NOISE
+@pytest.mark.timing
 def test_closing_the_dialog_cancels_its_scan_and_ends_its_thread(qtbot, fake_home, tmp_path, monkeypatch):
     slow = tmp_path / "slow"
     slow.mkdir()
@@ -692,7 +695,7 @@ def test_double_clicking_the_bundled_models_row_loads_it_in_the_window(make_wind
     window = make_window(quick_settings(model_path=str(fake_home.lm_studio)))
     _no_measuring(window)
     assert window.model.path == str(fake_home.lm_studio)
-    window.library_action.trigger()
+    window.menus.library_action.trigger()
     dialog = window.library_dialog
     with qtbot.waitSignal(dialog.scanned, timeout=30_000):
         pass
@@ -709,7 +712,7 @@ def test_the_status_bar_names_the_loaded_model_as_the_library_does_and_the_libra
 ):
     window = make_window(quick_settings())
     _no_measuring(window)
-    window.library_action.trigger()
+    window.menus.library_action.trigger()
     dialog = window.library_dialog
     with qtbot.waitSignal(dialog.scanned, timeout=30_000):
         pass
