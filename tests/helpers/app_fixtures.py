@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pytest
 from PySide6.QtWidgets import QMessageBox, QWidget
@@ -24,13 +24,18 @@ from app import paths
 from app.engine_thread import LIVE_THREADS
 from app.settings import AppSettings
 from app.store import ChatStore, StoredMessage
+from engine.costs.curve import DEFAULT_CURVE, CostCurve
+from engine.decoding.text import ChatTemplate
+from engine.library.names import LookaheadKind
+from engine.llama.models import GgufSummary
+from engine.llama.native import ModelInfo
 
 if TYPE_CHECKING:
     from PySide6.QtWidgets import QAbstractButton
 
     from app.attachments import Attachment
     from app.main_window import MainWindow, ReplyRecord
-    from engine.llama.models import GgufSummary
+    from engine.decoding.runtime import Engine
     from engine.llama.problems import LoadProblem
 
 # The offscreen platform says this whenever a top-level window's size limits change; xcb does not.
@@ -175,6 +180,61 @@ def make_window(
         window.deleteLater()
 
 
+def close_mid_reply(window: MainWindow) -> list[StoredMessage]:
+    """Close ``window`` while a reply runs: it must exit within 2 s with its engine thread stopped.
+
+    Returns the messages stored for the one chat.
+    """
+    t0 = time.perf_counter()
+    window.close()
+    assert time.perf_counter() - t0 < 2.0
+    assert not window.engine.worker_thread.isRunning()
+    store = ChatStore()
+    try:
+        (conv,) = store.conversations()
+        return store.messages(conv.id)
+    finally:
+        store.close()
+
+
+class WorkerEngine(Protocol):
+    """What the app's engine worker (app/worker.py) uses of the engine it loads: the model's facts it reports in
+    ``LoadedModel``, the earlier chats and attached files drafts come from, the cost curve for Auto, the thread probe.
+
+    ``FakeEngine`` declares it and mypy checks below that ``Engine`` has it, so a fake that drifts from the engine
+    (a method renamed, an argument added) fails mypy rather than a window test at run time.
+    """
+
+    summary: GgufSummary
+    info: ModelInfo
+    template: ChatTemplate
+    n_ctx: int
+    n_threads: int
+    lookahead_block_reason: str | None
+    keep_replies: bool
+
+    @property
+    def lookahead_kind(self) -> LookaheadKind: ...
+    def close(self) -> None: ...
+    def draft_from_earlier_chats(self) -> None: ...
+    def remember_chat(self, tokens: Sequence[int]) -> None: ...
+    def save_kept_ngrams(self, force: bool = False) -> None: ...
+    def set_documents(self, texts: Sequence[str]) -> None: ...
+    def tokenize(self, text: str, add_special: bool = True) -> list[int]: ...
+    def load_cached_curve(self) -> bool: ...
+    def tune(self, refresh: bool = False, budget_s: float = 6.0, progress: Callable[[float], None] | None = None,
+             cancel: threading.Event | None = None) -> CostCurve: ...
+    def probe_threads(self, cancel: threading.Event | None = None) -> bool: ...
+
+
+class EngineFactory(Protocol):
+    """How the worker makes an engine (its ``engine_factory``): ``Engine`` itself, or a fake's class."""
+
+    def __call__(self, model_path: str | os.PathLike[str], n_ctx: int = ..., n_threads: int | None = None,
+                 progress: Callable[[float], bool] | None = None, summary: GgufSummary | None = None,
+                 ) -> WorkerEngine: ...
+
+
 class FakeEngineEarlierChats:
     """The part of an engine the worker feeds earlier chats to, for fake engines: it keeps what it was given."""
 
@@ -199,48 +259,29 @@ class FakeEngineEarlierChats:
         return [len(word) for word in text.split()]
 
 
-def close_mid_reply(window: MainWindow) -> list[StoredMessage]:
-    """Close ``window`` while a reply runs: it must exit within 2 s with its engine thread stopped.
-
-    Returns the messages stored for the one chat.
-    """
-    t0 = time.perf_counter()
-    window.close()
-    assert time.perf_counter() - t0 < 2.0
-    assert not window.engine.worker_thread.isRunning()
-    store = ChatStore()
-    try:
-        (conv,) = store.conversations()
-        return store.messages(conv.id)
-    finally:
-        store.close()
-
-
-class FakeEngine(FakeEngineEarlierChats):
+class FakeEngine(FakeEngineEarlierChats, WorkerEngine):
     """An engine that loads at once and writes nothing itself: a fake session (``session_factory``) replies."""
+
+    lookahead_kind = LookaheadKind.FULL
 
     def __init__(
         self,
-        path: str | os.PathLike[str] | None,
+        model_path: str | os.PathLike[str] | None,
         n_ctx: int = 4096,
         n_threads: int | None = None,
         progress: Callable[[float], bool] | None = None,
         summary: GgufSummary | None = None,
     ) -> None:
-        from types import SimpleNamespace
-
-        from engine.decoding.text import ChatTemplate
-
+        """``summary`` (the probe's) is not read: a fake's facts are its own (``fake_summary``)."""
         for frac in (0.0, 0.5, 1.0):
             if progress is not None:
                 progress(frac)
-        self.summary = SimpleNamespace(name="Fake", architecture="fake", file_type="F16", path=str(path),
-                                       context_length=2048, size_bytes=1000, matrix_types=(("F16", 4),))
+        self.summary = fake_summary(model_path)
         self.template = ChatTemplate(None)
-        self.info = SimpleNamespace(n_params=1_000_000)
+        self.info = fake_model_info(1_000_000)
         self.n_ctx, self.n_threads = n_ctx, n_threads or 1
         self.lookahead_block_reason: str | None = None
-        self.lookahead_kind = "lookahead"
+        self.keep_replies = True
 
     def close(self) -> None:
         pass
@@ -248,8 +289,37 @@ class FakeEngine(FakeEngineEarlierChats):
     def load_cached_curve(self) -> bool:
         return True  # nothing to measure: the app never shows the measurement for a fake
 
+    def tune(self, refresh: bool = False, budget_s: float = 6.0, progress: Callable[[float], None] | None = None,
+             cancel: threading.Event | None = None) -> CostCurve:
+        return DEFAULT_CURVE  # never asked (the curve is "cached"); fakes that measure say how
+
     def probe_threads(self, cancel: threading.Event | None = None) -> bool:
         return True  # nothing to probe: a fake's thread count never changes what it writes
+
+
+def fake_summary(model_path: str | os.PathLike[str] | None, **facts: Any) -> GgufSummary:
+    """A fake model file's header facts: a small F16 model named "Fake", with ``facts`` changed."""
+    summary = GgufSummary(path=str(model_path), size_bytes=1000, architecture="fake", name="Fake", file_type="F16",
+                          context_length=2048, n_tensors=4, has_chat_template=False, matrix_types=(("F16", 4),))
+    return replace(summary, **facts)
+
+
+def fake_model_info(n_params: int) -> ModelInfo:
+    """What a fake model says of itself once loaded: only its parameter count is read."""
+    return ModelInfo(path="", description="fake", n_params=n_params, size_bytes=0, n_ctx_train=0, n_vocab=0,
+                     recurrent=False, hybrid=False)
+
+
+if TYPE_CHECKING:
+
+    def _the_engine_and_the_fake_agree(engine: Engine) -> None:
+        """Never called: mypy checks that the engine has what ``WorkerEngine`` names, and that the engine's class and
+        ``FakeEngine`` are both made as the worker makes an engine, into something that has it."""
+        used: WorkerEngine = engine
+        real: EngineFactory = Engine
+        fake: EngineFactory = FakeEngine
+        FakeEngine("fake.gguf")  # an attribute or a method of the Protocol that the fake lacks leaves it abstract
+        del used, real, fake
 
 
 def use_fake_engine(worker_options: dict[str, Any], session_factory: Callable[[Any], Any]) -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from engine import ChatSession, GenerationControls, Message, SamplingConfig, StepEvent, StopConfig
@@ -131,7 +131,7 @@ class ScriptedEngine(FakeEngine, ChatEngine):
 
     def __init__(
         self,
-        path: str | os.PathLike[str] | None = None,
+        model_path: str | os.PathLike[str] | None = None,
         n_ctx: int = 4096,
         n_threads: int | None = None,
         progress: Callable[[float], bool] | None = None,
@@ -139,15 +139,14 @@ class ScriptedEngine(FakeEngine, ChatEngine):
         *,
         script: Script,
     ) -> None:
-        super().__init__(path, n_ctx, n_threads, progress, summary)
-        self.summary.name = "Scripted"
+        super().__init__(model_path, n_ctx, n_threads, progress, summary)
+        self.summary = replace(self.summary, name="Scripted")
         self.script = script
         self.runs: list[str] = []  # "plain" / "lookahead", in the order they ran
         self.resets = 0
         self.steps_run = 0  # forward passes, over all runs
         self.steps_at_stop = -1  # steps_run when a test pressed Stop
         self.corpus = self.kept = None  # no drafts from earlier chats or kept n-grams
-        self.keep_replies = True
 
     def reset(self) -> None:
         self.resets += 1

@@ -15,7 +15,7 @@ from engine import Engine
 from engine.costs import calibration
 from engine.costs.curve import REFERENCE_CURVES, CostCurve
 from engine.costs.whatif import load_curve
-from engine.decoding.auto import AcceptanceStats
+from engine.decoding.acceptance import AcceptanceStats
 
 FLAT = REFERENCE_CURVES["flat"]
 STEEP = REFERENCE_CURVES["steep"]

@@ -7,6 +7,10 @@ cannot say: a prompt longer than the context, the shape of a stream, a full queu
 in the middle of a stream. Nothing here depends on how fast the machine decodes: where a test needs a
 generation to be running while it sends more, the engine is held after its first step until the test lets
 it go.
+
+What the server decides alone (routes, the body, the key, the Host and Origin checks, its queue) is asked of a
+server on a stand-in that says one word (``OneWordEngine``); what the engine takes part in (a sampler setting,
+the context's length, a stream of many steps, a generation stopped midway) of one on the bundled model.
 """
 
 from __future__ import annotations
@@ -32,8 +36,7 @@ from engine.llama.problems import SettingsError
 from engine.server import EngineRunner, ServerConfig, ServerStats
 from engine.server.api import ModelServer
 from tests.helpers.fake_engine import Generating, as_engine
-
-pytestmark = pytest.mark.model
+from tests.helpers.serving import HOLD_S, OneWordEngine
 
 MODEL_ID = "bundled"
 API_KEY = "secret-key-123"
@@ -46,7 +49,6 @@ STORY = [{"role": "user", "content": "Write a very long story"}]
 TIMINGS = {"prompt_n", "prompt_ms", "predicted_n", "predicted_ms", "predicted_per_second", "draft_n",
            "draft_n_accepted"}
 WAIT_S = 30  # generous: how long a server may take to notice something, whatever the CPU
-HOLD_S = 120  # the longest a held generation waits for its test (a failed test lets it go at once)
 
 
 # -- the engine as the server's runner sees it ------------------------------------------------------------------
@@ -62,7 +64,7 @@ class Generation:
 
 
 class WatchedEngine(Generating):
-    """The shared engine, recording each generation the runner runs on it.
+    """An engine (the shared one, or a stand-in), recording each generation the runner runs on it.
 
     With ``hold``, every generation pauses after its first step until ``hold`` is set: the test then knows a
     generation is running (the server has sent its first chunk) for as long as it needs, at any CPU speed.
@@ -109,7 +111,7 @@ class WatchedEngine(Generating):
 @contextmanager
 def serving(engine: Any, hold: threading.Event | None = None,
             on_change: Callable[[ServerStats], None] | None = None, **config: Any) -> Iterator[ModelServer]:
-    """A server of its own on the shared engine (port 0: a free one), stopped whatever happens."""
+    """A server of its own on ``engine`` (port 0: a free one), stopped whatever happens."""
     runner = EngineRunner(as_engine(WatchedEngine(engine, hold)))
     try:
         server = ModelServer(runner, MODEL_ID, ServerConfig(host="127.0.0.1", port=0, **config), on_change=on_change)
@@ -131,26 +133,32 @@ def watched(server: ModelServer) -> WatchedEngine:
 
 
 @pytest.fixture(scope="module")
-def server(engine):
+def server():
+    with serving(OneWordEngine()) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def key_server():
+    with serving(OneWordEngine(), api_key=API_KEY) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def cors_server():
+    with serving(OneWordEngine(), allowed_origins=(GOOD_ORIGIN,)) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def small_body_server():
+    with serving(OneWordEngine(), max_body_bytes=SMALL_BODY_LIMIT) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def model_server(engine):
     with serving(engine) as srv:
-        yield srv
-
-
-@pytest.fixture(scope="module")
-def key_server(engine):
-    with serving(engine, api_key=API_KEY) as srv:
-        yield srv
-
-
-@pytest.fixture(scope="module")
-def cors_server(engine):
-    with serving(engine, allowed_origins=(GOOD_ORIGIN,)) as srv:
-        yield srv
-
-
-@pytest.fixture(scope="module")
-def small_body_server(engine):
-    with serving(engine, max_body_bytes=SMALL_BODY_LIMIT) as srv:
         yield srv
 
 
@@ -255,7 +263,8 @@ PREFLIGHT = {"Access-Control-Request-Method": "POST", "Access-Control-Request-He
 @dataclass(frozen=True)
 class Case:
     """One request and what the server must answer. ``headers`` may hold ``{port}``; ``server`` names the
-    fixture of the server it goes to; ``has``/``lacks`` are response headers that must / must not be there."""
+    fixture of the server it goes to (``model_server``: the engine takes part, the test needs the model);
+    ``has``/``lacks`` are response headers that must / must not be there."""
 
     id: str
     body: Any = None
@@ -325,7 +334,8 @@ CASES = [
     Case("dry-negative", body=chat(dry_multiplier=-0.5), param="dry_multiplier"),
     Case("dry-base-one", body=chat(dry_multiplier=0.8, dry_base=1.0), param="dry_base"),
     Case("dry-allowed-zero", body=chat(dry_multiplier=0.8, dry_allowed_length=0), param="dry_allowed_length"),
-    Case("dry-ok", body=chat(dry_multiplier=0.8, dry_base=1.5, dry_allowed_length=3), status=200),
+    Case("dry-ok", body=chat(dry_multiplier=0.8, dry_base=1.5, dry_allowed_length=3), status=200,
+         server="model_server"),
     Case("stop-number", body=chat(stop=5), param="stop"),
     Case("stop-empty-string", body=chat(stop=[""]), param="stop"),
     Case("stream-yes", body=chat(stream="yes"), param="stream"),
@@ -335,7 +345,7 @@ CASES = [
     Case("n-2", body=chat(n=2), code="unsupported_parameter", param="n"),
     Case("logprobs-true", body=chat(logprobs=True), code="unsupported_parameter", param="logprobs"),
     Case("tools", body=chat(tools=[{"type": "function", "function": {"name": "f", "parameters": {}}}]),
-         code="unsupported_parameter", param="tools"),
+         code="unsupported_parameter", param="tools", server="model_server"),  # the model's template takes none
     Case("response-format-yaml", body=chat(response_format={"type": "yaml"}), param="response_format"),
     Case("response-format-and-grammar", body=chat(response_format={"type": "json_object"}, grammar='root ::= "a"'),
          code="unsupported_parameter", param="grammar"),
@@ -382,7 +392,12 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("case", [pytest.param(c, id=c.id) for c in CASES])
+def as_param(case: Case) -> Any:
+    """``case`` as a test, marked ``model`` where it goes to the model's server."""
+    return pytest.param(case, id=case.id, marks=[pytest.mark.model] if case.server == "model_server" else [])
+
+
+@pytest.mark.parametrize("case", [as_param(c) for c in CASES])
 def test_bad_request_is_refused_and_the_server_goes_on(request, case: Case):
     srv: ModelServer = request.getfixturevalue(case.server)
     headers = {k: v.format(port=srv.port) for k, v in case.headers.items()}
@@ -405,14 +420,15 @@ def test_bad_request_is_refused_and_the_server_goes_on(request, case: Case):
 # -- what the table cannot say ----------------------------------------------------------------------------------
 
 
-def test_prompt_longer_than_the_context_is_refused_with_both_numbers(engine, server):
+@pytest.mark.model
+def test_prompt_longer_than_the_context_is_refused_with_both_numbers(engine, model_server):
     words = " ".join(f"word{i}" for i in range(5000))
     n_prompt = len(engine.render_chat([Message("user", words)]))  # the runner is idle: the engine is free
     assert n_prompt > engine.n_ctx == 4096
-    reply = send(server, "POST", CHAT, chat(messages=[{"role": "user", "content": words}]))
+    reply = send(model_server, "POST", CHAT, chat(messages=[{"role": "user", "content": words}]))
     error = assert_openai_error(reply, 400, "context_length_exceeded", "messages")
     assert str(n_prompt) in error["message"] and "4096" in error["message"], error
-    assert_still_serving(server)
+    assert_still_serving(model_server)
 
 
 async def _read_stream(server: ModelServer, body: dict[str, Any]) -> tuple[int, str, str]:
@@ -421,12 +437,13 @@ async def _read_stream(server: ModelServer, body: dict[str, Any]) -> tuple[int, 
             return response.status, response.headers.get("Content-Type", ""), (await response.read()).decode()
 
 
+@pytest.mark.model
 @pytest.mark.parametrize("include_usage", [False, True], ids=["plain", "with-usage"])
-def test_stream_is_server_sent_events_ending_in_done(server, include_usage):
+def test_stream_is_server_sent_events_ending_in_done(model_server, include_usage):
     body = chat(max_tokens=12, stream=True)
     if include_usage:
         body["stream_options"] = {"include_usage": True}
-    status, content_type, text = asyncio.run(_read_stream(server, body))
+    status, content_type, text = asyncio.run(_read_stream(model_server, body))
     assert status == 200, text[:500]
     assert content_type.split(";")[0].strip() == "text/event-stream"
     assert text.endswith("data: [DONE]\n\n"), text[-200:]
@@ -448,7 +465,7 @@ def test_stream_is_server_sent_events_ending_in_done(server, include_usage):
     assert last["timings"]["predicted_n"] > 0
     assert all(c["choices"][0]["finish_reason"] is None for c in chunks[:-1])
     assert "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks), "the stream carried text"
-    assert_still_serving(server)
+    assert_still_serving(model_server)
 
 
 async def _post(session: aiohttp.ClientSession, server: ModelServer, body: dict[str, Any]) -> tuple[int, dict, bytes]:
@@ -481,9 +498,9 @@ async def _fill_the_queue(server: ModelServer, hold: threading.Event) -> list[tu
     return [refused, answered, (first.status, {}, line + rest)]
 
 
-def test_full_queue_refuses_with_503_and_retry_after(engine):
+def test_full_queue_refuses_with_503_and_retry_after():
     hold = threading.Event()
-    with serving(engine, hold, max_waiting=1) as srv:
+    with serving(OneWordEngine(), hold, max_waiting=1) as srv:
         (status, headers, body), answered, stream = asyncio.run(_fill_the_queue(srv, hold))
         reply = Reply(status, http.client.HTTPMessage(), body)
         reply.headers["Content-Type"] = headers.get("Content-Type", "")
@@ -538,22 +555,26 @@ async def _leave_while_waiting(server: ModelServer, hold: threading.Event, chang
     return status, answer
 
 
-def test_a_waiting_client_that_leaves_frees_its_place(engine):
+def test_a_waiting_client_that_leaves_frees_its_place():
     hold = threading.Event()
     changes: list[tuple[int, bool]] = []
-    with serving(engine, hold, on_change=lambda s: changes.append((s.waiting, s.running)), max_waiting=1) as srv:
+
+    def on_change(stats: ServerStats) -> None:
+        changes.append((stats.waiting, stats.running))
+
+    with serving(OneWordEngine(), hold, on_change=on_change, max_waiting=1) as srv:
         status, answer = asyncio.run(_leave_while_waiting(srv, hold, changes))
         assert status == 200, f"refused though nobody was waiting: {answer[:300]!r}"
         assert_still_serving(srv)
 
 
-def test_max_waiting_zero_still_serves_one_request_at_a_time(engine):
+def test_max_waiting_zero_still_serves_one_request_at_a_time():
     config = ServerConfig(port=0, max_waiting=0)
     try:
         config.validate()
     except SettingsError:
         return  # refusing the setting is fine too; accepting it and then refusing every request is not
-    with serving(engine, max_waiting=0) as srv:
+    with serving(OneWordEngine(), max_waiting=0) as srv:
         reply = send(srv, "POST", CHAT, HI)
         assert reply.status == 200, f"an idle server with max_waiting=0 refused: {reply.body[:300]!r}"
 
@@ -573,20 +594,24 @@ async def _read_two_chunks_and_leave(server: ModelServer) -> None:
             response.close()  # drops the connection mid-stream
 
 
-def test_client_gone_mid_stream_stops_the_generation(server):
-    generations = watched(server).generations
+@pytest.mark.model
+@pytest.mark.timing
+def test_client_gone_mid_stream_stops_the_generation(model_server):
+    generations = watched(model_server).generations
     before = len(generations)
-    asyncio.run(_read_two_chunks_and_leave(server))
+    asyncio.run(_read_two_chunks_and_leave(model_server))
     assert len(generations) == before + 1
     dropped = generations[-1]
     assert dropped.done.wait(WAIT_S), "the generation went on after its client left"
     assert dropped.stop_reason == "cancelled", dropped
     assert dropped.tokens < 2000, dropped
     start = time.monotonic()
-    assert_still_serving(server)
+    assert_still_serving(model_server)
     assert time.monotonic() - start < WAIT_S
 
 
+@pytest.mark.model
+@pytest.mark.timing
 def test_stopping_the_server_mid_generation_ends_it_without_an_error(engine, caplog):
     """The model goes away (the app changes it, or closes) while a stream runs: the client hears why in its
     stream, the generation stops at its next step, and nothing fails on the engine's side afterwards."""

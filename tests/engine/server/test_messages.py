@@ -3,7 +3,9 @@ shapes.
 
 First the translation alone, without a model: a Messages body becomes the chat body ``parse_chat`` reads (tool
 uses and results included), the OpenAI reply becomes Anthropic's message and stream events, and every refusal
-takes Anthropic's error shape. Then the real server through the official ``anthropic`` client.
+takes Anthropic's error shape. Then the real server through the official ``anthropic`` client: on the bundled
+model where the reply's text matters, on a stand-in that says one word (``OneWordEngine``) where only the server's
+own answer does (the key, refusals, the model's name).
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ from engine.server.messages import (
 )
 from engine.server.requests import parse_chat
 from engine.server.responses import Reply
-from tests.helpers.serving import serving
+from tests.helpers.fake_engine import as_engine
+from tests.helpers.serving import OneWordEngine, serving
 
 anthropic = pytest.importorskip("anthropic")  # a test dependency ([test] extra): missing, this fails in CI's install
 
@@ -402,8 +405,14 @@ def server(engine):
 
 
 @pytest.fixture(scope="module")
-def key_server(engine):
-    with serving(engine, MODEL_ID, api_key=API_KEY) as srv:
+def stand_in_server():
+    with serving(as_engine(OneWordEngine()), MODEL_ID) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def key_server():
+    with serving(as_engine(OneWordEngine()), MODEL_ID, api_key=API_KEY) as srv:
         yield srv
 
 
@@ -414,6 +423,12 @@ def client_of(srv: ModelServer, key: str = "unused"):
 @pytest.fixture(scope="module")
 def client(server):
     with client_of(server) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def stand_in_client(stand_in_server):
+    with client_of(stand_in_server) as c:
         yield c
 
 
@@ -469,7 +484,6 @@ def test_a_stop_sequence_ends_the_text_before_it_and_is_named(client, answer):
     assert text_of(message) == text[:text.index(stop)]
 
 
-@pytest.mark.model
 def test_the_key_is_taken_from_x_api_key_and_a_wrong_one_is_anthropics_401(key_server):
     with client_of(key_server, API_KEY) as right:
         assert right.messages.create(**HI).usage.output_tokens > 0
@@ -479,20 +493,18 @@ def test_the_key_is_taken_from_x_api_key_and_a_wrong_one_is_anthropics_401(key_s
     assert caught.value.body["error"]["type"] == "authentication_error"
 
 
-@pytest.mark.model
 @pytest.mark.parametrize(("fields", "error", "kind"), [
     ({"messages": user(IMAGE)}, "BadRequestError", "invalid_request_error"),  # refused by the translation
     ({"extra_body": {"temperature": 3}}, "BadRequestError", "invalid_request_error"),  # refused by parse_chat
 ], ids=["image-block", "temperature-3"])
-def test_a_bad_request_is_anthropics_error_to_its_client(client, fields, error, kind):
+def test_a_bad_request_is_anthropics_error_to_its_client(stand_in_client, fields, error, kind):
     with pytest.raises(getattr(anthropic, error)) as caught:
-        client.messages.create(**{**HI, **fields})
+        stand_in_client.messages.create(**{**HI, **fields})
     assert caught.value.body["type"] == "error" and caught.value.body["error"]["type"] == kind
 
 
-@pytest.mark.model
-def test_a_client_that_names_its_own_default_model_is_answered_by_the_served_one(client):
-    message = client.messages.create(**{**HI, "model": "claude-sonnet-4-5"})
+def test_a_client_that_names_its_own_default_model_is_answered_by_the_served_one(stand_in_client):
+    message = stand_in_client.messages.create(**{**HI, "model": "claude-sonnet-4-5"})
     assert message.model == MODEL_ID
     assert message.content[0].text
 
@@ -508,10 +520,9 @@ def post(srv: ModelServer, method: str, payload: Any = None) -> tuple[int, dict[
         conn.close()
 
 
-@pytest.mark.model
-def test_over_raw_http_a_missing_max_tokens_and_a_wrong_method_are_anthropics_errors(server):
-    status, answer = post(server, "POST", {k: v for k, v in HI.items() if k != "max_tokens"})
+def test_over_raw_http_a_missing_max_tokens_and_a_wrong_method_are_anthropics_errors(stand_in_server):
+    status, answer = post(stand_in_server, "POST", {k: v for k, v in HI.items() if k != "max_tokens"})
     assert status == 400 and answer == {"type": "error", "error": {
         "type": "invalid_request_error", "message": "max_tokens: is required"}}
-    status, answer = post(server, "GET")
+    status, answer = post(stand_in_server, "GET")
     assert status == 405 and answer["type"] == "error"

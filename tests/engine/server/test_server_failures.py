@@ -14,17 +14,14 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
 import pytest
 
-from engine import GenerationControls, SamplingConfig, StepEvent, StopConfig
-from engine.decoding.grammar import Constraint
-from engine.decoding.text import Message
 from engine.server.api import ModelServer
-from tests.helpers.fake_engine import Generating, as_engine
+from tests.helpers.fake_engine import as_engine
+from tests.helpers.serving import HOLD_S, OneWordEngine
 from tests.helpers.serving import serving as serving_engine
 
 MODEL_ID = "stand-in"
@@ -35,42 +32,6 @@ BODY = {"model": MODEL_ID, "messages": [{"role": "user", "content": QUESTION}], 
 INTERNAL_ERROR = {"error": {"message": "the server failed to answer this request", "type": "server_error",
                             "param": None, "code": "internal_error"}}
 WAIT_S = 30  # generous: how long a server may take to notice something, whatever the CPU
-HOLD_S = 120  # the longest a held generation waits for its test
-
-
-class OneWordEngine(Generating):
-    """Stands in for the model: any prompt is three tokens, a generation one step that says "Hi". While ``hold``
-    is set, a generation waits after its step until it is cancelled."""
-
-    n_ctx = 4096
-    lookahead_block_reason = ""
-
-    def __init__(self) -> None:
-        self.hold = False
-
-    def render_chat(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]] = ()) -> list[int]:
-        return [1, 2, 3]
-
-    def tokenize(self, text: str) -> list[int]:
-        return [1, 2, 3]
-
-    def generate(
-        self,
-        prompt: Sequence[int],
-        controls: GenerationControls | None = None,
-        sampling: SamplingConfig = SamplingConfig(),
-        stop: StopConfig = StopConfig(),
-        history: Sequence[int] = (),
-        notice: str = "",
-        record_gaps: bool = False,
-        exact_only: bool = True,
-        constraint: Constraint | None = None,
-    ) -> Iterator[StepEvent]:
-        yield StepEvent(step=0, mode="plain", token_ids=(7,), text="Hi", n_committed=1, batch_size=1, n_logits=1,
-                        n_drafted=0, n_accepted=0, n_reevaluated=0, window=4, ngram=4, guesses=3, elapsed_s=0.01,
-                        decode_s=0.01, prompt_tokens=len(prompt), stop_reason=None if self.hold else "eog")
-        if self.hold and controls is not None:
-            controls.cancel.wait(HOLD_S)
 
 
 def free_port() -> int:
