@@ -209,7 +209,10 @@ class EngineWorker(WorkerControls):
 
     @Slot(object)
     def generate(self, request: GenerationRequest) -> None:
-        """Generate one reply, emitting a ``StepUpdate`` per step; ends with replyFinished or replyFailed."""
+        """Generate one reply, emitting a ``StepUpdate`` per step; ends with replyFinished or replyFailed.
+
+        One piece on purpose: it is the reply's whole life on the worker thread, from the request to the one
+        signal that ends it, and every exit path must emit exactly one of them."""
         if self._session is None:
             self.replyFailed.emit(request.request_id, "No model is loaded. Open a model with Model → Open model….")
             return

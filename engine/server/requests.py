@@ -307,6 +307,8 @@ def _checked(constraint: Constraint) -> Constraint:
 
 def _common(body: dict[str, Any], served_model: str, default_lookahead: str, *,
             messages: tuple[Message, ...] | None, prompt: str | None, max_tokens: tuple[str, Any]) -> CompletionRequest:
+    """The fields both OpenAI routes share, checked one after another: a flat list of checks, kept in one piece
+    so that every field's rule is found in one place."""
     model = body.get("model")
     if model is not None and not isinstance(model, str):
         raise bad("model", "must be a string")

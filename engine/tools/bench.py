@@ -175,7 +175,7 @@ def run_bench(
     loop_guard: bool = APP_LOOP_GUARD,
 ) -> BenchReport:
     """Plain against ``lookahead`` on every workload, every reply written with ``sampling`` and ``loop_guard``
-    (the app's defaults unless told).
+    (the app's defaults unless told). Long for its options, not its steps: each is passed through once.
 
     ``null`` runs plain in both places instead, on the same schedule: the
     "speedups" it reports are this machine's timing noise. Setting ``cancel``

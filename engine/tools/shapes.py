@@ -170,7 +170,9 @@ class TensorSpec:
 
 
 def tensor_plan(shape: ModelShape) -> list[TensorSpec]:
-    """The tensors of ``shape`` in file order, named as llama.cpp's loader for its architecture expects."""
+    """The tensors of ``shape`` in file order, named as llama.cpp's loader for its architecture expects.
+
+    One table, kept in one piece: its order is the file's."""
     from gguf.constants import MODEL_ARCH_NAMES, MODEL_TENSOR, MODEL_TENSORS, TENSOR_NAMES
 
     arch = next((a for a, n in MODEL_ARCH_NAMES.items() if n == shape.arch), None)

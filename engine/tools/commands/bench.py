@@ -83,6 +83,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    """``engine bench``: read the options, open the model, run the workloads, print the report. Kept in one
+    piece: each option is read once, in the order the help lists them."""
     lookahead = lookahead_from_args(args)
     if lookahead is None:
         raise CliError("bench compares plain against lookahead: --mode plain makes no sense here")

@@ -46,6 +46,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
+    """``engine generate``: read the prompt and options, open the model, write the reply as it comes. Kept in
+    one piece: each option is read once, in the order the help lists them."""
     if args.prompt_file:
         try:
             prompt_text = Path(args.prompt_file).read_text(encoding="utf-8")
