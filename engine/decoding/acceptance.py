@@ -12,7 +12,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from dataclasses import dataclass, field
 
-from engine.decoding.drafts import AGREE, ALONE, FORCED, SPLIT, Draft
+from engine.decoding.drafts import AGREE, ALONE, ENDING, FORCED, GOES_ON, SPLIT, Draft
 from engine.decoding.origins import DraftSource
 
 # Match lengths are pooled in these buckets (a bucket holds lengths from its edge to the next).
@@ -44,6 +44,10 @@ _CORPUS_SHORT_PRIORS = {
 POOL_PRIOR = 0.2
 # Text a grammar forces lands unless the model splits it into other tokens than the grammar's own.
 GRAMMAR_PRIOR = 0.95
+# A value copied from the prompt into a grammar's string ends, more often than not, where its clause ends there
+# (``ENDING``); a sentence's commas are where it goes on (``GOES_ON``).
+ENDING_PRIOR = 0.6
+GOES_ON_PRIOR = 0.3
 # An n-gram kept from earlier replies lands less often than one of this reply's pool, and more often after a token
 # the model was sure of (docs/SPEED.md, "The figures behind the code's constants"). Its own prior keeps kept drafts
 # from being verified as alternatives where a token more costs a fifth of a step; where it costs little, they still
@@ -85,9 +89,13 @@ def _prior(b: Bucket) -> float:
     source, edge, support, sure = b
     if support == FORCED:
         return GRAMMAR_PRIOR
+    if support == ENDING:
+        return ENDING_PRIOR
+    if support == GOES_ON:
+        return GOES_ON_PRIOR
     if source == DraftSource.CORPUS and edge in _CORPUS_SHORT_PRIORS[support]:
         return _CORPUS_SHORT_PRIORS[support][edge]
-    if source in (DraftSource.HISTORY, DraftSource.DOCUMENT, DraftSource.CORPUS):
+    if source in (DraftSource.HISTORY, DraftSource.DOCUMENT, DraftSource.CORPUS, DraftSource.TEXT):
         return _HISTORY_PRIORS[support][edge]
     if source == DraftSource.KEPT:
         return KEPT_PRIORS[sure]

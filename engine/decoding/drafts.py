@@ -33,6 +33,8 @@ SCAN = 16  # most recent occurrences of the context's last bigram to compare
 # differ (the next item of a list, the word an edit changes).
 AGREE, ALONE, SPLIT = 1, 0, -1
 FORCED = 2  # a token the reply's grammar leaves no choice about (whatever the other occurrences say)
+ENDING = 3  # the quote a copied draft ends a grammar's string with where its text ends a clause (a guess)
+GOES_ON = 4  # the same draft's clause end where it runs on instead (the other guess)
 
 
 @dataclass(frozen=True)
@@ -265,10 +267,18 @@ class DraftScreen(Protocol):
     def keep(self, tokens: tuple[int, ...]) -> int: ...
 
 
+class TextMatch(Protocol):
+    """The history's text matched where its tokens are not (text_match.TextIndex)."""
+
+    def continuation(self, length: int) -> tuple[tuple[int, ...], int, int] | None: ...
+
+
 class ForcedText(Protocol):
     """Text the next tokens must be (a grammar's), as up to ``limit`` tokens; () when there is a choice."""
 
     def forced(self, limit: int) -> tuple[int, ...]: ...
+
+    def ending(self, tokens: tuple[int, ...]) -> tuple[int, ...] | None: ...
 
 
 class DraftCorpus(Protocol):
@@ -295,6 +305,7 @@ class DraftSources:
     # grammar.py).
     screens: tuple[DraftScreen, ...] = ()
     forced: ForcedText | None = None  # what a grammar forces next, drafted first
+    text: TextMatch | None = None  # the history's text, where no tokens match
 
     def _keep(self, tokens: tuple[int, ...]) -> int:
         """How many of ``tokens`` come before the first one a screen cuts."""
@@ -320,7 +331,7 @@ class DraftSources:
         A draft copied from the prompt whose text is an attached document's (the part of it given in the
         prompt) is counted as the document's.
         """
-        drafts = self.history.propose(token, length, count)
+        drafts = self.history.propose(token, length, count) or self._text_match(length)
         if self.documents is not None:
             before = self.history.tokens[-1:]
             drafts = [replace(d, origin=self.documents.origin)
@@ -332,12 +343,32 @@ class DraftSources:
             for d in corpus.propose(self.history.tokens, length, 1):
                 if not any(o.tokens[: len(d.tokens)] == d.tokens for o in drafts):
                     drafts.append(d)
-        drafts = self._screened(drafts)
+        drafts = [e for d in self._screened(drafts) for e in self._ended(d)]
         forced = self.forced.forced(length) if self.forced is not None else ()
         if forced:  # the grammar's text first; a draft that holds it and goes on stays an alternative
             longer = [d for d in drafts if not (len(d.tokens) <= len(forced) and forced[: len(d.tokens)] == d.tokens)]
             drafts = [self._after_forced(forced, length), *longer]
         return drafts
+
+    def _ended(self, d: Draft) -> list[Draft]:
+        """A copied draft inside a string of the grammar that runs on past the end of a clause: ended there too,
+        first (the quote there is the model's likely choice, and the text the grammar forces after it comes
+        with it); the draft as it was stays an alternative, for a value that goes on."""
+        ended = self.forced.ending(d.tokens) if self.forced is not None else None
+        if not ended:
+            return [d]
+        at = next((i for i, (a, b) in enumerate(zip(d.tokens, ended, strict=False)) if a != b), len(d.tokens))
+        support = d.support[:at] + (ENDING,) + (FORCED,) * (len(ended) - at - 1)
+        goes_on = d.support[:at] + (GOES_ON,) + d.support[at + 1 :] if at < len(d.tokens) else d.support
+        return [replace(d, tokens=ended, support=support), replace(d, support=goes_on)]
+
+    def _text_match(self, length: int) -> list[Draft]:
+        """The history's text where its tokens do not match the context (a word copied after a quote)."""
+        found = self.text.continuation(length) if self.text is not None else None
+        if found is None:
+            return []
+        tokens, match, at = found
+        return [Draft(tokens, DraftSource.TEXT, match, origin=self.history.origin_at(at))]
 
     def _after_forced(self, forced: tuple[int, ...], length: int) -> Draft:
         """The text a grammar forces, then what followed that text where the history held it before (a value

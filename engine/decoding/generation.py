@@ -42,6 +42,7 @@ from engine.decoding.draft_store import DraftStore
 from engine.decoding.drafts import DraftSources, HistoryIndex
 from engine.decoding.dry import dry_screen
 from engine.decoding.grammar import GrammarState
+from engine.decoding.text_match import TextIndex
 from engine.decoding.loaded import LoadedModel
 from engine.decoding.origins import OWN, DraftOrigin
 from engine.decoding.plan import StepChoice
@@ -206,6 +207,7 @@ class Generation:
         loaded = engine.loaded
         ctx, batch = loaded.ctx, loaded.batch
         drawer = TokenDrawer(ctx, self._sampler, grammar)
+        self._grammar = grammar
         self._plain = PlainDecoder(ctx, batch, drawer, loaded.commit_seqs, record_gaps=record_gaps)
         self._pool = NgramPool(max_len=MAX_NGRAM - 1)
         self._pool.add_tokens(history, origin=DraftOrigin.HISTORY)
@@ -218,7 +220,10 @@ class Generation:
         self._screen = dry_screen(sampling, prompt, loaded.model.is_dry_breaker)
         screens = tuple(s for s in (grammar, self._screen) if s is not None)
         store = engine.drafts
-        sources = DraftSources(self._index, self._pool, store.corpus, store.kept, store.documents, screens, grammar)
+        model = loaded.model
+        text = TextIndex(self._index, model.token_bytes, lambda t: model.tokenize(t, parse_special=False))
+        sources = DraftSources(self._index, self._pool, store.corpus, store.kept, store.documents, screens, grammar,
+                               text)
         self._fixed = FixedPolicy(sources)
         self._auto = AutoPolicy(sources, engine.costs.live_costs, engine.acceptance)
 
@@ -244,6 +249,8 @@ class Generation:
         if auto:
             self._learn_from_drafts(choice, out)  # 4. Auto's feedback
         committed, pieces, reason = self._reply_end.cut(out.committed)  # 5. stops
+        if reason == "eog" and self._grammar is not None and self._grammar.wrapped:
+            reason = "max_tokens"  # closed early to end within the limit: cut short all the same
         self._commit(out, committed, grow_pool=cfg is not None)
         # Wall time, not just llama_decode's: a lookahead step's planning and cache clean-up are part of what it
         # costs.

@@ -28,6 +28,7 @@ import llguidance
 import numpy as np
 from llguidance.llamacpp import lltokenizer_from_vocab
 
+from engine.decoding.closing import MAX_CLOSE, Closer
 from engine.llama.native import Model
 from engine.llama.problems import SettingsError
 
@@ -39,6 +40,11 @@ JSON_LAYOUT: JsonCompileOptions = {
     "whitespace_flexible": False, "item_separator": ", ", "key_separator": ": ",
 }
 MAX_GRAMMAR_CHARS = 200_000
+# Tokens to spare when closing a reply before its limit: one token can open more than one level to close.
+CLOSE_MARGIN = 4
+# Punctuation that ends a clause where whitespace (or the draft's end) follows it: where a value copied from the
+# prompt usually ends (``Fischer, lena`` -> ``"Fischer", "email": ...``).
+CLAUSE_ENDS = frozenset(b",.;:!?)]}'\"")
 
 _TOKENIZERS: weakref.WeakKeyDictionary[Model, llguidance.LLTokenizer] = weakref.WeakKeyDictionary()
 
@@ -97,20 +103,41 @@ def tokenizer_of(model: Model) -> llguidance.LLTokenizer:
 
 
 class GrammarState:
-    """Where one reply stands in its grammar: what each position allows, and what the grammar forces next."""
+    """Where one reply stands in its grammar: what each position allows, and what the grammar forces next.
 
-    def __init__(self, model: Model, constraint: Constraint) -> None:
+    With ``max_tokens``, a reply about to run out of tokens is closed in time: once the shortest way to a whole
+    sentence of the grammar (``closing.Closer``) takes all the tokens left, each position allows only
+    that way's next token, so a JSON reply cut by its limit still parses (``wrapped`` says it was).
+    """
+
+    def __init__(self, model: Model, constraint: Constraint, max_tokens: int | None = None) -> None:
         grammar = constraint.grammar()
         self._matcher = llguidance.LLMatcher(tokenizer_of(model), grammar, log_level=0)
         if self._matcher.is_error():
             raise GrammarError(f"the {constraint.describe()} cannot be used: {self._matcher.get_error()}")
         self._n_vocab = model.n_vocab
+        self._piece = model.token_bytes
+        self._tokenize = lambda text: model.tokenize(text, parse_special=False)
+        quote = self._tokenize('"')
+        self._quote = quote[0] if len(quote) == 1 else None
+        self._closer = Closer(model) if max_tokens is not None else None
+        self._left = max_tokens if max_tokens is not None else 0
+        self._closing: list[int] = []  # the rest of the way to the grammar's end, once taken
+        self._checked = -1  # the tokens left when the way to the end was last looked for
+        self.wrapped = False
 
     def allows(self, token: int) -> bool:
+        if self._closes():
+            return token == self._closing[0]
         return self._matcher.validate_tokens([token]) == 1
 
     def mask(self, row: np.ndarray) -> None:
         """Lower every token the grammar does not allow here to -inf, in place."""
+        if self._closes():
+            keep = row[self._closing[0]]
+            row[:] = -np.inf
+            row[self._closing[0]] = keep if np.isfinite(keep) else 0.0
+            return
         bits = np.unpackbits(np.frombuffer(self._matcher.compute_bitmask(), dtype=np.uint8), bitorder="little")
         allowed = bits[: self._n_vocab].astype(bool)
         row[: len(allowed)][~allowed] = -np.inf
@@ -120,6 +147,22 @@ class GrammarState:
         """The token drawn at the next position (one the mask allowed)."""
         if not self._matcher.consume_token(token):
             raise RuntimeError(f"the grammar refused a token it allowed: {self._matcher.get_error()}")
+        self._left -= 1
+        if self._closing:
+            self._closing.pop(0)
+
+    def _closes(self) -> bool:
+        """Whether this position is on the way to the grammar's end that the tokens left force (see the class)."""
+        if self._closing:
+            return True
+        if self._closer is None or self._left > MAX_CLOSE or self._checked == self._left:
+            return False
+        self._checked = self._left  # asked once per position
+        way = None if self._matcher.is_stopped() else self._closer.way_to_end(self._matcher)
+        if way is None or len(way) <= 1 or len(way) + CLOSE_MARGIN < self._left:  # [end]: it may end as it likes
+            return False
+        self._closing, self.wrapped = way, True
+        return True
 
     def forced(self, limit: int) -> tuple[int, ...]:
         """Up to ``limit`` tokens the grammar forces next (none when it leaves a choice)."""
@@ -130,6 +173,39 @@ class GrammarState:
     def keep(self, tokens: tuple[int, ...]) -> int:
         """How many of ``tokens``, from the next position on, the grammar allows."""
         return int(self._matcher.validate_tokens(list(tokens)))
+
+    def ending(self, tokens: tuple[int, ...]) -> tuple[int, ...] | None:
+        """``tokens`` (a draft of text copied from elsewhere, all allowed from the next position on) ended where
+        their text ends a clause: the tokens before that point, the quote that ends the string being written
+        there, then the text the grammar forces after the quote (``", "email": "``). None where the text ends
+        no clause or the grammar has no string to end there."""
+        at = self._clause_end(tokens)
+        if at is None or self._quote is None:
+            return None
+        matcher = self._matcher
+        taken = matcher.try_consume_tokens(list(tokens[:at]))
+        try:
+            if taken != at or matcher.validate_tokens([self._quote]) != 1:
+                return None
+            matcher.consume_token(self._quote)
+            forced = matcher.compute_ff_tokens()
+            matcher.rollback(1)
+            closing = self._tokenize('"' + b"".join(self._piece(t) for t in forced).decode("utf-8", "replace"))
+            return tokens[:at] + tuple(closing[: matcher.validate_tokens(closing)])
+        finally:
+            matcher.rollback(taken)
+
+    def _clause_end(self, tokens: tuple[int, ...]) -> int | None:
+        """The first token of ``tokens`` whose text starts with punctuation that whitespace or the draft's end
+        follows (None if none does)."""
+        text = [self._piece(t) for t in tokens]
+        for i, piece in enumerate(text):
+            if not piece or piece[0] not in CLAUSE_ENDS:
+                continue
+            rest = b"".join(text[i:]).lstrip(bytes(CLAUSE_ENDS))
+            if not rest or rest[:1].isspace():
+                return i
+        return None
 
     @property
     def complete(self) -> bool:

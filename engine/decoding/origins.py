@@ -22,6 +22,7 @@ class DraftSource(Word):
     OPENING = "opening"  # either pool's, drafted by the step that reads the prompt's last token
     REPLAY = "replay"  # the bench's replay of a known reply (engine.decoding.replay)
     GRAMMAR = "grammar"  # the text a grammar forces next
+    TEXT = "text"  # a match of the history's text where its tokens differ (text_match.py)
 
 
 class DraftOrigin(Word):

@@ -236,7 +236,7 @@ class Engine:
                 "shorten it or raise the context size"
             )
         # A grammar that cannot be used is refused here, before the prompt is read.
-        grammar = GrammarState(self.loaded.model, constraint) if constraint is not None else None
+        grammar = GrammarState(self.loaded.model, constraint, stop.max_tokens) if constraint is not None else None
         return _events(
             functools.partial(
                 Generation, self, list(prompt), controls, sampling, stop, list(history), notice, record_gaps,

@@ -113,6 +113,9 @@ class _Forces:
     def keep(self, tokens: tuple[int, ...]) -> int:
         return tokens.index(self.banned) if self.banned in tokens else len(tokens)
 
+    def ending(self, tokens: tuple[int, ...]) -> tuple[int, ...] | None:
+        return None
+
 
 def test_the_text_a_grammar_forces_is_drafted_first_and_goes_on_as_the_history_went_on_after_it():
     h = HistoryIndex()

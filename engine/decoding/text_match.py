@@ -1,0 +1,116 @@
+"""Drafts from the history's text where its tokens do not match: the same words, split into other tokens.
+
+A word the prompt has after a space (`` Lena``) is another token when the reply writes it after a quote, a
+bracket or at a line's start (``"Lena``), so the token-level suffix match (drafts.HistoryIndex) finds nothing
+where a value is being copied into JSON, a list item or a code string. ``TextIndex`` matches the end of the
+reply's text against the history's text instead, and tokenizes what followed there as a draft.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Callable, Sequence
+
+from engine.decoding.drafts import HistoryIndex
+
+MAX_CHARS = 64  # the longest end of the reply's text matched
+SHORT = 4  # a match this short must also start a word where the reply's does
+SPAN = 96  # bytes of the history's text tokenized as a draft (cut at a space)
+TRIES = 16  # occurrences of a short match looked at
+
+
+class TextIndex:
+    """The history's text (``history``'s tokens as bytes), searched for the end of the reply's text."""
+
+    def __init__(self, history: HistoryIndex, piece: Callable[[int], bytes],
+                 tokenize: Callable[[str], list[int]]) -> None:
+        """``piece``: a token's text as bytes (b"" for control tokens); ``tokenize``: text to tokens, no BOS."""
+        self._history = history
+        self._piece = piece
+        self._tokenize = tokenize
+        self._text = bytearray()
+        self._ends: list[int] = []  # where each token's text ends in ``_text``
+
+    def continuation(self, length: int) -> tuple[tuple[int, ...], int, int] | None:
+        """What followed the latest earlier occurrence of the longest end of the text, as up to ``length``
+        tokens, with how many of the text's last tokens lie wholly in the match and the token that holds the
+        continuation's first byte; None when nothing matched."""
+        self._catch_up()
+        text, n = self._text, len(self._text)
+        if length <= 0 or n < 2:
+            return None
+        size = _longest_suffix(text, n)
+        if size == 0:
+            return None
+        start = self._occurrence(size)
+        if start < 0:
+            return None
+        tokens = self._tokens_at(start + size)
+        if not tokens:
+            return None
+        return tuple(tokens[:length]), self._tokens_within(n - size), self._token_at(start + size)
+
+    def _catch_up(self) -> None:
+        tokens = self._history.tokens
+        for t in tokens[len(self._ends):]:
+            self._text += self._piece(t)
+            self._ends.append(len(self._text))
+
+    def _occurrence(self, size: int) -> int:
+        """Where the latest earlier occurrence of the text's last ``size`` bytes starts (-1: none fits).
+
+        A short match counts only where it starts a word as the reply's end does (the ``K`` of ``"Klinik``, not
+        of ``OK``)."""
+        text, n = self._text, len(self._text)
+        end = text[n - size:]
+        at = text.rfind(end, 0, n - 1)
+        if size >= SHORT or n == size or not _word_start(text, n - size):
+            return at
+        for _ in range(TRIES):
+            if at < 0 or _word_start(text, at):
+                return at
+            at = text.rfind(end, 0, at + size - 1)
+        return -1
+
+    def _tokens_at(self, start: int) -> list[int]:
+        """The history's text from byte ``start`` on, tokenized; cut before its last space so that no word
+        is cut short, and empty where the bytes are not whole characters."""
+        raw = bytes(self._text[start: start + SPAN])
+        if len(raw) == SPAN:
+            cut = raw.rfind(b" ")
+            raw = raw[:cut] if cut > 0 else raw
+        try:
+            chunk = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            return []
+        return self._tokenize(chunk) if chunk else []
+
+    def _tokens_within(self, start: int) -> int:
+        """How many of the last tokens begin at or after byte ``start`` (at least one)."""
+        ends, k = self._ends, 0
+        while k + 1 < len(ends) and ends[-2 - k] >= start:
+            k += 1
+        return max(k, 1)
+
+    def _token_at(self, byte: int) -> int:
+        """The index of the token whose text holds byte ``byte``."""
+        return bisect_right(self._ends, byte)
+
+
+def _longest_suffix(text: bytearray, n: int) -> int:
+    """The most of the text's last bytes (up to MAX_CHARS) that also occur ending earlier; 0 if not even one.
+
+    Every end of a repeated end repeats too, so the length is found by halving."""
+    lo, hi = 0, min(MAX_CHARS, n - 1)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if text.find(text[n - mid:], 0, n - 1) >= 0:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def _word_start(text: bytearray | Sequence[int], i: int) -> bool:
+    """Whether byte ``i`` starts a word: the byte before it is not a letter or digit."""
+    return i == 0 or not (chr(text[i - 1]).isalnum() or text[i - 1] >= 0x80)
