@@ -358,8 +358,10 @@ class DraftSources:
         if not ended:
             return [d]
         at = next((i for i, (a, b) in enumerate(zip(d.tokens, ended, strict=False)) if a != b), len(d.tokens))
-        support = d.support[:at] + (ENDING,) + (FORCED,) * (len(ended) - at - 1)
-        goes_on = d.support[:at] + (GOES_ON,) + d.support[at + 1 :] if at < len(d.tokens) else d.support
+        before = tuple(d.support_at(k) for k in range(at))
+        support = before + (ENDING,) + (FORCED,) * (len(ended) - at - 1)
+        after = tuple(d.support_at(k) for k in range(at + 1, len(d.tokens)))
+        goes_on = before + (GOES_ON,) + after if at < len(d.tokens) else d.support
         return [replace(d, tokens=ended, support=support), replace(d, support=goes_on)]
 
     def _text_match(self, length: int) -> list[Draft]:

@@ -105,9 +105,9 @@ def tokenizer_of(model: Model) -> llguidance.LLTokenizer:
 class GrammarState:
     """Where one reply stands in its grammar: what each position allows, and what the grammar forces next.
 
-    With ``max_tokens``, a reply about to run out of tokens is closed in time: once the shortest way to a whole
-    sentence of the grammar (``closing.Closer``) takes all the tokens left, each position allows only
-    that way's next token, so a JSON reply cut by its limit still parses (``wrapped`` says it was).
+    With ``max_tokens``, a reply about to run out of tokens is closed in time: once the way to a whole sentence
+    of the grammar that ``closing.Closer`` finds takes the tokens left, each position allows only that way's next
+    token (drafted as forced text), so a JSON reply cut by its limit still parses (``wrapped`` says it was).
     """
 
     def __init__(self, model: Model, constraint: Constraint, max_tokens: int | None = None) -> None:
@@ -159,7 +159,8 @@ class GrammarState:
             return False
         self._checked = self._left  # asked once per position
         way = None if self._matcher.is_stopped() else self._closer.way_to_end(self._matcher)
-        if way is None or len(way) <= 1 or len(way) + CLOSE_MARGIN < self._left:  # [end]: it may end as it likes
+        # Not yet, or never: [end] alone ends it as it likes, and a way longer than the tokens left cannot help.
+        if way is None or len(way) <= 1 or not self._left - CLOSE_MARGIN <= len(way) <= self._left:
             return False
         self._closing, self.wrapped = way, True
         return True
@@ -168,10 +169,15 @@ class GrammarState:
         """Up to ``limit`` tokens the grammar forces next (none when it leaves a choice)."""
         if limit <= 0 or self._matcher.is_stopped():
             return ()
+        if self._closes():
+            return tuple(self._closing[:limit])
         return tuple(self._matcher.compute_ff_tokens()[:limit])
 
     def keep(self, tokens: tuple[int, ...]) -> int:
         """How many of ``tokens``, from the next position on, the grammar allows."""
+        if self._closes():
+            return next((i for i, (a, b) in enumerate(zip(tokens, self._closing, strict=False)) if a != b),
+                        min(len(tokens), len(self._closing)))
         return int(self._matcher.validate_tokens(list(tokens)))
 
     def ending(self, tokens: tuple[int, ...]) -> tuple[int, ...] | None:
@@ -180,7 +186,7 @@ class GrammarState:
         there, then the text the grammar forces after the quote (``", "email": "``). None where the text ends
         no clause or the grammar has no string to end there."""
         at = self._clause_end(tokens)
-        if at is None or self._quote is None:
+        if at is None or self._quote is None or self._closes():
             return None
         matcher = self._matcher
         taken = matcher.try_consume_tokens(list(tokens[:at]))

@@ -95,3 +95,48 @@ def test_the_state_cuts_drafts_at_the_first_forbidden_token_and_forces_only_what
         state.commit(tok)
     assert state.complete
     assert state.forced(5) == ()
+
+
+def test_a_copied_value_ends_its_string_where_its_clause_ends_and_the_next_key_comes_with_it(engine):
+    model = engine.model
+    contact = {"type": "object", "properties": {"name": {"type": "string"}, "email": {"type": "string"}},
+               "required": ["name", "email"], "additionalProperties": False}
+    state = GrammarState(model, Constraint.json_schema(contact))
+    for tok in model.tokenize('{"name": "Dr. Lena', parse_special=False):
+        state.commit(tok)
+
+    def ending(text):
+        found = state.ending(tuple(model.tokenize(text, parse_special=False)))
+        return None if found is None else engine.detokenize(list(found))
+
+    assert ending(" Fischer, lena.fischer@example.org") == ' Fischer", "email":'
+    assert ending(" Fischer") is None  # no clause ends in it
+    assert ending(" Fischer.de") is None  # a dot inside a word ends nothing
+    assert state.keep(tuple(model.tokenize(" Fischer", parse_special=False))) > 0  # the state is as it was
+
+
+STORY = {
+    "type": "object",
+    "properties": {
+        "story": {"type": "string"},
+        "mood": {"enum": ["happy", "sad"]},
+        "tags": {"type": "array", "items": {"type": "string"}},
+        "pages": {"type": "integer"},
+    },
+    "required": ["story", "mood", "tags", "pages"],
+    "additionalProperties": False,
+}
+
+
+@pytest.mark.parametrize("sampler", ["greedy", "sampled"])
+def test_a_reply_that_would_run_past_its_limit_is_closed_in_time_to_parse_in_every_mode(engine, sampler):
+    ask, limit = "Write a long story about a cat who sails around the world, as JSON.", 48
+    constraint = Constraint.json_schema(STORY)
+    plain = _reply(engine, constraint, None, SAMPLERS[sampler], ask=ask, max_tokens=limit)
+    tokens = [t for ev in plain for t in ev.token_ids]
+    reply = json.loads(_text(plain))
+    jsonschema.validate(reply, STORY)
+    assert len(tokens) <= limit and len(reply["story"]) > 20  # the story was cut short, not left out
+    assert plain[-1].stop_reason == "max_tokens"  # cut by its limit all the same
+    events = _reply(engine, constraint, DEFAULT_LOOKAHEAD, SAMPLERS[sampler], ask=ask, max_tokens=limit)
+    assert [t for ev in events for t in ev.token_ids] == tokens

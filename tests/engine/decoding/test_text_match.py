@@ -1,0 +1,77 @@
+"""Drafts from the history's text where its tokens differ (engine/decoding/text_match.py), and copied drafts
+ended where a grammar's string likely ends (DraftSources, ``ending``). Pure: a toy vocabulary of words."""
+
+from __future__ import annotations
+
+from engine.decoding.drafts import ALONE, ENDING, FORCED, GOES_ON, DraftSources, HistoryIndex
+from engine.decoding.origins import DraftOrigin, DraftSource
+from engine.decoding.pool import NgramPool
+from engine.decoding.text_match import TextIndex
+
+VOCAB = {1: " Lena", 2: " Fischer", 3: ",", 4: " works", 5: '"', 6: "Lena", 7: " Kiel", 8: " OK", 9: "K",
+         10: "iel", 11: '",', 12: " next"}
+
+
+def _piece(token: int) -> bytes:
+    return VOCAB[token].encode()
+
+
+def _tokenize(text: str) -> list[int]:
+    """Longest word of the vocabulary first, as a tokenizer would."""
+    by_length = sorted(VOCAB.items(), key=lambda kv: -len(kv[1]))
+    out = []
+    while text:
+        tok, word = next((t, w) for t, w in by_length if text.startswith(w))
+        out.append(tok)
+        text = text[len(word):]
+    return out
+
+
+def _index(prompt: list[int], reply: list[int]) -> tuple[HistoryIndex, TextIndex]:
+    history = HistoryIndex()
+    history.extend(prompt, DraftOrigin.PROMPT)
+    history.extend(reply, DraftOrigin.REPLY)
+    return history, TextIndex(history, _piece, _tokenize)
+
+
+def test_a_word_copied_after_a_quote_drafts_what_followed_it_in_the_prompt():
+    # the prompt has " Lena Fischer, works"; the reply so far is '"Lena': no token of it is the prompt's
+    history, text = _index([1, 2, 3, 4], [5, 6])
+    assert history.propose(6, length=3) == []
+    tokens, match, at = text.continuation(3)
+    assert tokens == (2, 3, 4)
+    assert match == 1 and history.origin_at(at) == DraftOrigin.PROMPT
+
+
+def test_a_short_match_counts_only_where_it_starts_a_word_as_the_replys_does():
+    # '"K' matches the K of " Kiel", not the later one inside " OK"
+    _, text = _index([7, 8], [5, 9])
+    tokens, _, _ = text.continuation(2)
+    assert tokens == (10, 8)
+
+
+def test_nothing_is_drafted_where_the_text_never_occurred():
+    _, text = _index([12], [5])
+    assert text.continuation(3) is None
+
+
+class _String:
+    """A grammar inside a string: a draft ends before its first ``,`` token with '",' and the forced ``next``."""
+
+    def forced(self, limit: int) -> tuple[int, ...]:
+        return ()
+
+    def keep(self, tokens: tuple[int, ...]) -> int:
+        return len(tokens)
+
+    def ending(self, tokens: tuple[int, ...]) -> tuple[int, ...] | None:
+        return tokens[: tokens.index(3)] + (11, 12) if 3 in tokens else None
+
+
+def test_a_copied_draft_in_a_string_is_ended_at_its_clause_end_and_kept_as_it_was_beside():
+    history, text = _index([1, 2, 3, 4], [5, 6])
+    sources = DraftSources(history, NgramPool(max_len=3), screens=(_String(),), forced=_String(), text=text)
+    ended, goes_on = sources.matches(6, length=3, count=2)
+    assert ended.tokens == (2, 11, 12) and ended.support == (ALONE, ENDING, FORCED)
+    assert goes_on.tokens == (2, 3, 4) and goes_on.support[1] == GOES_ON
+    assert ended.source == goes_on.source == DraftSource.TEXT
