@@ -2,9 +2,10 @@
 closed so that it still parses (grammar.GrammarState, ``max_tokens``).
 
 The way is found by a simple rule, not a search: take what the grammar forces; inside a string, end it; else
-close the innermost object or array; else start the least value there is (an empty string, a 0); else go on to
-the next item the grammar requires; else take the allowed token of the lowest id (an enum's first value). On a JSON schema's grammar this reaches the end in a few tokens for every
-key still required; on another grammar it may not, and then the reply is not closed.
+close the innermost object or array; else start the least value there is (an empty string, a 0); else go on
+to the next item the grammar requires; else take the allowed token of the lowest id (an enum's first value).
+On a JSON schema's grammar this reaches the end in a few tokens for every key still required; on another
+grammar it may not, and then the reply is not closed.
 """
 
 from __future__ import annotations

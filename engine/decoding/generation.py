@@ -42,7 +42,6 @@ from engine.decoding.draft_store import DraftStore
 from engine.decoding.drafts import DraftSources, HistoryIndex
 from engine.decoding.dry import dry_screen
 from engine.decoding.grammar import GrammarState
-from engine.decoding.text_match import TextIndex
 from engine.decoding.loaded import LoadedModel
 from engine.decoding.origins import OWN, DraftOrigin
 from engine.decoding.plan import StepChoice
@@ -50,6 +49,7 @@ from engine.decoding.pool import NgramPool
 from engine.decoding.prompt_cache import PromptCache
 from engine.decoding.settings import MAX_NGRAM, LookaheadConfig, SamplingConfig, StopConfig
 from engine.decoding.stops import ReplyEnd
+from engine.decoding.text_match import TextIndex
 from engine.llama.native import Model, Sampler
 
 

@@ -217,3 +217,16 @@ class GrammarState:
     def complete(self) -> bool:
         """Whether the text so far is a whole sentence of the grammar."""
         return bool(self._matcher.is_accepting())
+
+
+def follows(model: Model, constraint: Constraint, tokens: list[int]) -> bool:
+    """Whether ``tokens`` (a reply; an end-of-text token ends it) are a whole sentence of ``constraint``'s
+    grammar: for a schema, JSON that parses and follows it."""
+    state = GrammarState(model, constraint)
+    for tok in tokens:
+        if model.is_eog(tok):
+            break
+        if not state.allows(tok):
+            return False
+        state.commit(tok)
+    return state.complete

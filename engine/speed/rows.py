@@ -52,6 +52,7 @@ class BenchFigures:
     landed_steps: int = 0
     plain_tps_after_first: float = 0.0  # plain's rate after its first token (how llama-cpp-python is timed)
     documents_seen: dict[str, float] | None = None  # of each attached file, the share the prompt held
+    follows_schema: bool | None = None  # plain's reply is whole JSON of the prompt's schema (None: no schema)
 
 
 @dataclass

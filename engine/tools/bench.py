@@ -19,7 +19,7 @@ from engine.costs.curve import CostCurve
 from engine.decoding import kept as kept_ngrams
 from engine.decoding.attaching import attach_documents
 from engine.decoding.drafts import CorpusIndex
-from engine.decoding.grammar import Constraint
+from engine.decoding.grammar import Constraint, follows
 from engine.decoding.origins import DraftOrigin
 from engine.decoding.replay import ReplayDrafts
 from engine.decoding.runtime import Engine, GenerationControls
@@ -63,6 +63,7 @@ class BenchReport:
         figures = [r.bench for r in self.results if r.bench is not None]
         all_sources = [b.oracle_all_sources for b in figures if b.oracle_all_sources is not None]
         loops = Loops.of(self.results)
+        tokens = sum(r.n_tokens for r in self.results)
         return {
             "simulated": self.simulated,
             "settings": self.sampling.describe(self.loop_guard),
@@ -83,6 +84,9 @@ class BenchReport:
             "min_speedup": round(min((r.speedup for r in self.results), default=0.0), 4),
             "drafted_steps": sum(b.drafted_steps for b in figures),
             "landed_steps": sum(b.landed_steps for b in figures),
+            "under_schema": sum(b.follows_schema is not None for b in figures),
+            "follow_schema": sum(b.follows_schema is True for b in figures),
+            "grammar_share": round(by_source.get(DraftOrigin.GRAMMAR, 0) / max(tokens, 1), 4),
         }
 
     def to_json(self) -> dict:
@@ -118,6 +122,10 @@ class BenchReport:
         lines.append(f"settings: {s['settings']}, {self.max_tokens} tokens at most")
         by_source = ", ".join(f"{k} {v}" for k, v in s["accepted_by_source"].items()) or "none"
         lines.append(f"accepted draft tokens by source: {by_source}")
+        if s["under_schema"]:
+            lines.append(f"replies under a schema: {s['follow_schema']} of {s['under_schema']} whole JSON that "
+                         f"follows it; {s['grammar_share']:.1%} of all reply tokens drafted from the text the grammar "
+                         "forced")
         if s["drafted_steps"]:
             lines.append(f"steps that verified a draft: {s['drafted_steps']}, of which {s['landed_steps']} "
                          f"({s['landed_steps'] / s['drafted_steps']:.0%}) accepted some of it")
@@ -363,6 +371,7 @@ def _bench_prompt_runs(
         landed_steps=la.landed_steps,
         plain_tps_after_first=round((plain.n_tokens - 1) / rest, 2) if rest > 0 else 0.0,
         documents_seen=documents_seen,
+        follows_schema=follows(engine.model, constraint, plain.token_ids) if constraint is not None else None,
     )
     return res
 

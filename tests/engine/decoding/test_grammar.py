@@ -9,7 +9,7 @@ import jsonschema
 import pytest
 
 from engine import GenerationControls, Message, SamplingConfig, StopConfig
-from engine.decoding.grammar import Constraint, GrammarError, GrammarState
+from engine.decoding.grammar import Constraint, GrammarError, GrammarState, follows
 from engine.decoding.origins import DraftOrigin
 from engine.decoding.settings import DEFAULT_LOOKAHEAD, LookaheadConfig
 
@@ -140,3 +140,15 @@ def test_a_reply_that_would_run_past_its_limit_is_closed_in_time_to_parse_in_eve
     assert plain[-1].stop_reason == "max_tokens"  # cut by its limit all the same
     events = _reply(engine, constraint, DEFAULT_LOOKAHEAD, SAMPLERS[sampler], ask=ask, max_tokens=limit)
     assert [t for ev in events for t in ev.token_ids] == tokens
+
+
+def test_a_reply_follows_its_schema_only_when_it_is_whole_json_of_it(engine):
+    model, constraint = engine.model, Constraint.json_schema(PERSON)
+
+    def tokens(text):
+        return model.tokenize(text, parse_special=False)
+
+    whole = '{"name": "Ana", "age": 41, "role": "teacher", "skills": ["cello"]}'
+    assert follows(model, constraint, [*tokens(whole), model.eos()])
+    assert not follows(model, constraint, tokens(whole[:-1]))  # cut short
+    assert not follows(model, constraint, tokens(whole.replace("teacher", "pilot")))  # not one of the enum

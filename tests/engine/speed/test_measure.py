@@ -229,6 +229,21 @@ def test_the_bench_counts_the_replies_that_looped_and_gives_the_speedup_over_the
     assert report.to_json()["sampling"]["repeat_penalty"] == 1.1
 
 
+def test_the_bench_counts_the_replies_that_follow_their_schema_and_the_share_the_grammar_drafted():
+    rows = [_row("a", "extract", 1.2, 2.0, True, oracle_bound=2.0), _row("b", "extract", 1.3, 2.0, True,
+                                                                          oracle_bound=2.0)]
+    for row, ok in zip(rows, (True, False), strict=True):
+        row.bench = replace(row.bench, follows_schema=ok)
+    rows[0].accepted_by_source = {"grammar": 32, "prompt": 10}
+    report = BenchReport(results=rows, model="m", lookahead={}, threads=1, max_tokens=8)
+    s = report.summary()
+    assert (s["under_schema"], s["follow_schema"], s["grammar_share"]) == (2, 1, 0.25)  # 32 of 128 tokens
+    assert "replies under a schema: 1 of 2 whole JSON that follows it; 25.0% of all reply tokens" in report.table()
+    plain = BenchReport(results=[_row("c", "chat", 1.0, 1.0, True, oracle_bound=1.0)], model="m", lookahead={},
+                        threads=1, max_tokens=8)
+    assert plain.summary()["under_schema"] == 0 and "under a schema" not in plain.table()
+
+
 def test_a_row_is_looped_when_the_guard_stopped_plain_or_its_text_reads_as_a_loop():
     work = Workload("p", "chat", "hi")
     looping = RunStats(text="not only " * 12, n_tokens=24, stop_reason="length")
