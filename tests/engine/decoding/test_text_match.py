@@ -38,7 +38,9 @@ def test_a_word_copied_after_a_quote_drafts_what_followed_it_in_the_prompt():
     # the prompt has " Lena Fischer, works"; the reply so far is '"Lena': no token of it is the prompt's
     history, text = _index([1, 2, 3, 4], [5, 6])
     assert history.propose(6, length=3) == []
-    tokens, match, at = text.continuation(3)
+    found = text.continuation(3)
+    assert found is not None
+    tokens, match, at = found
     assert tokens == (2, 3, 4)
     assert match == 1 and history.origin_at(at) == DraftOrigin.PROMPT
 
@@ -46,8 +48,8 @@ def test_a_word_copied_after_a_quote_drafts_what_followed_it_in_the_prompt():
 def test_a_short_match_counts_only_where_it_starts_a_word_as_the_replys_does():
     # '"K' matches the K of " Kiel", not the later one inside " OK"
     _, text = _index([7, 8], [5, 9])
-    tokens, _, _ = text.continuation(2)
-    assert tokens == (10, 8)
+    found = text.continuation(2)
+    assert found is not None and found[0] == (10, 8)
 
 
 def test_nothing_is_drafted_where_the_text_never_occurred():

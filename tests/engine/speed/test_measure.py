@@ -233,7 +233,7 @@ def test_the_bench_counts_the_replies_that_follow_their_schema_and_the_share_the
     rows = [_row("a", "extract", 1.2, 2.0, True, oracle_bound=2.0), _row("b", "extract", 1.3, 2.0, True,
                                                                           oracle_bound=2.0)]
     for row, ok in zip(rows, (True, False), strict=True):
-        row.bench = replace(row.bench, follows_schema=ok)
+        row.bench = BenchFigures(oracle_bound=2.0, follows_schema=ok)
     rows[0].accepted_by_source = {"grammar": 32, "prompt": 10}
     report = BenchReport(results=rows, model="m", lookahead={}, threads=1, max_tokens=8)
     s = report.summary()
