@@ -221,7 +221,10 @@ class Generation:
         screens = tuple(s for s in (grammar, self._screen) if s is not None)
         store = engine.drafts
         model = loaded.model
-        text = TextIndex(self._index, model.token_bytes, lambda t: model.tokenize(t, parse_special=False))
+        # Under a grammar a copied value starts after a quote, never as the prompt's token: there text matches
+        # pay; in free text the token matches find the copies, and text matches mostly add chance ones.
+        text = (TextIndex(self._index, model.token_bytes, lambda t: model.tokenize(t, parse_special=False))
+                if grammar is not None else None)
         sources = DraftSources(self._index, self._pool, store.corpus, store.kept, store.documents, screens, grammar,
                                text)
         self._fixed = FixedPolicy(sources)

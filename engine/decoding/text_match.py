@@ -3,7 +3,8 @@
 A word the prompt has after a space (`` Lena``) is another token when the reply writes it after a quote, a
 bracket or at a line's start (``"Lena``), so the token-level suffix match (drafts.HistoryIndex) finds nothing
 where a value is being copied into JSON, a list item or a code string. ``TextIndex`` matches the end of the
-reply's text against the history's text instead, and tokenizes what followed there as a draft.
+reply's text against the history's text instead, and tokenizes what followed there as a draft. A generation
+under a grammar uses it (generation.py): in free text the token matches find the copies.
 """
 
 from __future__ import annotations
