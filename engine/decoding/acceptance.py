@@ -44,8 +44,9 @@ _CORPUS_SHORT_PRIORS = {
 POOL_PRIOR = 0.2
 # Text a grammar forces lands unless the model splits it into other tokens than the grammar's own.
 GRAMMAR_PRIOR = 0.95
-# A value copied from the prompt into a grammar's string ends, more often than not, where its clause ends there
-# (``ENDING``); a sentence's commas are where it goes on (``GOES_ON``).
+# Where a value copied into a grammar's string reaches the end of a clause, the string ends there (``ENDING``) or
+# goes on (``GOES_ON``, a sentence's commas): a field's value mostly ends, a sentence's goes on. Guesses to start
+# from, not measured; what lands moves them within a few values.
 ENDING_PRIOR = 0.6
 GOES_ON_PRIOR = 0.3
 # An n-gram kept from earlier replies lands less often than one of this reply's pool, and more often after a token
