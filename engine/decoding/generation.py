@@ -99,6 +99,7 @@ class StepEvent:
     prefill_s: float = 0.0
     top2_gaps: tuple[float, ...] = ()
     stop_reason: str | None = None  # set on the last event
+    stop_string: str = ""  # the stop string that ended the reply (with stop_reason "stop_string")
     notice: str = ""  # e.g. context policy applied
     # Set by ChatSession on the first step: the oldest messages left out to fit the context, and the
     # prompt tokens the system prompt takes.
@@ -391,6 +392,7 @@ class Generation:
             prompt_tokens=self._n_prompt if first else 0,
             top2_gaps=tuple(out.top2_gaps[: len(committed)]),
             stop_reason=reason,
+            stop_string=(self._reply_end.matched_stop or "") if reason == "stop_string" else "",
             notice=self._notice if first else "",
             choice=choice.reason,
             draft_origin=out.accepted_origin,

@@ -40,6 +40,11 @@ class ReplyEnd:
         self._n_kept += len(kept)
         return kept, pieces, reason
 
+    @property
+    def matched_stop(self) -> str | None:
+        """The stop string that ended the reply (None: none did)."""
+        return self._stops.matched
+
     def finish(self) -> str:
         """The text held back, at the reply's end."""
         piece, _ = self._stops.push(self._stream.flush())
@@ -97,6 +102,7 @@ class StopMatcher:
         self.stops = tuple(s for s in stops if s)
         self._held = ""
         self.text = ""  # everything released so far
+        self.matched: str | None = None  # the stop string found (the earliest in the text; the first given at a tie)
 
     def push(self, delta: str) -> tuple[str, bool]:
         """Returns (text safe to show now, whether a stop string was hit)."""
@@ -108,7 +114,7 @@ class StopMatcher:
         hits = [(buf.find(s), s) for s in self.stops]
         hits = [(i, s) for i, s in hits if i >= 0]
         if hits:
-            i = min(i for i, _ in hits)
+            i, self.matched = min(hits, key=lambda hit: hit[0])
             out = buf[:i]
             self._held = ""
             self.text += out

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
@@ -229,26 +229,24 @@ def _tool_choice(raw: Any) -> dict[str, Any]:
 _STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use"}
 
 
-def stop_of(finish_reason: str, engine_reason: str | None, stops: Sequence[str]) -> tuple[str, str | None]:
-    """Anthropic's ``stop_reason`` and ``stop_sequence`` of a reply that ended with OpenAI's ``finish_reason``
-    and the engine's own reason (``RunStats.stop_reason``).
-
-    The engine says that a stop string matched, not which: with one asked for it is named, with several none is.
+def stop_of(finish_reason: str, engine_reason: str | None, matched: str = "") -> tuple[str, str | None]:
+    """Anthropic's ``stop_reason`` and ``stop_sequence`` of a reply that ended with OpenAI's ``finish_reason``,
+    the engine's own reason (``RunStats.stop_reason``) and the stop string it matched (``RunStats.stop_string``).
     """
     if finish_reason == "tool_calls":
         return "tool_use", None
     if engine_reason == "stop_string":
-        return "stop_sequence", stops[0] if len(stops) == 1 else None
+        return "stop_sequence", matched or None
     if engine_reason == "context_full":
         return "model_context_window_exceeded", None
     return _STOP_REASONS.get(finish_reason, "end_turn"), None
 
 
 def to_message(whole: dict[str, Any], message_id: str, engine_reason: str | None = None,
-               stops: Sequence[str] = ()) -> dict[str, Any]:
+               matched: str = "") -> dict[str, Any]:
     """OpenAI's chat completion (``Reply.whole()``) as Anthropic's message."""
     choice = whole["choices"][0]
-    stop_reason, stop_sequence = stop_of(choice["finish_reason"], engine_reason, stops)
+    stop_reason, stop_sequence = stop_of(choice["finish_reason"], engine_reason, matched)
     usage = whole["usage"]
     return {"id": message_id, "type": "message", "role": "assistant", "model": whole["model"],
             "content": _content(choice["message"]), "stop_reason": stop_reason, "stop_sequence": stop_sequence,
@@ -290,7 +288,7 @@ class MessageReply:
 
     def whole(self) -> dict[str, Any]:
         reply = self.reply
-        return to_message(reply.whole(), self.id, reply.stats.stop_reason, reply.request.stop)
+        return to_message(reply.whole(), self.id, reply.stats.stop_reason, reply.stats.stop_string)
 
     def step(self, event: StepEvent) -> list[dict[str, Any]]:
         out = self._start()

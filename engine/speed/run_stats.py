@@ -50,6 +50,7 @@ class RunStats:
     system_tokens: int = 0  # of the prompt, the system prompt's (chat replies)
     dropped_messages: int = 0  # the oldest messages left out to fit the context (chat replies)
     stop_reason: str | None = None
+    stop_string: str = ""  # the stop string that ended the reply, if one did
     modes: list[str] = field(default_factory=list)  # distinct modes of the forward passes, in order of first use
     window: int = 0  # shape of the last lookahead step
     ngram: int = 0
@@ -97,6 +98,7 @@ class RunStats:
             self.dropped_messages = ev.dropped_messages
         if ev.stop_reason:
             self.stop_reason = ev.stop_reason
+            self.stop_string = ev.stop_string
 
     @property
     def prefill_s(self) -> float:

@@ -35,6 +35,15 @@ def test_stop_matcher_cuts_a_stop_string_split_across_deltas():
     assert m.text == "Hello "
 
 
+def test_stop_matcher_names_the_stop_string_met_first_in_the_text():
+    m = StopMatcher(["Sunday", "day", "Tues"])
+    assert m.matched is None and m.push("Monday") == ("Mon", True)
+    assert m.matched == "day"  # met before "Sunday" could be, though given later
+    tie = StopMatcher(["ab", "abc"])
+    tie.push("xabc")
+    assert tie.matched == "ab"  # at the same place: the first given
+
+
 def test_stop_matcher_releases_held_text_that_was_not_a_stop():
     m = StopMatcher(["STOP"])
     assert m.push("ab ST") == ("ab ", False)

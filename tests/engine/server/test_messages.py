@@ -246,24 +246,24 @@ def test_tool_call_arguments_that_are_not_an_object_fail_the_reply():
     assert caught.value.status == 500 and error_body(caught.value)["error"]["type"] == "api_error"
 
 
-@pytest.mark.parametrize(("finish", "engine_reason", "stops", "expected"), [
-    ("stop", "eog", (), ("end_turn", None)),
-    ("stop", "cancelled", (), ("end_turn", None)),
-    ("stop", "loop", (), ("end_turn", None)),
-    ("length", "max_tokens", (), ("max_tokens", None)),
-    ("length", "context_full", (), ("model_context_window_exceeded", None)),
-    ("stop", "stop_string", ("END",), ("stop_sequence", "END")),
-    ("stop", "stop_string", ("END", "STOP"), ("stop_sequence", None)),
-    ("tool_calls", "eog", (), ("tool_use", None)),
-], ids=["eog", "cancelled", "loop", "max-tokens", "context-full", "one-stop", "two-stops", "tool-calls"])
-def test_the_stop_reason_says_why_the_reply_ended(finish, engine_reason, stops, expected):
-    assert stop_of(finish, engine_reason, stops) == expected
+@pytest.mark.parametrize(("finish", "engine_reason", "matched", "expected"), [
+    ("stop", "eog", "", ("end_turn", None)),
+    ("stop", "cancelled", "", ("end_turn", None)),
+    ("stop", "loop", "", ("end_turn", None)),
+    ("length", "max_tokens", "", ("max_tokens", None)),
+    ("length", "context_full", "", ("model_context_window_exceeded", None)),
+    ("stop", "stop_string", "STOP", ("stop_sequence", "STOP")),
+    ("tool_calls", "eog", "", ("tool_use", None)),
+], ids=["eog", "cancelled", "loop", "max-tokens", "context-full", "stop-string", "tool-calls"])
+def test_the_stop_reason_says_why_the_reply_ended(finish, engine_reason, matched, expected):
+    assert stop_of(finish, engine_reason, matched) == expected
 
 
-def step(text: str, n: int, reason: str | None = None, prompt_tokens: int = 0) -> StepEvent:
+def step(text: str, n: int, reason: str | None = None, prompt_tokens: int = 0, stop_string: str = "") -> StepEvent:
     return StepEvent(step=0, mode="plain" if n else "none", token_ids=(7,) * n, text=text, n_committed=n,
                      batch_size=1, n_logits=1, n_drafted=0, n_accepted=0, n_reevaluated=0, window=0, ngram=0,
-                     guesses=0, elapsed_s=0.001, decode_s=0.001, prompt_tokens=prompt_tokens, stop_reason=reason)
+                     guesses=0, elapsed_s=0.001, decode_s=0.001, prompt_tokens=prompt_tokens, stop_reason=reason,
+                     stop_string=stop_string)
 
 
 def reply_of(steps: list[StepEvent], **fields: Any) -> Reply:
@@ -329,9 +329,9 @@ def test_text_that_is_no_tool_call_is_streamed_whole():
     assert events[-2]["delta"]["stop_reason"] == "end_turn"
 
 
-def test_a_stop_string_is_named_when_one_was_asked_for():
-    reply = reply_of([step("Monday", 1, prompt_tokens=9), step("", 0, reason="stop_string")],
-                     stop_sequences=["Tuesday"])
+def test_the_stop_string_the_engine_met_is_named():
+    reply = reply_of([step("Monday", 1, prompt_tokens=9), step("", 0, reason="stop_string", stop_string="Tuesday")],
+                     stop_sequences=["Sunday", "Tuesday"])
     message = MessageReply(reply).whole()
     assert (message["stop_reason"], message["stop_sequence"]) == ("stop_sequence", "Tuesday")
 
@@ -482,6 +482,11 @@ def test_a_stop_sequence_ends_the_text_before_it_and_is_named(client, answer):
                                      messages=[{"role": "user", "content": QUESTION}])
     assert (message.stop_reason, message.stop_sequence) == ("stop_sequence", stop)
     assert text_of(message) == text[:text.index(stop)]
+    # of several, the one met is named: here the later of two in the text, given first
+    later = text.split()[3]
+    message = client.messages.create(model=MODEL_ID, max_tokens=24, stop_sequences=[later, stop],
+                                     messages=[{"role": "user", "content": QUESTION}])
+    assert (message.stop_reason, message.stop_sequence) == ("stop_sequence", stop)
 
 
 def test_the_key_is_taken_from_x_api_key_and_a_wrong_one_is_anthropics_401(key_server):
