@@ -278,7 +278,7 @@ class ForcedText(Protocol):
 
     def forced(self, limit: int) -> tuple[int, ...]: ...
 
-    def ending(self, tokens: tuple[int, ...]) -> tuple[int, ...] | None: ...
+    def ending(self, tokens: tuple[int, ...]) -> tuple[int, tuple[int, ...]] | None: ...
 
 
 class DraftCorpus(Protocol):
@@ -354,15 +354,14 @@ class DraftSources:
         """A copied draft inside a string of the grammar that runs on past the end of a clause: ended there too,
         first (the quote there is the model's likely choice, and the text the grammar forces after it comes
         with it); the draft as it was stays an alternative, for a value that goes on."""
-        ended = self.forced.ending(d.tokens) if self.forced is not None else None
-        if not ended:
+        found = self.forced.ending(d.tokens) if self.forced is not None else None
+        if found is None:
             return [d]
-        at = next((i for i, (a, b) in enumerate(zip(d.tokens, ended, strict=False)) if a != b), len(d.tokens))
+        at, closing = found
         before = tuple(d.support_at(k) for k in range(at))
-        support = before + (ENDING,) + (FORCED,) * (len(ended) - at - 1)
-        after = tuple(d.support_at(k) for k in range(at + 1, len(d.tokens)))
-        goes_on = before + (GOES_ON,) + after if at < len(d.tokens) else d.support
-        return [replace(d, tokens=ended, support=support), replace(d, support=goes_on)]
+        support = before + (ENDING,) + (FORCED,) * (len(closing) - 1)
+        goes_on = before + (GOES_ON,) + tuple(d.support_at(k) for k in range(at + 1, len(d.tokens)))
+        return [replace(d, tokens=d.tokens[:at] + closing, support=support), replace(d, support=goes_on)]
 
     def _text_match(self, length: int) -> list[Draft]:
         """The history's text where its tokens do not match the context (a word copied after a quote)."""

@@ -180,11 +180,11 @@ class GrammarState:
                         min(len(tokens), len(self._closing)))
         return int(self._matcher.validate_tokens(list(tokens)))
 
-    def ending(self, tokens: tuple[int, ...]) -> tuple[int, ...] | None:
-        """``tokens`` (a draft of text copied from elsewhere, all allowed from the next position on) ended where
-        their text ends a clause: the tokens before that point, the quote that ends the string being written
-        there, then the text the grammar forces after the quote (``", "email": "``). None where the text ends
-        no clause or the grammar has no string to end there."""
+    def ending(self, tokens: tuple[int, ...]) -> tuple[int, tuple[int, ...]] | None:
+        """Where ``tokens`` (a draft of text copied from elsewhere, all allowed from the next position on) end a
+        clause, and what ends the string being written there: the index of the token that starts the clause's
+        end, and the quote with the text the grammar forces after it (``", "email": "``). None where the text
+        ends no clause or the grammar has no string to end there."""
         at = self._clause_end(tokens)
         if at is None or self._quote is None or self._closes():
             return None
@@ -197,7 +197,8 @@ class GrammarState:
             forced = matcher.compute_ff_tokens()
             matcher.rollback(1)
             closing = self._tokenize('"' + b"".join(self._piece(t) for t in forced).decode("utf-8", "replace"))
-            return tokens[:at] + tuple(closing[: matcher.validate_tokens(closing)])
+            kept = closing[: matcher.validate_tokens(closing)]
+            return (at, tuple(kept)) if kept else None
         finally:
             matcher.rollback(taken)
 

@@ -113,7 +113,7 @@ class _Forces:
     def keep(self, tokens: tuple[int, ...]) -> int:
         return tokens.index(self.banned) if self.banned in tokens else len(tokens)
 
-    def ending(self, tokens: tuple[int, ...]) -> tuple[int, ...] | None:
+    def ending(self, tokens: tuple[int, ...]) -> tuple[int, tuple[int, ...]] | None:
         return None
 
 

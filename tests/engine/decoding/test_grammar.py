@@ -106,8 +106,9 @@ def test_a_copied_value_ends_its_string_where_its_clause_ends_and_the_next_key_c
         state.commit(tok)
 
     def ending(text):
-        found = state.ending(tuple(model.tokenize(text, parse_special=False)))
-        return None if found is None else engine.detokenize(list(found))
+        tokens = tuple(model.tokenize(text, parse_special=False))
+        found = state.ending(tokens)
+        return None if found is None else engine.detokenize([*tokens[: found[0]], *found[1]])
 
     assert ending(" Fischer, lena.fischer@example.org") == ' Fischer", "email":'
     assert ending(" Fischer") is None  # no clause ends in it

@@ -66,8 +66,8 @@ class _String:
     def keep(self, tokens: tuple[int, ...]) -> int:
         return len(tokens)
 
-    def ending(self, tokens: tuple[int, ...]) -> tuple[int, ...] | None:
-        return tokens[: tokens.index(3)] + (11, 12) if 3 in tokens else None
+    def ending(self, tokens: tuple[int, ...]) -> tuple[int, tuple[int, ...]] | None:
+        return (tokens.index(3), (11, 12)) if 3 in tokens else None
 
 
 def test_a_copied_draft_in_a_string_is_ended_at_its_clause_end_and_kept_as_it_was_beside():
