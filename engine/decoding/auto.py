@@ -17,7 +17,7 @@ from dataclasses import replace
 from engine.costs.curve import CostCurve, LiveCosts
 from engine.decoding.acceptance import MAX_P, AcceptanceStats, Bucket, bucket
 from engine.decoding.decoders import NO_CONFIDENCE
-from engine.decoding.drafts import ALONE, Draft, DraftSources
+from engine.decoding.drafts import ALONE, FORCED, Draft, DraftSources
 from engine.decoding.origins import DraftOrigin, DraftSource
 from engine.decoding.plan import StepChoice
 from engine.decoding.settings import MAX_GUESSES, MAX_WINDOW, LookaheadConfig
@@ -72,18 +72,24 @@ def break_even_p(curve: CostCurve | LiveCosts, length: int) -> float:
 
 class _Prices:
     """A step's price list: ``prices[n]`` is the curve's cost of n rows, each looked up once, and never below a
-    smaller batch's (a dip between measured sizes is noise, and pricing relies on it: see ``_best_pick``)."""
+    smaller batch's (a dip between measured sizes is noise, and pricing relies on it: see ``_best_pick``).
 
-    __slots__ = ("_curve", "_values")
+    The first ``given`` rows predict tokens a grammar allows alone and get no logits (plan.build_step): every
+    draft of such a step starts with those tokens, so its first rows are those.
+    """
 
-    def __init__(self, curve: CostCurve | LiveCosts) -> None:
+    __slots__ = ("_curve", "_given", "_values")
+
+    def __init__(self, curve: CostCurve | LiveCosts, given: int = 0) -> None:
         self._curve = curve
+        self._given = given
         self._values = [0.0]
 
     def __getitem__(self, n: int) -> float:
         values = self._values
         while len(values) <= n:
-            values.append(max(self._curve.cost(len(values)), values[-1]))
+            rows = len(values)
+            values.append(max(self._curve.cost(rows, rows - min(self._given, rows)), values[-1]))
         return values[n]
 
 
@@ -221,10 +227,10 @@ class AutoPolicy:
                opening: bool = False) -> StepChoice:
         """The step after ``token``; ``confidence()`` says whether the model was sure of it (asked only when there
         are drafts to price); ``opening``: ``token`` is the prompt's last (the reply's first step)."""
-        price = _Prices(self.curve)
-        plain_rate = 1.0 / price[1]
         max_drafts = min(cfg.guesses, MAX_GUESSES)
         drafts = self._drafts(token, cfg, min(MAX_AUTO_DRAFT, room), opening) if max_drafts > 0 else []
+        price = _Prices(self.curve, drafts[0].leading(FORCED) if drafts else 0)
+        plain_rate = 1.0 / price[1]
         chosen: list[Draft] = []
         reasons: list[str] = []
         gain, length, best_rate = 1.0, 0, plain_rate

@@ -55,9 +55,9 @@ class Confidence:
 
     __slots__ = ("_row", "_token", "_value")
 
-    def __init__(self, row: np.ndarray | None = None, token: int = 0) -> None:
+    def __init__(self, row: np.ndarray | None = None, token: int = 0, sure: bool = False) -> None:
         self._row, self._token = row, token
-        self._value: bool | None = None if row is not None else False
+        self._value: bool | None = None if row is not None else sure
 
     def __call__(self) -> bool:
         if self._value is None:
@@ -67,6 +67,7 @@ class Confidence:
 
 
 NO_CONFIDENCE = Confidence()  # not asked for: not sure
+GIVEN = Confidence(sure=True)  # a token the grammar allowed alone, drawn without logits
 
 
 @dataclass
@@ -103,13 +104,21 @@ class TokenDrawer:
         self.sampler = sampler
         self.grammar = grammar
 
-    def draw(self, batch_index: int, logits_row: np.ndarray) -> int:
+    def draw(self, batch_index: int, logits_row: np.ndarray | None) -> int:
+        """The token at ``batch_index``; its logits may be None where the grammar allows one token only."""
         grammar = self.grammar
         if grammar is None:
             if self.sampler is None:
+                assert logits_row is not None
                 return int(np.argmax(logits_row))
             return self.sampler.sample(self.ctx, batch_index)
-        if self.sampler is None:
+        tok = grammar.given()
+        if tok is not None:  # no choice to draw: the sampler's history takes it as drawn
+            if self.sampler is not None:
+                self.sampler.accept((tok,))
+        elif logits_row is None:
+            raise RuntimeError("a position the grammar leaves open was decoded without logits")
+        elif self.sampler is None:
             tok = int(np.argmax(logits_row))
             if not grammar.allows(tok):  # masking the whole row only where the model's choice is not allowed
                 grammar.mask(logits_row)
@@ -119,6 +128,15 @@ class TokenDrawer:
             tok = self.sampler.sample(self.ctx, batch_index)
         grammar.commit(tok)
         return tok
+
+    def given(self, limit: int) -> tuple[int, ...]:
+        """Up to ``limit`` tokens from the next position on that the grammar allows alone (their rows need no
+        logits)."""
+        return self.grammar.forced(limit) if self.grammar is not None else ()
+
+
+def _confidence(row: np.ndarray | None, token: int) -> Confidence:
+    return Confidence(row, token) if row is not None else GIVEN
 
 
 def top2_gap(row: np.ndarray) -> float:
@@ -247,7 +265,9 @@ class LookaheadDecoder:
         W = choice.window
         if W:
             self.window.resize(W, choice.ngram)
-        plan = build_step(pending, kv.n, candidates, self.window.levels if W else None)
+        longest = max(map(len, candidates), default=0)
+        plan = build_step(pending, kv.n, candidates, self.window.levels if W else None,
+                          self.drawer.given(longest + 1))
 
         self.batch.set_plan(plan.tokens, plan.positions, plan.seq_ids, plan.logits)
         t0 = time.perf_counter()
@@ -281,19 +301,19 @@ class LookaheadDecoder:
             n_cached=n_kept,
             decode_s=decode_s,
             accepted_origin=_origin_of(choice, committed[: len(path)]),
-            confidence=Confidence(last_row, committed[-1]) if confidence else NO_CONFIDENCE,
+            confidence=_confidence(last_row, committed[-1]) if confidence else NO_CONFIDENCE,
         )
 
     def _verify(
         self, plan: StepPlan, rows: list[int], logits: np.ndarray
-    ) -> tuple[list[int], list[int], np.ndarray]:
+    ) -> tuple[list[int], list[int], np.ndarray | None]:
         """Walk the candidate tree along the model's own draws: (committed, accepted nodes, the last draw's row)."""
         committed: list[int] = []
         path: list[int] = []
         idx = plan.input_index
         children = plan.root_children
         while True:
-            row = logits[rows[idx]]
+            row = logits[rows[idx]] if rows[idx] >= 0 else None
             tok = self.drawer.draw(idx, row)
             committed.append(tok)
             child = children.get(tok)

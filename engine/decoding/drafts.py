@@ -55,6 +55,10 @@ class Draft:
     def support_at(self, k: int) -> int:
         return self.support[k] if k < len(self.support) else ALONE
 
+    def leading(self, kind: int) -> int:
+        """How many of the first tokens have support ``kind``."""
+        return next((k for k, s in enumerate(self.support) if s != kind), len(self.support))
+
 
 class HistoryIndex:
     """Every token seen so far, indexed by bigram for suffix matching.

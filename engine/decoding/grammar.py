@@ -8,8 +8,9 @@ says which tokens the grammar forces next. ``GrammarState`` follows one reply:
   the drawn token. Every emitted position is drawn once, in order, whatever the decoder, so the state only
   ever advances by committed tokens, never by a rejected draft: lookahead's text is plain decoding's.
 - ``forced()`` is the text the grammar leaves no choice about (a schema's keys, quotes, commas and braces,
-  the rest of an enum value once its first token is chosen), as tokens: a draft that will land unless the
-  model splits that text into other tokens.
+  the rest of an enum value once its first token is chosen), as the tokens llguidance splits it into. The
+  state allows that split only, so each of those positions has one allowed token (``given()``): it is
+  drafted as sure to land, and the row that predicts it needs no logits (plan.build_step).
 - ``keep()`` cuts other drafts at their first token the grammar forbids.
 
 A JSON Schema is compiled to one line of JSON with ``, `` and ``: `` between items: no whitespace is left
@@ -122,63 +123,91 @@ class GrammarState:
         self._quote = quote[0] if len(quote) == 1 else None
         self._closer = Closer(model) if max_tokens is not None else None
         self._left = max_tokens if max_tokens is not None else 0
-        self._closing: list[int] = []  # the rest of the way to the grammar's end, once taken
+        # The tokens the grammar gives from the next position on, each the only one it allows there: what it
+        # forces, in its own tokens, or the way to its end once the closing has taken it (see ``_given``).
+        self._run: list[int] = []
         self._checked = -1  # the tokens left when the way to the end was last looked for
+        self._looked = -1  # the tokens left when the forced text was last looked for
         self.wrapped = False
 
     def allows(self, token: int) -> bool:
-        if self._closes():
-            return token == self._closing[0]
+        run = self._given()
+        if run:
+            return token == run[0]
         return self._matcher.validate_tokens([token]) == 1
 
     def mask(self, row: np.ndarray) -> None:
         """Lower every token the grammar does not allow here to -inf, in place."""
-        if self._closes():
-            keep = row[self._closing[0]]
+        run = self._given()
+        if run:
+            keep = row[run[0]]
             row[:] = -np.inf
-            row[self._closing[0]] = keep if np.isfinite(keep) else 0.0
+            row[run[0]] = keep if np.isfinite(keep) else 0.0
             return
         bits = np.unpackbits(np.frombuffer(self._matcher.compute_bitmask(), dtype=np.uint8), bitorder="little")
         allowed = bits[: self._n_vocab].astype(bool)
         row[: len(allowed)][~allowed] = -np.inf
         row[len(allowed) :] = -np.inf
 
+    def given(self) -> int | None:
+        """The only token the grammar allows at the next position, if there is one: it needs no logits."""
+        run = self._given()
+        return run[0] if run else None
+
     def commit(self, token: int) -> None:
         """The token drawn at the next position (one the mask allowed)."""
         if not self._matcher.consume_token(token):
             raise RuntimeError(f"the grammar refused a token it allowed: {self._matcher.get_error()}")
         self._left -= 1
-        if self._closing:
-            self._closing.pop(0)
+        if self._run:
+            self._run.pop(0)
+
+    def _given(self) -> list[int]:
+        """The run of tokens the grammar gives from the next position on, looked for once per position.
+
+        Forced text is given in the tokens llguidance splits it into, not in any other split of the same
+        bytes: the text is the same, and a position with one allowed token is one the model need not be asked
+        about (plain and lookahead decoding alike, so their text stays the same).
+        """
+        if self._run or self._matcher.is_stopped():
+            return self._run
+        if self._closes():
+            return self._run
+        if self._looked != self._left:
+            self._looked = self._left
+            self._run = list(self._matcher.compute_ff_tokens())
+        return self._run
 
     def _closes(self) -> bool:
-        """Whether this position is on the way to the grammar's end that the tokens left force (see the class)."""
-        if self._closing:
-            return True
+        """Whether the tokens left force the way to the grammar's end from here (see the class); taken as the
+        run of given tokens when they do."""
         if self._closer is None or self._left > MAX_CLOSE or self._checked == self._left:
             return False
         self._checked = self._left  # asked once per position
-        way = None if self._matcher.is_stopped() else self._closer.way_to_end(self._matcher)
+        way = self._closer.way_to_end(self._matcher)
         # Not yet, or never: [end] alone ends it as it likes, and a way longer than the tokens left cannot help.
         if way is None or len(way) <= 1 or not self._left - CLOSE_MARGIN <= len(way) <= self._left:
             return False
-        self._closing, self.wrapped = way, True
+        self._run, self.wrapped = way, True
         return True
 
     def forced(self, limit: int) -> tuple[int, ...]:
         """Up to ``limit`` tokens the grammar forces next (none when it leaves a choice)."""
-        if limit <= 0 or self._matcher.is_stopped():
-            return ()
-        if self._closes():
-            return tuple(self._closing[:limit])
-        return tuple(self._matcher.compute_ff_tokens()[:limit])
+        return tuple(self._given()[:limit]) if limit > 0 else ()
 
     def keep(self, tokens: tuple[int, ...]) -> int:
         """How many of ``tokens``, from the next position on, the grammar allows."""
-        if self._closes():
-            return next((i for i, (a, b) in enumerate(zip(tokens, self._closing, strict=False)) if a != b),
-                        min(len(tokens), len(self._closing)))
-        return int(self._matcher.validate_tokens(list(tokens)))
+        run = self._given()
+        same = next((i for i, (a, b) in enumerate(zip(tokens, run, strict=False)) if a != b),
+                    min(len(tokens), len(run)))
+        if same < len(run) or same == len(tokens) or self.wrapped:
+            return same
+        matcher = self._matcher  # past the given run, the grammar's own rule
+        taken = matcher.try_consume_tokens(list(tokens[:same]))
+        try:
+            return taken + int(matcher.validate_tokens(list(tokens[same:]))) if taken == same else taken
+        finally:
+            matcher.rollback(taken)
 
     def ending(self, tokens: tuple[int, ...]) -> tuple[int, tuple[int, ...]] | None:
         """Where ``tokens`` (a draft of text copied from elsewhere, all allowed from the next position on) end a
@@ -186,7 +215,7 @@ class GrammarState:
         end, and the quote with the text the grammar forces after it (``", "email": "``). None where the text
         ends no clause or the grammar has no string to end there."""
         at = self._clause_end(tokens)
-        if at is None or self._quote is None or self._closes():
+        if at is None or self._quote is None or self._given():
             return None
         matcher = self._matcher
         taken = matcher.try_consume_tokens(list(tokens[:at]))
@@ -222,12 +251,11 @@ class GrammarState:
 
 def follows(model: Model, constraint: Constraint, tokens: list[int]) -> bool:
     """Whether ``tokens`` (a reply; an end-of-text token ends it) are a whole sentence of ``constraint``'s
-    grammar: for a schema, JSON that parses and follows it."""
-    state = GrammarState(model, constraint)
+    grammar, however its text is split into tokens: for a schema, JSON that parses and follows it."""
+    matcher = llguidance.LLMatcher(tokenizer_of(model), constraint.grammar(), log_level=0)
     for tok in tokens:
         if model.is_eog(tok):
             break
-        if not state.allows(tok):
+        if not matcher.consume_token(tok):
             return False
-        state.commit(tok)
-    return state.complete
+    return bool(matcher.is_accepting())

@@ -11,10 +11,12 @@ sees the whole committed prefix. One step's batch, in order:
 
     1. pending tokens: committed but not yet in the KV cache (normally just the
        last committed token; more when accepted drafts had to be re-evaluated).
-       Logits on the last one, the "input" token at position P.
+       Logits on the last one, the "input" token at position P (unless a
+       grammar gives the next token).
     2. the candidate tree, depth first, best candidate's path first: one batch
        token per tree node at position P + depth, its sequence ids the
-       candidates passing through it, logits on every node. The best path's
+       candidates passing through it, logits on every node but those whose
+       next token a grammar allows alone (``given``). The best path's
        nodes also carry seq 0 and every sequence not used this step: no token
        of this batch that could see them does, and if they are accepted they
        are already tagged as committed tokens must be.
@@ -160,6 +162,7 @@ def build_step(
     n_kv: int,
     candidates: Sequence[Sequence[int]],
     window_levels: np.ndarray | None,
+    given: Sequence[int] = (),
 ) -> StepPlan:
     """Lay out one step, in the order of the module's docstring: pending tokens, candidate tree, Jacobi window.
 
@@ -168,6 +171,8 @@ def build_step(
     candidates:    draft continuations of pending[-1], best first (at most MAX_GUESSES).
     window_levels: int array [N-1, W] of Jacobi guesses (level 0 column 0 is
                    ignored: the input token stands there), or None / W=0.
+    given:         the tokens a grammar allows alone from position P + 1 on: the rows that predict them (the
+                   input token and the tree's nodes along them) get no logits unless the window reads them.
     """
     if window_levels is not None and window_levels.size == 0:
         window_levels = None
@@ -194,6 +199,9 @@ def build_step(
     else:
         levels = int(window_levels.shape[0])
         pred_index = _place_window(window_levels, input_index, P, tokens, positions, seq_ids, logits)
+    read = set(pred_index.tolist())
+    for index in _given_rows(nodes, root_children, input_index, given):
+        logits[index] = index in read
 
     rows, n_logits = _logit_rows(logits)
     return StepPlan(
@@ -223,6 +231,20 @@ def _check_step(
         raise ValueError(f"at most {MAX_GUESSES} candidates")
     if window_levels is not None and window_levels.shape[1] > MAX_WINDOW:
         raise ValueError(f"at most {MAX_WINDOW} window columns")
+
+
+def _given_rows(nodes: list[TreeNode], root_children: dict[int, int], input_index: int,
+                given: Sequence[int]) -> list[int]:
+    """The batch indices whose next token is one of ``given``: the input token's, then each node's along them."""
+    out: list[int] = []
+    index, children = input_index, root_children
+    for tok in given:
+        out.append(index)
+        child = children.get(int(tok))
+        if child is None:
+            break
+        index, children = nodes[child].batch_index, nodes[child].children
+    return out
 
 
 def _logit_rows(logits: list[bool]) -> tuple[list[int], int]:

@@ -425,3 +425,13 @@ def test_acceptance_fades_every_bucket_with_each_observed_draft_over_thousands_o
                 want = min((accepted[b] + _prior(b) * PRIOR_WEIGHT) / (tested[b] + PRIOR_WEIGHT), MAX_P)
                 assert stats.p(b) == pytest.approx(want, rel=1e-9)
     assert stats.unit > DECAY**6000 * 1e30  # the unit was reset on the way
+
+
+def test_rows_that_predict_what_a_grammar_gives_are_priced_without_their_logits():
+    dear_logits = CostCurve(sizes=(1, 2, 4, 8), last_logit=(1, 1.1, 1.3, 1.7), all_logits=(1, 1.6, 2.8, 5.2),
+                            base_ms=10, threads=2)  # a large vocabulary's output matrix on a small model
+    given, free = _Prices(dear_logits, given=3), _Prices(dear_logits)
+    assert given[1] == free[1] == 1.0
+    assert given[3] == pytest.approx(dear_logits.cost(3, 1))  # every row's next token is given
+    assert given[6] == pytest.approx(dear_logits.cost(6, 3)) and given[6] < free[6]
+    assert free[6] == pytest.approx(dear_logits.cost(6))

@@ -87,6 +87,9 @@ def test_the_state_cuts_drafts_at_the_first_forbidden_token_and_forces_only_what
     state = GrammarState(model, Constraint("gbnf", 'root ::= "The answer is " [0-9]+ "."'))
     forced = state.forced(20)
     assert engine.detokenize(list(forced)) == "The answer is "  # then a digit: a choice
+    # forced text is given in its own split: the one token allowed first, no other split of the same bytes
+    assert state.given() == forced[0] and state.allows(forced[0])
+    assert not state.allows(model.tokenize("T", parse_special=False)[0])
     good, bad = model.tokenize("The answer is 42."), model.tokenize("The answer was 42.")
     assert state.keep(tuple(good)) == len(good)
     assert 0 < state.keep(tuple(bad)) < len(bad)
@@ -153,3 +156,36 @@ def test_a_reply_follows_its_schema_only_when_it_is_whole_json_of_it(engine):
     assert follows(model, constraint, [*tokens(whole), model.eos()])
     assert not follows(model, constraint, tokens(whole[:-1]))  # cut short
     assert not follows(model, constraint, tokens(whole.replace("teacher", "pilot")))  # not one of the enum
+
+
+@pytest.mark.parametrize("sampler", ["dry", "sampled"])
+def test_a_position_the_grammar_gives_is_decoded_without_logits_and_the_text_stays_plain_decodings(
+        engine, sampler, monkeypatch):
+    from engine.decoding import decoders
+
+    plans = []
+
+    def recorded(*args, **kwargs):
+        plans.append(decoders_build_step(*args, **kwargs))
+        return plans[-1]
+
+    decoders_build_step = decoders.build_step
+    monkeypatch.setattr(decoders, "build_step", recorded)
+    constraint = Constraint.json_schema(PERSON)
+    plain = _reply(engine, constraint, None, SAMPLERS[sampler])
+    events = _reply(engine, constraint, DEFAULT_LOOKAHEAD, SAMPLERS[sampler])
+    assert [t for ev in events for t in ev.token_ids] == [t for ev in plain for t in ev.token_ids]
+    # the opening '{"name": ' and every later key were decoded with logits on fewer rows than the batch had
+    assert sum(plan.n_logits < plan.size for plan in plans) >= 3
+
+
+def test_the_drawer_takes_a_given_token_without_logits_and_refuses_to_guess_an_open_one(engine):
+    from engine.decoding.decoders import TokenDrawer
+
+    model = engine.model
+    state = GrammarState(model, Constraint("gbnf", 'root ::= "The answer is " [0-9]+ "."'))
+    drawer = TokenDrawer(None, None, state)  # no decode to read: a given token needs none
+    forced = state.forced(20)
+    assert [drawer.draw(0, None) for _ in forced] == list(forced)
+    with pytest.raises(RuntimeError, match="without logits"):
+        drawer.draw(0, None)  # a digit: the model's choice

@@ -65,3 +65,18 @@ def test_window_with_n2_predicts_from_level_zero_and_the_input_token():
 def test_too_many_candidates_is_refused():
     with pytest.raises(ValueError):
         build_step([1], 0, candidates=[(1,)] * 17, window_levels=None)
+
+
+def test_rows_that_predict_what_a_grammar_gives_get_no_logits():
+    # the grammar gives 1, 2 and 3 next: the input token's row and the nodes 1 and 2 predict them
+    plan = build_step([9], n_kv=0, candidates=[(1, 2, 3, 4), (1, 5)], window_levels=None, given=(1, 2, 3))
+    assert plan.tokens.tolist() == [9, 1, 2, 3, 4, 5]
+    assert plan.logits.tolist() == [False, False, False, True, True, True]
+    assert plan.rows == [-1, -1, -1, 0, 1, 2] and plan.n_logits == 3
+    # a window of N = 2 reads the input token's row: it keeps its logits
+    levels = np.array([[0, 11]], dtype=np.int32)
+    plan = build_step([9], n_kv=0, candidates=[(1, 2)], window_levels=levels, given=(1, 2))
+    assert plan.logits.tolist() == [True, False, True, True]
+    # a draft that leaves the given tokens keeps its logits from there on
+    plan = build_step([9], n_kv=0, candidates=[(7, 8)], window_levels=None, given=(1, 2))
+    assert plan.logits.tolist() == [False, True, True]
