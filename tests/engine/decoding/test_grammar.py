@@ -184,7 +184,7 @@ def test_the_drawer_takes_a_given_token_without_logits_and_refuses_to_guess_an_o
 
     model = engine.model
     state = GrammarState(model, Constraint("gbnf", 'root ::= "The answer is " [0-9]+ "."'))
-    drawer = TokenDrawer(None, None, state)  # no decode to read: a given token needs none
+    drawer = TokenDrawer(engine.loaded.ctx, None, state)  # no logits passed: a given token needs none
     forced = state.forced(20)
     assert [drawer.draw(0, None) for _ in forced] == list(forced)
     with pytest.raises(RuntimeError, match="without logits"):
