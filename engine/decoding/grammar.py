@@ -126,8 +126,7 @@ class GrammarState:
         # The tokens the grammar gives from the next position on, each the only one it allows there: what it
         # forces, in its own tokens, or the way to its end once the closing has taken it (see ``_given``).
         self._run: list[int] = []
-        self._checked = -1  # the tokens left when the way to the end was last looked for
-        self._looked = -1  # the tokens left when the forced text was last looked for
+        self._looked = -1  # the tokens left when the run was last looked for
         self.wrapped = False
 
     def allows(self, token: int) -> bool:
@@ -169,21 +168,18 @@ class GrammarState:
         bytes: the text is the same, and a position with one allowed token is one the model need not be asked
         about (plain and lookahead decoding alike, so their text stays the same).
         """
-        if self._run or self._matcher.is_stopped():
+        if self._run or self._looked == self._left or self._matcher.is_stopped():
             return self._run
-        if self._closes():
-            return self._run
-        if self._looked != self._left:
-            self._looked = self._left
+        self._looked = self._left
+        if not self._closes():
             self._run = list(self._matcher.compute_ff_tokens())
         return self._run
 
     def _closes(self) -> bool:
         """Whether the tokens left force the way to the grammar's end from here (see the class); taken as the
         run of given tokens when they do."""
-        if self._closer is None or self._left > MAX_CLOSE or self._checked == self._left:
+        if self._closer is None or self._left > MAX_CLOSE:
             return False
-        self._checked = self._left  # asked once per position
         way = self._closer.way_to_end(self._matcher)
         # Not yet, or never: [end] alone ends it as it likes, and a way longer than the tokens left cannot help.
         if way is None or len(way) <= 1 or not self._left - CLOSE_MARGIN <= len(way) <= self._left:

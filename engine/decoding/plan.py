@@ -199,9 +199,10 @@ def build_step(
     else:
         levels = int(window_levels.shape[0])
         pred_index = _place_window(window_levels, input_index, P, tokens, positions, seq_ids, logits)
-    read = set(pred_index.tolist())
-    for index in _given_rows(nodes, root_children, input_index, given):
-        logits[index] = index in read
+    if given:
+        read = set(pred_index.tolist())
+        for index in _given_rows(nodes, root_children, input_index, given):
+            logits[index] = index in read
 
     rows, n_logits = _logit_rows(logits)
     return StepPlan(
