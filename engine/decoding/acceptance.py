@@ -12,7 +12,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from dataclasses import dataclass, field
 
-from engine.decoding.drafts import AGREE, ALONE, ENDING, FORCED, GOES_ON, SPLIT, Draft
+from engine.decoding.drafts import AGREE, ALONE, ENDING, FORCED, GOES_ON, LIKELY, SPLIT, Draft
 from engine.decoding.origins import DraftSource
 
 # Match lengths are pooled in these buckets (a bucket holds lengths from its edge to the next).
@@ -44,6 +44,10 @@ _CORPUS_SHORT_PRIORS = {
 POOL_PRIOR = 0.2
 # Text a grammar forces lands unless the model splits it into other tokens than the grammar's own.
 GRAMMAR_PRIOR = 0.95
+# The text a grammar forces, split alone, where the model may merge its end with what follows: the bundled model's
+# replies to the extraction prompts began with that split at 146 of 160 such places (docs/SPEED.md, "The figures
+# behind the code's constants").
+LIKELY_PRIOR = 0.85
 # Where a value copied into a grammar's string reaches the end of a clause, the string ends there (``ENDING``) or
 # goes on (``GOES_ON``, a sentence's commas): a field's value mostly ends, a sentence's goes on. Guesses to start
 # from, not measured; what lands moves them within a few values.
@@ -68,11 +72,6 @@ WINDOW_DECAY = 0.995
 # Each observed draft fades what was seen before it a little, so the estimates
 # follow the kind of text being written now (a list, a copy, free prose).
 DECAY = 0.95
-# A draft Auto passes over fades what was seen of its first token's bucket much more slowly, back towards the
-# prior: a source whose drafts failed a few times in a row is tried again after a while (a session keeps its
-# statistics, so without this it would never be), at the price of a failed draft every few hundred steps
-# where its drafts really never land.
-PASS_DECAY = 0.998
 MAX_P = 0.995
 # (source, match edge, support, sure): ``sure`` says the model was sure of the token the draft follows
 # (decoders.is_sure), as where text is copied or written by rote; drafts land more often there than in free writing.
@@ -90,6 +89,8 @@ def _prior(b: Bucket) -> float:
     source, edge, support, sure = b
     if support == FORCED:
         return GRAMMAR_PRIOR
+    if support == LIKELY:
+        return LIKELY_PRIOR
     if support == ENDING:
         return ENDING_PRIOR
     if support == GOES_ON:
@@ -142,13 +143,6 @@ class AcceptanceStats:
             b = bucket(d, k, sure)
             self.tested[b] = self.tested.get(b, 0.0) + one
             self.accepted[b] = self.accepted.get(b, 0.0) + (one if k < n_accepted else 0.0)
-
-    def pass_over(self, b: Bucket) -> None:
-        """A draft whose first token falls in ``b`` was offered and not verified: what was seen there fades a
-        little."""
-        if b in self.tested:
-            self.tested[b] *= PASS_DECAY
-            self.accepted[b] *= PASS_DECAY
 
     def window_gain(self) -> float:
         """Expected draft tokens one window column earns (prior blended with what was seen)."""

@@ -17,7 +17,7 @@ from dataclasses import replace
 from engine.costs.curve import CostCurve, LiveCosts
 from engine.decoding.acceptance import MAX_P, AcceptanceStats, Bucket, bucket
 from engine.decoding.decoders import NO_CONFIDENCE
-from engine.decoding.drafts import ALONE, FORCED, Draft, DraftSources
+from engine.decoding.drafts import ALONE, FORCED, LIKELY, Draft, DraftSources
 from engine.decoding.origins import DraftOrigin, DraftSource
 from engine.decoding.plan import StepChoice
 from engine.decoding.settings import MAX_GUESSES, MAX_WINDOW, LookaheadConfig
@@ -41,6 +41,7 @@ LEDGER_DECAY = 0.8
 LEDGER_RETURN = 0.005
 TRUST_POWER = 3.0
 
+_GRAMMARS = (FORCED, LIKELY)  # supports of the text a grammar forces
 _POOL_UNSURE: Bucket = (DraftSource.POOL, 1, ALONE, False)
 _POOL_SURE: Bucket = (DraftSource.POOL, 1, ALONE, True)
 _KEPT_UNSURE: Bucket = (DraftSource.KEPT, 1, ALONE, False)
@@ -96,7 +97,7 @@ class _Prices:
 class _Estimate:
     """Expected tokens a step commits when it verifies the first L tokens of a draft, worked out only as far as
     pricing asks: 1 + p1 + p1*p2 + ..., each pk from the statistics (``AcceptanceStats.p``), with a short match's
-    extra tokens scaled by ``trust``."""
+    extra tokens scaled by ``trust`` (not those of the text a grammar forces, which a draft may lead with)."""
 
     __slots__ = ("draft", "_stats", "_sure", "_trust", "_values", "_run", "_seen")
 
@@ -117,7 +118,8 @@ class _Estimate:
             if p is None:
                 p = self._seen[b] = self._stats.p(b)
             self._run *= p
-            values.append(values[-1] + self._trust * self._run)
+            trust = 1.0 if b[2] in _GRAMMARS else self._trust  # the grammar's text is no coincidence
+            values.append(values[-1] + trust * self._run)
         return values[L]
 
     def last_token(self, L: int) -> float:
@@ -149,6 +151,47 @@ def _best_pick(
             if L < longest and extra + est.last_token(L) * (longest - L) <= best_rate * prices[2 + length + L]:
                 break
     return pick
+
+
+class _Unverified:
+    """Drafts a step was offered and did not verify, checked against the tokens the reply goes on to commit.
+
+    The reply's text is plain decoding's, so a draft lands exactly where its tokens are the reply's: how far an
+    unverified one agrees with what is committed after it is what verifying it would have shown, and teaches the
+    statistics the same. Without it a bucket whose drafts Auto stopped verifying would never be seen again, and
+    one it never verified would keep its prior however often its drafts would have landed.
+    """
+
+    __slots__ = ("_pending",)
+
+    def __init__(self) -> None:
+        # [draft, sure, tokens of it that agree so far]; each starts at the position after the step that offered it
+        self._pending: list[list] = []
+
+    def add(self, drafts: Sequence[Draft], sure: bool) -> None:
+        self._pending.extend([d, sure, 0] for d in drafts)
+
+    def settle(self, committed: Sequence[int], stats: AcceptanceStats, fade: bool) -> None:
+        """The reply grew by ``committed``: every draft whose fate these tokens decide teaches ``stats``."""
+        left = []
+        for entry in self._pending:
+            d, sure, agree = entry
+            tokens, done = d.tokens, False
+            for t in committed:
+                if tokens[agree] != t:
+                    done = True
+                    break
+                agree += 1
+                if agree == len(tokens):
+                    done = True
+                    break
+            if done:
+                stats.observe(d, len(tokens), agree, fade=fade, sure=sure)
+                fade = False
+            else:
+                entry[2] = agree
+                left.append(entry)
+        self._pending = left
 
 
 class FixedPolicy:
@@ -198,6 +241,7 @@ class AutoPolicy:
         self.min_p = least_paying_p(curve)
         # The window a step without drafts takes, with what it was worked out from (see _window).
         self._no_draft_window: tuple[tuple, tuple[int, int, float]] | None = None
+        self._unverified = _Unverified()
 
     def use_costs(self, curve: CostCurve | LiveCosts) -> None:
         """Price steps with ``curve`` from now on (another thread count's, say)."""
@@ -250,8 +294,7 @@ class AutoPolicy:
                 firsts.add(d.tokens[0])
                 gain += est.at(L) - 1.0
                 length += L
-            for b in {bucket(d, 0, sure) for d in drafts if d.tokens[0] not in firsts}:
-                self.stats.pass_over(b)
+            self._unverified.add([d for d in drafts if d.tokens[0] not in firsts], sure)
         W, N, best_rate = self._window(gain, length, best_rate, cfg, room)
         if not chosen and not W:
             return StepChoice(reason="plain: no draft worth its cost", expected_gain=1.0)
@@ -310,12 +353,14 @@ class AutoPolicy:
         sure: bool = False,
     ) -> None:
         """Learn from a step chosen after a token the model was ``sure`` of: how far each draft agreed with the
-        committed tokens, and what the window earned."""
+        committed tokens (the drafts it verified, and those of earlier steps it did not: ``_Unverified``), and
+        what the window earned."""
         for k, d in enumerate(choice.drafts):
             agree = 0
             while agree < min(len(d.tokens), len(committed)) and d.tokens[agree] == committed[agree]:
                 agree += 1
             self.stats.observe(d, len(d.tokens), agree, fade=k == 0, sure=sure)
+        self._unverified.settle(committed, self.stats, fade=not choice.drafts)
         landed = n_accepted if accepted_origin == DraftOrigin.WINDOW else 0
         if choice.window or landed:
             self.stats.observe_window(choice.window, landed)

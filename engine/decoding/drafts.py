@@ -35,6 +35,7 @@ AGREE, ALONE, SPLIT = 1, 0, -1
 FORCED = 2  # a token the reply's grammar leaves no choice about (whatever the other occurrences say)
 ENDING = 3  # the quote a copied draft ends a grammar's string with where its text ends a clause (a guess)
 GOES_ON = 4  # the same draft's clause end where it runs on instead (the other guess)
+LIKELY = 5  # text a grammar forces, in the tokens it splits into alone, where the model may merge its end (a guess)
 
 
 @dataclass(frozen=True)
@@ -282,6 +283,8 @@ class ForcedText(Protocol):
 
     def forced(self, limit: int) -> tuple[int, ...]: ...
 
+    def likely(self, limit: int) -> tuple[int, ...]: ...
+
     def ending(self, tokens: tuple[int, ...]) -> tuple[int, tuple[int, ...]] | None: ...
 
 
@@ -348,10 +351,13 @@ class DraftSources:
                 if not any(o.tokens[: len(d.tokens)] == d.tokens for o in drafts):
                     drafts.append(d)
         drafts = [e for d in self._screened(drafts) for e in self._ended(d)]
-        forced = self.forced.forced(length) if self.forced is not None else ()
-        if forced:  # the grammar's text first; a draft that holds it and goes on stays an alternative
-            longer = [d for d in drafts if not (len(d.tokens) <= len(forced) and forced[: len(d.tokens)] == d.tokens)]
-            drafts = [self._after_forced(forced, length), *longer]
+        if self.forced is None:
+            return drafts
+        forced = self.forced.forced(length)
+        lead = forced + self.forced.likely(length - len(forced))
+        if lead:  # the grammar's text first; a draft that holds it and goes on stays an alternative
+            longer = [d for d in drafts if not (len(d.tokens) <= len(lead) and lead[: len(d.tokens)] == d.tokens)]
+            drafts = [self._after_forced(lead, len(forced), length), *longer]
         return drafts
 
     def _ended(self, d: Draft) -> list[Draft]:
@@ -375,18 +381,20 @@ class DraftSources:
         tokens, match, at = found
         return [Draft(tokens, DraftSource.TEXT, match, origin=self.history.origin_at(at))]
 
-    def _after_forced(self, forced: tuple[int, ...], length: int) -> Draft:
-        """The text a grammar forces, then what followed that text where the history held it before (a value
-        copied from the prompt after a key the schema forces): one draft, its forced tokens marked FORCED."""
-        grammar = Draft(forced, DraftSource.GRAMMAR, MAX_MATCH, (FORCED,) * len(forced), DraftOrigin.GRAMMAR)
-        after = self.history.continuation(forced, length - len(forced))
+    def _after_forced(self, lead: tuple[int, ...], n_forced: int, length: int) -> Draft:
+        """The text a grammar forces (its first ``n_forced`` tokens given, the rest ``LIKELY``), then what followed
+        that text where the history held it before (a value copied from the prompt after a key the schema
+        forces): one draft."""
+        support = (FORCED,) * n_forced + (LIKELY,) * (len(lead) - n_forced)
+        grammar = Draft(lead, DraftSource.GRAMMAR, MAX_MATCH, support, DraftOrigin.GRAMMAR)
+        after = self.history.continuation(lead, length - len(lead))
         if after is None:
             return grammar
-        keep = self._keep((*forced, *after.tokens)) - len(forced)  # the screens judge it after the forced text
+        keep = self._keep((*lead, *after.tokens)) - len(lead)  # the screens judge it after the forced text
         if keep <= 0:
             return grammar
         # Priced as the history match it is (its forced tokens as forced): ``match`` counts the forced text too.
-        return replace(grammar, tokens=forced + after.tokens[:keep], source=after.source, match=after.match,
+        return replace(grammar, tokens=lead + after.tokens[:keep], source=after.source, match=after.match,
                        support=grammar.support + (ALONE,) * keep)
 
     def ngrams(

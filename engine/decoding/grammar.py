@@ -127,6 +127,8 @@ class GrammarState:
         # forces, in its own tokens, or the way to its end once the closing has taken it (see ``_given``).
         self._run: list[int] = []
         self._looked = -1  # the tokens left when the run was last looked for
+        self._likely: tuple[int, ...] = ()  # what ``likely`` answers, worked out once per position
+        self._likely_at: int | None = None
         self.wrapped = False
 
     def allows(self, token: int) -> bool:
@@ -190,6 +192,27 @@ class GrammarState:
     def forced(self, limit: int) -> tuple[int, ...]:
         """Up to ``limit`` tokens the grammar forces next (none when it leaves a choice)."""
         return tuple(self._given()[:limit]) if limit > 0 else ()
+
+    def likely(self, limit: int) -> tuple[int, ...]:
+        """Up to ``limit`` tokens of the text the grammar forces past its given run, split as that text alone
+        splits. A guess, not given: the model may write the text's end merged with what follows it (``' "'`` and
+        ``'S'``, or ``' "S'``), which is why llguidance's own tokens for it stop short."""
+        if limit <= 0 or self.wrapped:
+            return ()
+        if self._likely_at != self._left:
+            self._likely_at, self._likely = self._left, self._past_run()
+        return self._likely[:limit]
+
+    def _past_run(self) -> tuple[int, ...]:
+        run, matcher = self._given(), self._matcher
+        if matcher.is_stopped() or matcher.try_consume_tokens(run) != len(run):
+            return ()
+        try:
+            text = matcher.compute_ff_bytes().decode("utf-8", "ignore")  # a character cut at the end is left out
+            tokens = self._tokenize(text) if text else []
+            return tuple(tokens[: matcher.validate_tokens(tokens)])
+        finally:
+            matcher.rollback(len(run))
 
     def keep(self, tokens: tuple[int, ...]) -> int:
         """How many of ``tokens``, from the next position on, the grammar allows."""

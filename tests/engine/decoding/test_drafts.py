@@ -1,4 +1,4 @@
-from engine.decoding.drafts import AGREE, ALONE, FORCED, SPLIT, CorpusIndex, DraftSources, HistoryIndex
+from engine.decoding.drafts import AGREE, ALONE, FORCED, LIKELY, SPLIT, CorpusIndex, DraftSources, HistoryIndex
 from engine.decoding.origins import DraftOrigin
 from engine.decoding.pool import NgramPool
 
@@ -102,13 +102,17 @@ def test_an_attached_document_drafts_where_the_context_is_not_in_the_history_and
 
 
 class _Forces:
-    """A grammar that forces ``tokens`` next, and allows anything but ``banned``."""
+    """A grammar that forces ``tokens`` next, then text split alone as ``likely``, and allows anything but
+    ``banned``."""
 
-    def __init__(self, tokens: tuple[int, ...], banned: int = -1) -> None:
-        self.tokens, self.banned = tokens, banned
+    def __init__(self, tokens: tuple[int, ...], banned: int = -1, likely: tuple[int, ...] = ()) -> None:
+        self.tokens, self.banned, self.then = tokens, banned, likely
 
     def forced(self, limit: int) -> tuple[int, ...]:
         return self.tokens[:limit]
+
+    def likely(self, limit: int) -> tuple[int, ...]:
+        return self.then[: max(limit, 0)]
 
     def keep(self, tokens: tuple[int, ...]) -> int:
         return tokens.index(self.banned) if self.banned in tokens else len(tokens)
@@ -132,3 +136,18 @@ def test_the_text_a_grammar_forces_is_drafted_first_and_goes_on_as_the_history_w
     assert sources.matches(7, length=6, count=2)[0].tokens == (41, 42, 43)
     alone = DraftSources(h, NgramPool(max_len=3), screens=(grammar,), forced=_Forces((70, 71)))
     assert alone.matches(7, length=6, count=2)[0].tokens == (70, 71)
+
+
+def test_text_a_grammar_forces_past_its_own_tokens_is_drafted_as_a_guess_and_copies_go_on_after_it():
+    h = HistoryIndex()
+    # the prompt holds "name : ' Ada Lovelace ," ; the grammar gives "name :" and forces the bytes of "'" too,
+    # which the model may merge with the value's first letters
+    h.extend([40, 41, 42, 43, 44, 45, 9, 99, 7], DraftOrigin.PROMPT)
+    both = DraftSources(h, NgramPool(max_len=3), forced=_Forces((41, 42), likely=(43,)))
+    first = both.matches(7, length=6, count=2)[0]
+    assert first.tokens == (41, 42, 43, 44, 45, 9) and first.support == (FORCED, FORCED, LIKELY, ALONE, ALONE, ALONE)
+    # with no token given, the guess alone leads
+    guess = DraftSources(h, NgramPool(max_len=3), forced=_Forces((), likely=(42, 43)))
+    drafts = guess.matches(41, length=4, count=2)
+    assert drafts[0].tokens == (42, 43, 44, 45) and drafts[0].support == (LIKELY, LIKELY, ALONE, ALONE)
+    assert drafts[0].leading(FORCED) == 0  # no row of it goes without logits

@@ -100,6 +100,25 @@ def test_the_state_cuts_drafts_at_the_first_forbidden_token_and_forces_only_what
     assert state.forced(5) == ()
 
 
+def test_text_forced_past_the_given_tokens_is_offered_as_a_guess_in_its_own_split(engine):
+    model = engine.model
+    contact = {"type": "object", "properties": {"name": {"type": "string"}, "email": {"type": "string"}},
+               "required": ["name", "email"], "additionalProperties": False}
+    state = GrammarState(model, Constraint.json_schema(contact))
+    # '{"name": "' is forced, but llguidance gives its tokens only up to where the model might merge the rest
+    # with the value's first letters
+    given = state.forced(20)
+    guess = state.likely(20)
+    assert guess and engine.detokenize([*given, *guess]) == '{"name": "'
+    assert state.likely(len(guess) - 1) == guess[:-1]
+    for tok in given:
+        state.commit(tok)
+    assert state.forced(20) == () and state.likely(20) == guess  # the same guess, now from here
+    for tok in model.tokenize(' "Dr. Lena', parse_special=False):
+        state.commit(tok)
+    assert state.likely(20) == ()  # inside the value, nothing is forced
+
+
 def test_a_copied_value_ends_its_string_where_its_clause_ends_and_the_next_key_comes_with_it(engine):
     model = engine.model
     contact = {"type": "object", "properties": {"name": {"type": "string"}, "email": {"type": "string"}},

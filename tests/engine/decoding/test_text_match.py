@@ -63,6 +63,9 @@ class _String:
     def forced(self, limit: int) -> tuple[int, ...]:
         return ()
 
+    def likely(self, limit: int) -> tuple[int, ...]:
+        return ()
+
     def keep(self, tokens: tuple[int, ...]) -> int:
         return len(tokens)
 
