@@ -205,14 +205,17 @@ class GrammarState:
 
     def _past_run(self) -> tuple[int, ...]:
         run, matcher = self._given(), self._matcher
-        if matcher.is_stopped() or matcher.try_consume_tokens(run) != len(run):
+        if matcher.is_stopped():
             return ()
+        taken = matcher.try_consume_tokens(run)
         try:
+            if taken != len(run):
+                return ()
             text = matcher.compute_ff_bytes().decode("utf-8", "ignore")  # a character cut at the end is left out
             tokens = self._tokenize(text) if text else []
             return tuple(tokens[: matcher.validate_tokens(tokens)])
         finally:
-            matcher.rollback(len(run))
+            matcher.rollback(taken)
 
     def keep(self, tokens: tuple[int, ...]) -> int:
         """How many of ``tokens``, from the next position on, the grammar allows."""
