@@ -24,10 +24,10 @@ class Closer:
     """The ways to a grammar's end for one model's vocabulary (single-character tokens, the end tokens)."""
 
     def __init__(self, model: Model) -> None:
-        single = {ch: model.tokenize(ch, parse_special=False) for ch in (*_CLOSERS, "a")}
+        single = {ch: model.text_tokens(ch) for ch in (*_CLOSERS, "a")}
         self._tokens = {ch: toks[0] for ch, toks in single.items() if len(toks) == 1}
         self._ends = [t for t in (model.eos(), model.eot()) if t >= 0]
-        self._tokenize = lambda text: model.tokenize(text, parse_special=False)
+        self._tokenize = model.text_tokens
 
     def way_to_end(self, matcher: llguidance.LLMatcher) -> list[int] | None:
         """The tokens from ``matcher``'s state to the grammar's end, the end-of-text token last; None where the

@@ -224,7 +224,7 @@ class Generation:
         model = loaded.model
         # Under a grammar a copied value starts after a quote, never as the prompt's token: there text matches
         # pay; in free text the token matches find the copies, and text matches mostly add chance ones.
-        text = (TextIndex(self._index, model.token_bytes, lambda t: model.tokenize(t, parse_special=False))
+        text = (TextIndex(self._index, model.token_bytes, model.text_tokens)
                 if grammar is not None else None)
         sources = DraftSources(self._index, self._pool, store.corpus, store.kept, store.documents, screens, grammar,
                                text)

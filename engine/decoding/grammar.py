@@ -118,7 +118,7 @@ class GrammarState:
             raise GrammarError(f"the {constraint.describe()} cannot be used: {self._matcher.get_error()}")
         self._n_vocab = model.n_vocab
         self._piece = model.token_bytes
-        self._tokenize = lambda text: model.tokenize(text, parse_special=False)
+        self._tokenize = model.text_tokens
         quote = self._tokenize('"')
         self._quote = quote[0] if len(quote) == 1 else None
         self._closer = Closer(model) if max_tokens is not None else None

@@ -270,7 +270,7 @@ class ChatText:
 
     def tokenize_as_text(self, text: str) -> list[int]:
         """``text`` in tokens, a control token's text ("<|im_end|>" in a document) read as text."""
-        return self._model.tokenize(text, add_special=False, parse_special=False)
+        return self._model.text_tokens(text)
 
     def detokenize(self, tokens: Sequence[int]) -> str:
         return b"".join(self._model.token_bytes(t) for t in tokens).decode("utf-8", errors="replace")

@@ -132,6 +132,10 @@ class Model:
                 raise NativeError(f"tokenize failed ({n})")
         return list(arr[:n])
 
+    def text_tokens(self, text: str) -> list[int]:
+        """``text`` in tokens as written, no BOS: a control token's spelling in it ("<|im_end|>") is text."""
+        return self.tokenize(text, add_special=False, parse_special=False)
+
     def token_bytes(self, token: int, special: bool = False) -> bytes:
         buf = self._piece_buf
         n = ll.llama_token_to_piece(self._vocab, int(token), buf, len(buf), 0, special)
