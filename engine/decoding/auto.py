@@ -175,23 +175,21 @@ class _Unverified:
         """The reply grew by ``committed``: every draft whose fate these tokens decide teaches ``stats``."""
         left = []
         for entry in self._pending:
-            d, sure, agree = entry
-            tokens, done = d.tokens, False
-            for t in committed:
-                if tokens[agree] != t:
-                    done = True
-                    break
-                agree += 1
-                if agree == len(tokens):
-                    done = True
-                    break
-            if done:
-                stats.observe(d, len(tokens), agree, fade=fade, sure=sure)
+            d, sure, before = entry
+            agree = before + _agreement(d.tokens[before:], committed)
+            if agree == len(d.tokens) or agree - before < len(committed):  # all of it seen, or where it parts
+                stats.observe(d, len(d.tokens), agree, fade=fade, sure=sure)
                 fade = False
             else:
                 entry[2] = agree
                 left.append(entry)
         self._pending = left
+
+
+def _agreement(tokens: Sequence[int], committed: Sequence[int]) -> int:
+    """How many of ``tokens`` the ``committed`` tokens begin with."""
+    n = min(len(tokens), len(committed))
+    return next((k for k in range(n) if tokens[k] != committed[k]), n)
 
 
 class FixedPolicy:
@@ -356,10 +354,7 @@ class AutoPolicy:
         committed tokens (the drafts it verified, and those of earlier steps it did not: ``_Unverified``), and
         what the window earned."""
         for k, d in enumerate(choice.drafts):
-            agree = 0
-            while agree < min(len(d.tokens), len(committed)) and d.tokens[agree] == committed[agree]:
-                agree += 1
-            self.stats.observe(d, len(d.tokens), agree, fade=k == 0, sure=sure)
+            self.stats.observe(d, len(d.tokens), _agreement(d.tokens, committed), fade=k == 0, sure=sure)
         self._unverified.settle(committed, self.stats, fade=not choice.drafts)
         landed = n_accepted if accepted_origin == DraftOrigin.WINDOW else 0
         if choice.window or landed:

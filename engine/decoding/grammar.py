@@ -126,7 +126,7 @@ class GrammarState:
         # The tokens the grammar gives from the next position on, each the only one it allows there: what it
         # forces, in its own tokens, or the way to its end once the closing has taken it (see ``_given``).
         self._run: list[int] = []
-        self._looked = -1  # the tokens left when the run was last looked for
+        self._looked: int | None = None  # the tokens left when the run was last looked for
         self._likely: tuple[int, ...] = ()  # what ``likely`` answers, worked out once per position
         self._likely_at: int | None = None
         self.wrapped = False
