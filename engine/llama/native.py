@@ -38,6 +38,8 @@ def quantize_model(src: str | os.PathLike[str], dst: str | os.PathLike[str], fty
 
 # --- model --------------------------------------------------------------------
 
+SPLITS_KEPT = 4096  # texts whose tokens a model keeps (Model.text_tokens); past that it starts over
+
 
 @dataclass(frozen=True)
 class ModelInfo:
@@ -82,6 +84,8 @@ class Model:
         self.n_vocab = int(ll.llama_vocab_n_tokens(self._vocab))
         self._piece_buf = ctypes.create_string_buffer(256)
         self._dry_breakers: dict[int, bool] = {}
+        self._pieces: tuple[dict[int, bytes], dict[int, bytes]] = ({}, {})  # token_bytes's, by ``special``
+        self._splits: dict[str, tuple[int, ...]] = {}  # text_tokens's
 
     @property
     def ptr(self) -> ll.llama_model_p:
@@ -133,16 +137,31 @@ class Model:
         return list(arr[:n])
 
     def text_tokens(self, text: str) -> list[int]:
-        """``text`` in tokens as written, no BOS: a control token's spelling in it ("<|im_end|>") is text."""
-        return self.tokenize(text, add_special=False, parse_special=False)
+        """``text`` in tokens as written, no BOS: a control token's spelling in it ("<|im_end|>") is text.
+
+        Kept once asked for: drafting under a grammar splits the same few texts (a key with its quotes, the
+        closing of a string) at step after step, and a call into llama.cpp's tokenizer is dear beside the rest
+        of a step's planning."""
+        tokens = self._splits.get(text)
+        if tokens is None:
+            if len(self._splits) >= SPLITS_KEPT:
+                self._splits.clear()
+            tokens = self._splits[text] = tuple(self.tokenize(text, add_special=False, parse_special=False))
+        return list(tokens)
 
     def token_bytes(self, token: int, special: bool = False) -> bytes:
-        buf = self._piece_buf
-        n = ll.llama_token_to_piece(self._vocab, int(token), buf, len(buf), 0, special)
-        if n < 0:
-            buf = ctypes.create_string_buffer(-n)
+        """``token``'s text as bytes (a control token's as b"" unless ``special``); kept once asked for: drafting
+        asks for the same pieces at every step."""
+        pieces = self._pieces[special]
+        piece = pieces.get(token)
+        if piece is None:
+            buf = self._piece_buf
             n = ll.llama_token_to_piece(self._vocab, int(token), buf, len(buf), 0, special)
-        return bytes(buf.raw[:n])
+            if n < 0:
+                buf = ctypes.create_string_buffer(-n)
+                n = ll.llama_token_to_piece(self._vocab, int(token), buf, len(buf), 0, special)
+            piece = pieces[token] = bytes(buf.raw[:n])
+        return piece
 
     def is_dry_breaker(self, token: int) -> bool:
         """Whether DRY treats ``token`` as a sequence breaker: its text holds one of ``DRY_BREAKERS``."""

@@ -390,3 +390,17 @@ def test_a_message_holding_a_control_tokens_text_is_read_as_text_and_others_as_b
     as_text = engine.model.tokenize(question, parse_special=False)
     assert any(tokens[i:i + len(as_text)] == as_text for i in range(len(tokens)))
     assert engine.detokenize(tokens).count(question) == 1
+
+
+def test_tokens_and_pieces_asked_for_again_are_the_tokenizers_own_and_callers_cannot_change_them(engine):
+    model = engine.model
+    text = 'Ahmed Karimi", "age": 29, "lives_in": "Toronto'
+    first = model.text_tokens(text)
+    first.append(-1)  # a caller that extends its list (drafts.py cuts and joins them) changes nothing kept
+    again = model.text_tokens(text)
+    assert again == model.tokenize(text, add_special=False, parse_special=False)
+    assert -1 not in again
+    assert b"".join(model.token_bytes(t) for t in again) == text.encode("utf-8")
+    end = model.tokenize("<|im_end|>", parse_special=True)[0]
+    assert model.token_bytes(end) == b"" and model.token_bytes(end, special=True) == b"<|im_end|>"
+    assert model.token_bytes(end) == b""  # each spelling kept apart
