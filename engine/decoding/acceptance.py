@@ -12,7 +12,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from dataclasses import dataclass, field
 
-from engine.decoding.drafts import AGREE, ALONE, ENDING, FORCED, GOES_ON, LIKELY, SPLIT, Draft
+from engine.decoding.drafts import AGREE, ALONE, ENDING, ENDS_NOW, FORCED, GOES_ON, LIKELY, SPLIT, Draft
 from engine.decoding.origins import DraftSource
 
 # Match lengths are pooled in these buckets (a bucket holds lengths from its edge to the next).
@@ -49,9 +49,12 @@ GRAMMAR_PRIOR = 0.95
 # behind the code's constants").
 LIKELY_PRIOR = 0.85
 # Where a value copied into a grammar's string reaches the end of a clause, the string ends there (``ENDING``) or
-# goes on (``GOES_ON``, a sentence's commas): a field's value mostly ends, a sentence's goes on. Guesses to start
-# from, not measured; what lands moves them within a few values.
-ENDING_PRIOR = 0.6
+# goes on (``GOES_ON``, a sentence's commas). Where a draft would end it at its first token (``ENDS_NOW``), no token
+# of the value was copied yet to say the value is that text, and the string ends there far less often. Each observed
+# draft fades every bucket a little, so a kind of guess seen once every few values is priced near its prior: these
+# were measured on two models (docs/SPEED.md, "The figures behind the code's constants").
+ENDING_PRIOR = 0.5
+ENDS_NOW_PRIOR = 0.25
 GOES_ON_PRIOR = 0.3
 # An n-gram kept from earlier replies lands less often than one of this reply's pool, and more often after a token
 # the model was sure of (docs/SPEED.md, "The figures behind the code's constants"). Its own prior keeps kept drafts
@@ -93,6 +96,8 @@ def _prior(b: Bucket) -> float:
         return LIKELY_PRIOR
     if support == ENDING:
         return ENDING_PRIOR
+    if support == ENDS_NOW:
+        return ENDS_NOW_PRIOR
     if support == GOES_ON:
         return GOES_ON_PRIOR
     if source == DraftSource.CORPUS and edge in _CORPUS_SHORT_PRIORS[support]:

@@ -36,6 +36,7 @@ FORCED = 2  # a token the reply's grammar leaves no choice about (whatever the o
 ENDING = 3  # the quote a copied draft ends a grammar's string with where its text ends a clause (a guess)
 GOES_ON = 4  # the same draft's clause end where it runs on instead (the other guess)
 LIKELY = 5  # text a grammar forces, in the tokens it splits into alone, where the model may merge its end (a guess)
+ENDS_NOW = 6  # the same quote at a draft's first token, where nothing of the value was copied yet (a weaker guess)
 
 
 @dataclass(frozen=True)
@@ -275,7 +276,7 @@ class DraftScreen(Protocol):
 class TextMatch(Protocol):
     """The history's text matched where its tokens are not (text_match.TextIndex)."""
 
-    def continuation(self, length: int) -> tuple[tuple[int, ...], int, int] | None: ...
+    def continuation(self, length: int) -> tuple[tuple[int, ...], int, int, tuple[int, ...]] | None: ...
 
 
 class ForcedText(Protocol):
@@ -369,7 +370,7 @@ class DraftSources:
             return [d]
         at, closing = found
         before = tuple(d.support_at(k) for k in range(at))
-        support = before + (ENDING,) + (FORCED,) * (len(closing) - 1)
+        support = before + (ENDING if at else ENDS_NOW,) + (FORCED,) * (len(closing) - 1)
         goes_on = before + (GOES_ON,) + tuple(d.support_at(k) for k in range(at + 1, len(d.tokens)))
         return [replace(d, tokens=d.tokens[:at] + closing, support=support), replace(d, support=goes_on)]
 
@@ -378,8 +379,8 @@ class DraftSources:
         found = self.text.continuation(length) if self.text is not None else None
         if found is None:
             return []
-        tokens, match, at = found
-        return [Draft(tokens, DraftSource.TEXT, match, origin=self.history.origin_at(at))]
+        tokens, match, at, support = found
+        return [Draft(tokens, DraftSource.TEXT, match, support, self.history.origin_at(at))]
 
     def _after_forced(self, lead: tuple[int, ...], n_forced: int, length: int) -> Draft:
         """The text a grammar forces (its first ``n_forced`` tokens given, the rest ``LIKELY``), then what followed

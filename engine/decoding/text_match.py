@@ -12,12 +12,13 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Callable, Sequence
 
-from engine.decoding.drafts import HistoryIndex
+from engine.decoding.drafts import AGREE, ALONE, SPLIT, HistoryIndex
 
 MAX_CHARS = 64  # the longest end of the reply's text matched
 SHORT = 4  # a match this short must also start a word where the reply's does
 SPAN = 96  # bytes of the history's text tokenized as a draft (cut at a space)
-TRIES = 16  # occurrences of a short match looked at
+TRIES = 16  # earlier occurrences of the match looked at
+OTHERS = 8  # of those, the most besides the latest that a draft's support is read from
 
 
 class TextIndex:
@@ -32,10 +33,11 @@ class TextIndex:
         self._text = bytearray()
         self._ends: list[int] = []  # where each token's text ends in ``_text``
 
-    def continuation(self, length: int) -> tuple[tuple[int, ...], int, int] | None:
+    def continuation(self, length: int) -> tuple[tuple[int, ...], int, int, tuple[int, ...]] | None:
         """What followed the latest earlier occurrence of the longest end of the text, as up to ``length``
-        tokens, with how many of the text's last tokens lie wholly in the match and the token that holds the
-        continuation's first byte; None when nothing matched."""
+        tokens, with how many of the text's last tokens lie wholly in the match, the token that holds the
+        continuation's first byte, and each token's support among the other occurrences (drafts.AGREE, SPLIT or
+        ALONE, as a token match's); None when nothing matched."""
         self._catch_up()
         text, n = self._text, len(self._text)
         if length <= 0 or n < 2:
@@ -43,13 +45,14 @@ class TextIndex:
         size = _longest_suffix(text, n)
         if size == 0:
             return None
-        start = self._occurrence(size)
-        if start < 0:
+        found = self._occurrences(size)
+        if not found:
             return None
-        tokens = self._tokens_at(start + size)
+        tokens = self._tokens_at(found[0] + size)[:length]
         if not tokens:
             return None
-        return tuple(tokens[:length]), self._tokens_within(n - size), self._token_at(start + size)
+        support = self._support(tokens, [at + size for at in found[1:]])
+        return tuple(tokens), self._tokens_within(n - size), self._token_at(found[0] + size), support
 
     def _catch_up(self) -> None:
         tokens = self._history.tokens
@@ -57,21 +60,41 @@ class TextIndex:
             self._text += self._piece(t)
             self._ends.append(len(self._text))
 
-    def _occurrence(self, size: int) -> int:
-        """Where the latest earlier occurrence of the text's last ``size`` bytes starts (-1: none fits).
+    def _occurrences(self, size: int) -> list[int]:
+        """Where the earlier occurrences of the text's last ``size`` bytes start, latest first (at most
+        OTHERS + 1, from the latest TRIES).
 
         A short match counts only where it starts a word as the reply's end does (the ``K`` of ``"Klinik``, not
         of ``OK``)."""
         text, n = self._text, len(self._text)
         end = text[n - size:]
+        word = size < SHORT and n > size and _word_start(text, n - size)
+        found: list[int] = []
         at = text.rfind(end, 0, n - 1)
-        if size >= SHORT or n == size or not _word_start(text, n - size):
-            return at
         for _ in range(TRIES):
-            if at < 0 or _word_start(text, at):
-                return at
+            if at < 0 or len(found) > OTHERS:
+                break
+            if not word or _word_start(text, at):
+                found.append(at)
             at = text.rfind(end, 0, at + size - 1)
-        return -1
+        return found
+
+    def _support(self, tokens: list[int], others: list[int]) -> tuple[int, ...]:
+        """Per token of a draft, how the continuations that start at bytes ``others`` go on there, among those
+        that agreed with it so far (drafts._support's rule, on the bytes of each token)."""
+        text, n = self._text, len(self._text)
+        out: list[int] = []
+        offset = 0
+        for tok in tokens:
+            piece = self._piece(tok)
+            stop = offset + len(piece)
+            others = [c for c in others if c + stop <= n]
+            if not others:
+                break
+            same = [c for c in others if text[c + offset : c + stop] == piece]
+            out.append(AGREE if 2 * len(same) >= len(others) else SPLIT)
+            others, offset = same, stop
+        return tuple(out) + (ALONE,) * (len(tokens) - len(out))
 
     def _tokens_at(self, start: int) -> list[int]:
         """The history's text from byte ``start`` on, tokenized; cut before its last space so that no word

@@ -13,8 +13,20 @@ from engine.decoding.auto import (
     _Prices,
     break_even_p,
     expected_tokens,
+    least_paying_p,
 )
-from engine.decoding.drafts import AGREE, ALONE, SPLIT, CorpusIndex, Draft, DraftSources, HistoryIndex
+from engine.decoding.drafts import (
+    AGREE,
+    ALONE,
+    ENDING,
+    ENDS_NOW,
+    FORCED,
+    SPLIT,
+    CorpusIndex,
+    Draft,
+    DraftSources,
+    HistoryIndex,
+)
 from engine.decoding.origins import DraftSource
 from engine.decoding.plan import StepChoice
 from engine.decoding.pool import NgramPool
@@ -452,3 +464,14 @@ def test_rows_that_predict_what_a_grammar_gives_are_priced_without_their_logits(
     assert given[3] == pytest.approx(dear_logits.cost(3, 1))  # every row's next token is given
     assert given[6] == pytest.approx(dear_logits.cost(6, 3)) and given[6] < free[6]
     assert free[6] == pytest.approx(dear_logits.cost(6))
+
+
+def test_a_string_ended_at_once_is_a_weaker_guess_than_one_ended_where_a_copy_reached_a_clause_end():
+    # Both drafts close a string and go on with the key a grammar forces; the first guesses the value ends before
+    # anything of it was copied, the second after copying two of its tokens from the prompt.
+    at_once = Draft((11, 12, 13), DraftSource.TEXT, 2, (ENDS_NOW, FORCED, FORCED))
+    after_copy = Draft((1, 2, 11, 12, 13), DraftSource.TEXT, 2, (ALONE, ALONE, ENDING, FORCED, FORCED))
+    stats = AcceptanceStats()
+    assert stats.p(bucket(at_once, 0)) < stats.p(bucket(after_copy, 2)) / 1.5
+    p = stats.p(bucket(at_once, 0))
+    assert least_paying_p(STEEP) > p > least_paying_p(FLAT)  # drafted only where rows cost little

@@ -3,7 +3,7 @@ ended where a grammar's string likely ends (DraftSources, ``ending``). Pure: a t
 
 from __future__ import annotations
 
-from engine.decoding.drafts import ALONE, ENDING, FORCED, GOES_ON, DraftSources, HistoryIndex
+from engine.decoding.drafts import AGREE, ALONE, ENDING, ENDS_NOW, FORCED, GOES_ON, SPLIT, DraftSources, HistoryIndex
 from engine.decoding.origins import DraftOrigin, DraftSource
 from engine.decoding.pool import NgramPool
 from engine.decoding.text_match import TextIndex
@@ -40,9 +40,21 @@ def test_a_word_copied_after_a_quote_drafts_what_followed_it_in_the_prompt():
     assert history.propose(6, length=3) == []
     found = text.continuation(3)
     assert found is not None
-    tokens, match, at = found
-    assert tokens == (2, 3, 4)
+    tokens, match, at, support = found
+    assert tokens == (2, 3, 4) and support == (ALONE, ALONE, ALONE)  # the word occurs once
     assert match == 1 and history.origin_at(at) == DraftOrigin.PROMPT
+
+
+def test_a_text_drafts_tokens_say_how_the_other_occurrences_of_the_word_go_on():
+    # " Lena Fischer, works" and, earlier, " Lena Fischer works" and " Lena Kiel": after '"Lena' the latest
+    # occurrence drafts " Fischer , works"; of the two others one has " Fischer" (agree: 1 of 2), and it then
+    # goes on with " works", not ","
+    history, text = _index([1, 2, 4, 12, 1, 7, 12, 1, 2, 3, 4], [5, 6])
+    found = text.continuation(3)
+    assert found is not None
+    tokens, _, _, support = found
+    assert tokens == (2, 3, 4)
+    assert support == (AGREE, SPLIT, ALONE)
 
 
 def test_a_short_match_counts_only_where_it_starts_a_word_as_the_replys_does():
@@ -80,3 +92,12 @@ def test_a_copied_draft_in_a_string_is_ended_at_its_clause_end_and_kept_as_it_wa
     assert ended.tokens == (2, 11, 12) and ended.support == (ALONE, ENDING, FORCED)
     assert goes_on.tokens == (2, 3, 4) and goes_on.support[1] == GOES_ON
     assert ended.source == goes_on.source == DraftSource.TEXT
+
+
+def test_a_copy_whose_next_token_ends_a_clause_is_ended_at_once_as_a_guess_of_its_own():
+    # the reply's '"Lena Fischer' ends as the prompt's " Lena Fischer", whose next token is the clause's ","
+    history, text = _index([1, 2, 3, 4], [5, 6, 2])
+    sources = DraftSources(history, NgramPool(max_len=3), screens=(_String(),), forced=_String(), text=text)
+    ended, goes_on = sources.matches(2, length=3, count=2)
+    assert ended.tokens == (11, 12) and ended.support == (ENDS_NOW, FORCED)
+    assert goes_on.tokens[:2] == (3, 4) and goes_on.support[0] == GOES_ON
