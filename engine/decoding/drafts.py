@@ -175,13 +175,13 @@ def _distinct_drafts(
         cont = conts[k]
         if not cont or any(d.tokens[: len(cont)] == cont for d in out):
             continue
-        out.append(Draft(cont, source, m, _support(cont, conts[:k] + conts[k + 1 :]), origin_of(i)))
+        out.append(Draft(cont, source, m, support_among(cont, conts[:k] + conts[k + 1 :]), origin_of(i)))
         if len(out) == count:
             break
     return out
 
 
-def _support(cont: tuple[int, ...], others: list[tuple[int, ...]]) -> tuple[int, ...]:
+def support_among(cont: tuple[int, ...], others: list[tuple[int, ...]]) -> tuple[int, ...]:
     """AGREE/SPLIT/ALONE per token of ``cont``, against the continuations that agreed with it so far."""
     out = []
     live = others

@@ -12,7 +12,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Callable, Sequence
 
-from engine.decoding.drafts import AGREE, ALONE, SPLIT, HistoryIndex
+from engine.decoding.drafts import HistoryIndex, support_among
 
 MAX_CHARS = 64  # the longest end of the reply's text matched
 SHORT = 4  # a match this short must also start a word where the reply's does
@@ -80,21 +80,18 @@ class TextIndex:
         return found
 
     def _support(self, tokens: list[int], others: list[int]) -> tuple[int, ...]:
-        """Per token of a draft, how the continuations that start at bytes ``others`` go on there, among those
-        that agreed with it so far (drafts._support's rule, on the bytes of each token)."""
+        """Per token of a draft, how the continuations that start at bytes ``others`` go on there (a token match's
+        rule, drafts.support_among): each other continuation read as the draft's token where its bytes are that
+        token's, and as none (-1) where they differ, up to the end of the text."""
         text, n = self._text, len(self._text)
-        out: list[int] = []
-        offset = 0
+        spans, offset = [], 0
         for tok in tokens:
             piece = self._piece(tok)
-            stop = offset + len(piece)
-            others = [c for c in others if c + stop <= n]
-            if not others:
-                break
-            same = [c for c in others if text[c + offset : c + stop] == piece]
-            out.append(AGREE if 2 * len(same) >= len(others) else SPLIT)
-            others, offset = same, stop
-        return tuple(out) + (ALONE,) * (len(tokens) - len(out))
+            spans.append((tok, offset, piece))
+            offset += len(piece)
+        conts = [tuple(tok if text[c + at : c + at + len(piece)] == piece else -1
+                       for tok, at, piece in spans if c + at + len(piece) <= n) for c in others]
+        return support_among(tuple(tokens), conts)
 
     def _tokens_at(self, start: int) -> list[int]:
         """The history's text from byte ``start`` on, tokenized; cut before its last space so that no word
