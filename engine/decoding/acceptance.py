@@ -88,18 +88,15 @@ def bucket(d: Draft, k: int = 0, sure: bool = False) -> Bucket:
     return (d.source, match_bucket(d.match + k), d.support_at(k), sure)
 
 
+# The grammar's text and the guesses about where a copied string ends are priced by their kind, whatever their source.
+_GUESS_PRIORS = {FORCED: GRAMMAR_PRIOR, LIKELY: LIKELY_PRIOR, ENDING: ENDING_PRIOR, ENDS_NOW: ENDS_NOW_PRIOR,
+                 GOES_ON: GOES_ON_PRIOR}
+
+
 def _prior(b: Bucket) -> float:
     source, edge, support, sure = b
-    if support == FORCED:
-        return GRAMMAR_PRIOR
-    if support == LIKELY:
-        return LIKELY_PRIOR
-    if support == ENDING:
-        return ENDING_PRIOR
-    if support == ENDS_NOW:
-        return ENDS_NOW_PRIOR
-    if support == GOES_ON:
-        return GOES_ON_PRIOR
+    if support in _GUESS_PRIORS:
+        return _GUESS_PRIORS[support]
     if source == DraftSource.CORPUS and edge in _CORPUS_SHORT_PRIORS[support]:
         return _CORPUS_SHORT_PRIORS[support][edge]
     if source in (DraftSource.HISTORY, DraftSource.DOCUMENT, DraftSource.CORPUS, DraftSource.TEXT):
