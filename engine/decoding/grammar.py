@@ -225,6 +225,8 @@ class GrammarState:
         if same < len(run) or same == len(tokens) or self.wrapped:
             return same
         matcher = self._matcher  # past the given run, the grammar's own rule
+        if not same:
+            return int(matcher.validate_tokens(list(tokens)))
         taken = matcher.try_consume_tokens(list(tokens[:same]))
         try:
             return taken + int(matcher.validate_tokens(list(tokens[same:]))) if taken == same else taken

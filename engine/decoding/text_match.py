@@ -16,7 +16,7 @@ from engine.decoding.drafts import HistoryIndex, support_among
 
 MAX_CHARS = 64  # the longest end of the reply's text matched
 SHORT = 4  # a match this short must also start a word where the reply's does
-SPAN = 96  # bytes of the history's text tokenized as a draft (cut at a space)
+SPAN = 96  # the most bytes of the history's text a draft takes
 TRIES = 16  # earlier occurrences of the match looked at
 OTHERS = 8  # of those, the most besides the latest that a draft's support is read from
 
@@ -94,17 +94,28 @@ class TextIndex:
         return support_among(tuple(tokens), conts)
 
     def _tokens_at(self, start: int) -> list[int]:
-        """The history's text from byte ``start`` on, tokenized; cut before its last space so that no word
-        is cut short, and empty where the bytes are not whole characters."""
-        raw = bytes(self._text[start: start + SPAN])
-        if len(raw) == SPAN:
-            cut = raw.rfind(b" ")
-            raw = raw[:cut] if cut > 0 else raw
+        """The history's text from byte ``start`` on, as tokens: the rest of the word ``start`` falls in,
+        tokenized (empty where its bytes are not whole characters), then the history's own tokens from the next
+        one that starts with a space, as far as SPAN bytes and not past a control token.
+
+        A tokenizer splits text at spaces before it merges, so from there on the history's tokens are the ones
+        the text's split would give; only the word's rest needs the tokenizer, a short text."""
+        ends, history = self._ends, self._history.tokens
+        first = bisect_right(ends, start)  # the token that holds byte ``start``
+        limit = start + SPAN
+        after = first + 1  # the first token of the history's own that the draft takes
+        while after < len(ends) and ends[after - 1] < limit and not self._piece(history[after]).startswith(b" "):
+            after += 1
         try:
-            chunk = raw.decode("utf-8")
+            head = bytes(self._text[start : min(ends[after - 1], limit)]).decode("utf-8")
         except UnicodeDecodeError:
             return []
-        return self._tokenize(chunk) if chunk else []
+        tokens = self._tokenize(head) if head else []
+        for k in range(after, len(ends)):
+            if ends[k] > limit or not self._piece(history[k]):
+                break
+            tokens.append(history[k])
+        return tokens
 
     def _tokens_within(self, start: int) -> int:
         """How many of the last tokens begin at or after byte ``start`` (at least one)."""

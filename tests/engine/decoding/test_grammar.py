@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import jsonschema
+import numpy as np
 import pytest
 
 from engine import GenerationControls, Message, SamplingConfig, StopConfig
@@ -98,6 +99,21 @@ def test_the_state_cuts_drafts_at_the_first_forbidden_token_and_forces_only_what
         state.commit(tok)
     assert state.complete
     assert state.forced(5) == ()
+
+
+def test_a_masked_row_keeps_the_logits_of_exactly_the_tokens_the_grammar_allows(engine):
+    model = engine.model
+    state = GrammarState(model, Constraint("gbnf", 'root ::= "The answer is " [0-9]+ "."'))
+    for tok in state.forced(20):
+        state.commit(tok)
+    row = np.arange(model.n_vocab, dtype=np.float32)
+    state.mask(row)
+    kept = np.flatnonzero(np.isfinite(row))
+    assert 0 < len(kept) < 200 and all(row[t] == t for t in kept)  # a few digit tokens, logits unchanged
+    assert all(state.allows(int(t)) for t in kept)
+    digits = [model.tokenize(d, parse_special=False)[0] for d in "0123456789"]
+    assert set(digits) <= set(kept.tolist())
+    assert not any(state.allows(int(t)) for t in np.flatnonzero(~np.isfinite(row))[:: max(model.n_vocab // 500, 1)])
 
 
 def test_text_forced_past_the_given_tokens_is_offered_as_a_guess_in_its_own_split(engine):

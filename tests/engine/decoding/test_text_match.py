@@ -8,8 +8,8 @@ from engine.decoding.origins import DraftOrigin, DraftSource
 from engine.decoding.pool import NgramPool
 from engine.decoding.text_match import TextIndex
 
-VOCAB = {1: " Lena", 2: " Fischer", 3: ",", 4: " works", 5: '"', 6: "Lena", 7: " Kiel", 8: " OK", 9: "K",
-         10: "iel", 11: '",', 12: " next"}
+VOCAB = {0: "", 1: " Lena", 2: " Fischer", 3: ",", 4: " works", 5: '"', 6: "Lena", 7: " Kiel", 8: " OK", 9: "K",
+         10: "iel", 11: '",', 12: " next", 13: "Le", 14: "na"}  # 0: a control token, no text
 
 
 def _piece(token: int) -> bytes:
@@ -18,7 +18,7 @@ def _piece(token: int) -> bytes:
 
 def _tokenize(text: str) -> list[int]:
     """Longest word of the vocabulary first, as a tokenizer would."""
-    by_length = sorted(VOCAB.items(), key=lambda kv: -len(kv[1]))
+    by_length = sorted(((t, w) for t, w in VOCAB.items() if w), key=lambda kv: -len(kv[1]))
     out = []
     while text:
         tok, word = next((t, w) for t, w in by_length if text.startswith(w))
@@ -62,6 +62,24 @@ def test_a_short_match_counts_only_where_it_starts_a_word_as_the_replys_does():
     _, text = _index([7, 8], [5, 9])
     found = text.continuation(2)
     assert found is not None and found[0] == (10, 8)
+
+
+def test_only_the_rest_of_the_matched_word_is_tokenized_and_the_prompts_own_tokens_follow_it():
+    # '"Le' matches inside " Lena": "na" is split by the tokenizer, then " Fischer , works" are the prompt's own
+    # tokens, up to the control token after them
+    history = HistoryIndex()
+    history.extend([1, 2, 3, 4, 0, 12], DraftOrigin.PROMPT)
+    history.extend([5, 13], DraftOrigin.REPLY)
+    asked: list[str] = []
+
+    def tokenize(text: str) -> list[int]:
+        asked.append(text)
+        return _tokenize(text)
+
+    text = TextIndex(history, _piece, tokenize)
+    found = text.continuation(8)
+    assert found is not None and found[0] == (14, 2, 3, 4)
+    assert asked == ["na"]
 
 
 def test_nothing_is_drafted_where_the_text_never_occurred():
