@@ -153,13 +153,17 @@ class LiveCosts:
     the cache length of a long chat change what a batch really costs, and a
     lookahead step spends a little more time outside llama_decode than a
     plain one. Every step's wall time is recorded: 1-token steps give the
-    current base, batches of n tokens (all with logits, as Auto's
-    verification steps are) give ``time / base`` samples, and the median of
-    the recent ones is blended with the curve's value, more so as samples
-    accumulate. A 1-token step right after a batch can be slower than the others
-    (where llama.cpp builds its compute graph again: after a batch of more than
-    8 tokens, patch part 11 keeping one for each smaller size); what it takes
-    beyond the base is charged to that batch, as the measured curve does.
+    current base, batches of n tokens give ``time / base`` samples, and the
+    median of the recent ones is blended with the curve's value, more so as
+    samples accumulate. A batch whose rows a grammar gives without logits counts
+    as the same rows with all of them, the curve's price of the logits it left
+    out added (and such a batch is priced back the same way): under a schema most
+    drafting steps are of that kind, and they are the ones that show where the
+    measured curve is off for the sizes Auto plans with. A 1-token step right
+    after a batch can be slower than the others (where llama.cpp builds its
+    compute graph again: after a batch of more than 8 tokens, patch part 11
+    keeping one for each smaller size); what it takes beyond the base is
+    charged to that batch, as the measured curve does.
 
     What the curve gets wrong here it mostly gets wrong alike for every size
     (a chat's cache deeper than the one the curve was timed at, a clock that
@@ -206,10 +210,10 @@ class LiveCosts:
                 self._singles.append(seconds)
                 self._single_median = None
             return
-        if n_logits != batch_size or batch_size > self.MAX_SIZE or len(self._singles) < self.MIN_SINGLES:
+        if batch_size > self.MAX_SIZE or len(self._singles) < self.MIN_SINGLES:
             return
         base = self._single_s()
-        ratio = seconds / base
+        ratio = seconds / base + self._left_out(batch_size, n_logits)
         self._ratios.setdefault(batch_size, deque(maxlen=self.SAMPLES)).append(ratio)
         self._add_excess(batch_size, ratio)
         self._after = batch_size
@@ -239,9 +243,15 @@ class LiveCosts:
             dearest = max(dearest, self._cost.get(n, 0.0))
 
     def cost(self, n: int, k: int | None = None) -> float:
-        if (k is None or k >= n) and n in self._cost:
-            return self._cost[n]
+        if n in self._cost:
+            if k is None or k >= n:
+                return self._cost[n]
+            return max(self._cost[n] - self._left_out(n, k), 1.0)
         return max(self._scaled(self.curve.cost(n, k)), self._floor[min(max(n, 0), len(self._floor) - 1)])
+
+    def _left_out(self, n: int, k: int) -> float:
+        """The curve's price of the logits a batch of ``n`` rows with ``k`` of them leaves out."""
+        return self.curve.cost(n) - self.curve.cost(n, k) if k < n else 0.0
 
     def in_steps(self, seconds: float, batch_size: int, n_logits: int) -> float:
         """A step that took ``seconds`` in 1-token steps: over the recent 1-token steps' median time, or, before

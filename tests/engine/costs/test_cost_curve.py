@@ -75,7 +75,6 @@ def test_live_costs_move_towards_what_batches_really_cost():
         live.record(1, 1, 0.010)
     for _ in range(24):
         live.record(2, 2, 0.020)  # a 2-token step really costs 2.0x here
-        live.record(4, 1, 0.040)  # not all logits: not what Auto verifies with, ignored
     assert 1.85 < live.cost(2) < 2.0
     # The sizes not run are priced on the curve scaled as the ones run say: 2.0 is 1.67x the curve's 0.6 beyond 1.
     assert 1.5 < live.scale() < 1.67
@@ -83,6 +82,19 @@ def test_live_costs_move_towards_what_batches_really_cost():
     assert live.cost(4) == pytest.approx(1 + (CURVE.cost(4) - 1) * live.scale())
     assert live.cost(1) == 1.0
     assert live.observed() == {2: (round(live.cost(2), 3), 24)}
+
+
+def test_a_batch_whose_rows_a_grammar_gives_teaches_its_size_with_the_curves_price_of_the_logits_it_left_out():
+    live = with_base()
+    for _ in range(24):
+        live.record(4, 1, 0.030)  # 3.0x with one logit; the curve says 2.0, and 2.4 with all four
+    assert 2.9 < live.cost(4, 1) < 3.0  # mostly the 3.0 seen, as a batch with all logits would be
+    assert live.cost(4) == pytest.approx(live.cost(4, 1) + CURVE.cost(4) - CURVE.cost(4, 1))
+    assert live.cost(4, 2) == pytest.approx(live.cost(4) - (CURVE.cost(4) - CURVE.cost(4, 2)))
+    assert live.observed() == {4: (round(live.cost(4), 3), 24)}
+    for _ in range(24):
+        live.record(3, 0, 0.012)  # every row given: priced as one logit, far below the curve's 2.0 for 3 rows
+    assert live.cost(3, 0) < 1.4 and live.cost(3, 1) == live.cost(3, 0)
 
 
 def test_a_steps_measured_time_reads_in_1_token_steps_once_there_are_enough_of_those():
