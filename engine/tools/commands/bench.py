@@ -144,6 +144,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
                            exact_pairs=args.pairs, sampling=sampling, loop_guard=args.loop_guard)
         references: dict[str, Any] = {"cost_curve": eng.cost_curve.to_json(),
                                       "perfect_draft_bound": round(perfect_draft_bound(eng.cost_curve), 4)}
+        if what_if is None:  # what the runs' own step times made of the curve (a what-if curve learns nothing)
+            references["live_costs"] = {str(n): {"cost": cost, "samples": samples}
+                                        for n, (cost, samples) in eng.costs.live_costs.observed().items()}
         if not args.no_references and not args.null and what_if is None and args.replay is None:
             references.update(_references(args, eng, workloads, lookahead, report))
     out = report.to_json()
@@ -155,6 +158,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
         print()
         print(eng.cost_curve.table())
         print(f"perfect drafts of any length would reach {references['perfect_draft_bound']:.3f}x on this curve")
+        if references.get("live_costs"):
+            print("as the runs' step times priced them (rows: cost with all logits, samples): " + ", ".join(
+                f"{n}: {v['cost']:.2f} ({v['samples']})" for n, v in references["live_costs"].items()))
         if "plain_vs_llama_cpp" in references:
             print("plain (this engine) vs llama-cpp-python Llama greedy: "
                   f"geomean {references['plain_vs_llama_cpp']:.3f}x")

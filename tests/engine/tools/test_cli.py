@@ -141,6 +141,9 @@ def test_bench_runs_at_the_app_s_settings_or_the_ones_given_and_counts_the_repli
     for out in (default, given):
         s = out["summary"]
         assert s["looped"] == 0 and s["geomean_not_looped"] == s["geomean"] > 0 and s["identical"] == 1
+        # what the timed runs made of the cost curve, per batch size seen: a price and the steps behind it
+        live = out["references"]["live_costs"]
+        assert all(int(n) > 1 and v["cost"] >= 1.0 and v["samples"] >= 1 for n, v in live.items()), live
 
 
 @pytest.mark.model
