@@ -1,5 +1,5 @@
-"""A way to the end of a JSON grammar from where a reply stands: how a reply about to reach its token limit is
-closed so that it still parses (grammar.GrammarState, ``max_tokens``).
+"""A way to the end of a JSON grammar from where a reply stands: how a reply about to reach its token limit, or
+stopped by the loop guard, is closed so that it still parses (grammar.GrammarState, ``max_tokens``).
 
 The way is found by a simple rule, not a search: take what the grammar forces; inside a string, end it; else
 close the innermost object or array; else start the least value there is (an empty string, a 0); else go on

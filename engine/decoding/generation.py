@@ -174,7 +174,8 @@ class Generation:
         self._notice = notice
         self._exact_only = exact_only
         self._n_history = len(history)
-        self._reply_end = ReplyEnd(engine.loaded.model, stop, prompt)
+        self._reply_end = ReplyEnd(engine.loaded.model, stop, prompt,
+                                   close=grammar.close_now if grammar is not None else None)
 
         t0 = time.perf_counter()
         self._prefill_tokens = self._cache.cache_prompt(prompt, controls.on_prompt, controls.cancel)

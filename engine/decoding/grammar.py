@@ -122,6 +122,7 @@ class GrammarState:
         quote = self._tokenize('"')
         self._quote = quote[0] if len(quote) == 1 else None
         self._closer = Closer(model) if max_tokens is not None else None
+        self._is_end = model.is_eog
         self._left = max_tokens if max_tokens is not None else 0
         # The tokens the grammar gives from the next position on, each the only one it allows there: what it
         # forces, in its own tokens, or the way to its end once the closing has taken it (see ``_given``).
@@ -266,6 +267,20 @@ class GrammarState:
             if not rest or rest[:1].isspace():
                 return i
         return None
+
+    def close_now(self, unkept: int, limit: int) -> list[int]:
+        """The way to the grammar's end from a reply stopped short of it (a loop stopped), so that its text
+        still parses as a reply closed at its token limit does: the last ``unkept`` committed tokens, past the
+        reply's end, taken back first. Empty where no way of at most ``limit`` tokens is found (or none is
+        needed); the end-of-text token is left out, the reply ending all the same."""
+        if self._closer is None or (unkept and not self._matcher.rollback(unkept)):
+            return []
+        way = [t for t in self._closer.way_to_end(self._matcher) or [] if not self._is_end(t)]
+        if not way or len(way) > limit or self._matcher.try_consume_tokens(way) != len(way):
+            return []
+        self._left += unkept - len(way)
+        self._run, self._looked, self.wrapped = [], None, True
+        return way
 
     @property
     def complete(self) -> bool:

@@ -1,9 +1,10 @@
 """Where a reply ends, and the text it shows as it grows.
 
-A reply ends at an end-of-generation token, at the token with which it starts to loop (loops.py), at max_tokens,
-or at the token that completes a stop string; its text is shown as its tokens come, never splitting a UTF-8
-character nor showing what may be the start of a stop string. ``ReplyEnd`` reads committed tokens one by one, in
-order, so that every decoder stops at the same token and shows the same text.
+A reply ends at an end-of-generation token, at the token with which it starts to loop (loops.py; under a grammar,
+closed there so that it still parses), at max_tokens, or at the token that completes a stop string; its text is
+shown as its tokens come, never splitting a UTF-8 character nor showing what may be the start of a stop string.
+``ReplyEnd`` reads committed tokens one by one, in order, so that every decoder stops at the same token and shows
+the same text.
 """
 
 from __future__ import annotations
@@ -18,10 +19,16 @@ from engine.llama.native import Model
 
 class ReplyEnd:
     """Committed tokens to the reply's tokens and shown text: cut where the reply ends, UTF-8 safe, end-of-generation
-    tokens hidden, stop strings cut."""
+    tokens hidden, stop strings cut.
 
-    def __init__(self, model: Model, stop: StopConfig, prompt: Sequence[int]) -> None:
+    ``close(unkept, limit)``: the tokens that end a reply stopped at a loop where it must still be whole (under a
+    grammar, ``GrammarState.close_now``), given how many committed tokens it does not keep and how many it may
+    still add."""
+
+    def __init__(self, model: Model, stop: StopConfig, prompt: Sequence[int],
+                 close: Callable[[int, int], list[int]] | None = None) -> None:
         self._is_eog = model.is_eog
+        self._close = close
         self._max_tokens = stop.max_tokens
         self._loop_guard = LoopGuard(prompt) if stop.loop_guard else None
         self._stream = TextStream(model.token_bytes)
@@ -60,6 +67,8 @@ class ReplyEnd:
             if self._is_eog(tok):
                 return out, "eog"
             if guard is not None and guard.push(tok):
+                if self._close is not None:
+                    out += self._close(len(committed) - len(out), self._max_tokens - self._n_kept - len(out))
                 return out, "loop"
             if self._n_kept + len(out) >= self._max_tokens:
                 return out, "max_tokens"

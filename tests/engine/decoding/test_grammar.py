@@ -4,6 +4,7 @@ decoding's, and the text a grammar forces is drafted."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import jsonschema
 import numpy as np
@@ -167,18 +168,80 @@ STORY = {
 }
 
 
+def _running_past(engine, constraint, ask, limit, sampler):
+    """``sampler``, or where it draws, the first of a few seeds with which the reply runs past ``limit`` (which
+    ones do depends on the CPU's arithmetic)."""
+    sampling = SAMPLERS[sampler]
+    for seed in range(sampling.seed, sampling.seed + (8 if sampling.temperature > 0 else 1)):
+        tried = replace(sampling, seed=seed)
+        if sum(len(ev.token_ids) for ev in _reply(engine, constraint, None, tried, ask, 2 * limit)) > limit + 8:
+            return tried
+    pytest.fail(f"no reply ran past {limit} tokens")
+
+
 @pytest.mark.parametrize("sampler", ["greedy", "sampled"])
 def test_a_reply_that_would_run_past_its_limit_is_closed_in_time_to_parse_in_every_mode(engine, sampler):
     ask, limit = "Write a long story about a cat who sails around the world, as JSON.", 48
     constraint = Constraint.json_schema(STORY)
-    plain = _reply(engine, constraint, None, SAMPLERS[sampler], ask=ask, max_tokens=limit)
+    sampling = _running_past(engine, constraint, ask, limit, sampler)
+    plain = _reply(engine, constraint, None, sampling, ask=ask, max_tokens=limit)
     tokens = [t for ev in plain for t in ev.token_ids]
     reply = json.loads(_text(plain))
     jsonschema.validate(reply, STORY)
     assert len(tokens) <= limit and len(reply["story"]) > 20  # the story was cut short, not left out
     assert plain[-1].stop_reason == "max_tokens"  # cut by its limit all the same
-    events = _reply(engine, constraint, DEFAULT_LOOKAHEAD, SAMPLERS[sampler], ask=ask, max_tokens=limit)
+    events = _reply(engine, constraint, DEFAULT_LOOKAHEAD, sampling, ask=ask, max_tokens=limit)
     assert [t for ev in events for t in ev.token_ids] == tokens
+
+
+def test_a_reply_stopped_short_of_its_grammars_end_is_closed_from_its_last_kept_token(engine):
+    model, constraint = engine.model, Constraint.json_schema(PERSON)
+    start = model.tokenize('{"name": "Ana", "age": 41, "role": "teacher", "skills": ["cello", "chess',
+                           parse_special=False)
+    past = model.tokenize('", "chess', parse_special=False)  # committed in the same step, past the reply's end
+    state = GrammarState(model, constraint, max_tokens=96)
+    for tok in [*start, *past]:
+        state.commit(tok)
+    whole = GrammarState(model, constraint, max_tokens=96)
+    for tok in model.tokenize('{"name": "Ana", "age": 41, "role": "teacher", "skills": []}', parse_special=False):
+        whole.commit(tok)
+    assert whole.close_now(0, 96) == []  # whole already: nothing to close, not even the end-of-text token
+    way = state.close_now(len(past), limit=8)
+    assert 0 < len(way) <= 8 and not any(model.is_eog(t) for t in way) and state.complete
+    reply = json.loads(engine.detokenize([*start, *way]))
+    jsonschema.validate(reply, PERSON)
+    assert reply["skills"][-1].startswith("chess")  # the string the reply stood in, ended, not dropped
+    short = GrammarState(model, constraint, max_tokens=96)
+    for tok in start:
+        short.commit(tok)
+    assert short.close_now(0, limit=1) == []  # no way within the tokens left: the reply ends as it stands
+
+
+LIST_ASK = "List the planets."  # the bundled model answers it, under PLANETS, naming one planet over and over
+PLANETS = {"type": "object", "properties": {"planets": {"type": "array", "items": {"type": "string"}}},
+           "required": ["planets"]}
+
+
+@pytest.mark.auto
+@pytest.mark.parametrize("lookahead", [None, DEFAULT_LOOKAHEAD], ids=["plain", "auto"])
+def test_a_reply_the_loop_guard_stops_under_a_schema_is_closed_there_and_still_parses(engine, lookahead):
+    constraint = Constraint.json_schema(PLANETS)
+
+    def reply(loop_guard):
+        engine.reset()
+        prompt = engine.render_chat([Message("user", LIST_ASK)])
+        stop = StopConfig(max_tokens=160, loop_guard=loop_guard)
+        return list(engine.generate(prompt, GenerationControls(lookahead=lookahead), stop=stop,
+                                    constraint=constraint))
+
+    guarded, unguarded = reply(True), reply(False)
+    assert guarded[-1].stop_reason == "loop"
+    tokens = [t for ev in guarded for t in ev.token_ids]
+    jsonschema.validate(json.loads(_text(guarded)), PLANETS)
+    assert follows(engine.model, constraint, tokens)
+    ran_on = [t for ev in unguarded for t in ev.token_ids]
+    kept = next(i for i, (a, b) in enumerate(zip(tokens, ran_on, strict=False)) if a != b)
+    assert 0 < len(tokens) - kept <= 4 < len(ran_on) - kept  # the guard's stop, then a short closing
 
 
 def test_a_reply_follows_its_schema_only_when_it_is_whole_json_of_it(engine):
