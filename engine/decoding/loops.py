@@ -10,6 +10,9 @@ refrain) does not stop the reply; and where the prompt itself repeats a span of 
 like rows, a song's chorus), the reply may repeat one as often as the prompt did, and is stopped once past that,
 even when it changed the span on the way (a column added to every row).
 
+Told each token's text, the guard counts every token of spaces alone as the same token: DRY, which lowers a
+token that would repeat a span, turns such a loop into rows that differ only in how many spaces pad them.
+
 The thresholds come from replies measured both ways (docs/SPEED.md, "The loop guard").
 """
 
@@ -17,7 +20,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -25,6 +28,7 @@ MAX_PERIOD = 64  # the longest repeated span looked for, in tokens (a sentence o
 MIN_REPEATS = 4  # times a span must follow itself
 LONG_SPAN = 16  # a span this long or longer (a sentence) is a loop one repeat sooner
 MIN_LOOP_TOKENS = 24  # and the repetition's length in tokens (a word over and over is not stopped at its 4th time)
+SPACES = -1  # what every token of spaces alone counts as: one row of empty cells padded on, row after row, is a loop
 
 
 class LoopGuard:
@@ -35,13 +39,15 @@ class LoopGuard:
     """
 
     def __init__(self, context: Sequence[int], max_period: int = MAX_PERIOD, min_repeats: int = MIN_REPEATS,
-                 min_tokens: int = MIN_LOOP_TOKENS, long_span: int = LONG_SPAN) -> None:
-        self._context = list(context)
+                 min_tokens: int = MIN_LOOP_TOKENS, long_span: int = LONG_SPAN,
+                 piece: Callable[[int], bytes] | None = None) -> None:
+        self._piece = piece
+        self._context = [self._like(t) for t in context]
         self._max_period = max_period
         self._min_tokens = min_tokens
         self._reply: list[int] = []
         self._runs = [0] * (max_period + 1)  # _runs[p]: tokens in a row equal to the one p tokens before
-        shown = context_repeats(context, 2 * max_period)
+        shown = context_repeats(self._context, 2 * max_period)
         # _allowed[p]: the repeats of a span of p tokens that are not yet a loop: more than the prompt shows of
         # a span half to twice as long
         self._allowed = [0] + [max(min_repeats - (p >= long_span), 1 + max(shown[max(1, p // 2) : 2 * p + 1]))
@@ -50,7 +56,7 @@ class LoopGuard:
     def push(self, token: int) -> bool:
         """Add the reply's next token; True if the reply now ends in a loop."""
         reply = self._reply
-        reply.append(token)
+        reply.append(self._like(token))
         n = len(reply)
         looping = False
         for p in range(1, min(self._max_period, n - 1) + 1):
@@ -62,6 +68,14 @@ class LoopGuard:
             else:
                 self._runs[p] = 0
         return looping
+
+
+    def _like(self, token: int) -> int:
+        """``token``, or SPACES for a token of spaces alone (with ``piece``, its text)."""
+        if self._piece is None:
+            return token
+        text = self._piece(token)
+        return SPACES if text and not text.strip(b" \t") else token
 
 
 def context_repeats(context: Sequence[int], max_period: int) -> list[int]:

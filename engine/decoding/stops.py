@@ -30,7 +30,7 @@ class ReplyEnd:
         self._is_eog = model.is_eog
         self._close = close
         self._max_tokens = stop.max_tokens
-        self._loop_guard = LoopGuard(prompt) if stop.loop_guard else None
+        self._loop_guard = LoopGuard(prompt, piece=model.token_bytes) if stop.loop_guard else None
         self._stream = TextStream(model.token_bytes)
         self._stops = StopMatcher(stop.stop_strings)
         self._n_kept = 0  # the reply's tokens so far

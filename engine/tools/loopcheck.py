@@ -21,7 +21,7 @@ import argparse
 import json
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from engine.decoding.loops import LoopGuard, reads_as_a_loop
@@ -36,9 +36,9 @@ PROMPTS = Path(__file__).resolve().parents[1] / "data" / "loop-prompts.jsonl"
 SYSTEM_PROMPT = "You are a helpful assistant."  # the app's default
 
 
-def guard_stop(context: Sequence[int], reply: Sequence[int]) -> int | None:
+def guard_stop(context: Sequence[int], reply: Sequence[int], piece: Callable[[int], bytes]) -> int | None:
     """The index of the token with which the guard would have stopped ``reply``, or None."""
-    guard = LoopGuard(context)
+    guard = LoopGuard(context, piece=piece)
     return next((i for i, token in enumerate(reply) if guard.push(token)), None)
 
 
@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
             reply.extend(ev.token_ids)
             text.append(ev.text)
         whole = "".join(text)
-        loops, stop = reads_as_a_loop(whole), guard_stop(context, reply)
+        loops, stop = reads_as_a_loop(whole), guard_stop(context, reply, engine.model.token_bytes)
         counts["replies"] += 1
         counts["read as loops"] += loops
         counts["stopped"] += stop is not None
@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         line = f"{p['id']:<18} {len(reply):>4} tokens  {'loops' if loops else 'no loop':<8} {verdict}"
         if "copy" in p:
             copied = engine.tokenize(p["copy"], add_special=False)
-            copy_stop = guard_stop(context, copied)
+            copy_stop = guard_stop(context, copied, engine.model.token_bytes)
             counts["correct copies"] += 1
             counts["correct copies stopped"] += copy_stop is not None
             line += f"  | correct copy ({len(copied)} tokens): " + ("STOPPED" if copy_stop is not None else "kept")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import pytest
 
@@ -11,7 +12,7 @@ from engine.decoding.loops import LONG_SPAN, MAX_PERIOD, MIN_LOOP_TOKENS, MIN_RE
 from engine.decoding.settings import DEFAULT_LOOKAHEAD
 
 
-def _stop_index(context: Sequence[int], reply: Sequence[int], **thresholds: int) -> int | None:
+def _stop_index(context: Sequence[int], reply: Sequence[int], **thresholds: Any) -> int | None:
     guard = LoopGuard(context, **thresholds)
     return next((i for i, token in enumerate(reply) if guard.push(token)), None)
 
@@ -49,6 +50,18 @@ def test_rows_the_prompt_repeats_may_come_back_changed_as_often_but_not_forever(
     edited = row[:-1] + [90, 91, 47]  # the same row with a column added
     assert _stop_index(prompt, [5] + edited * 4 + [6]) is None
     assert _stop_index(prompt, [5] + edited * 9) == 1 + len(edited) * 5 - 1
+
+
+def test_rows_that_differ_only_in_the_spaces_padding_them_are_one_row_over_and_over():
+    pieces = {1: b"|", 2: b"   ", 3: b"    ", 4: b"      ", 5: b"\n", 7: b"\n\n", 8: b"\t "}
+    rows = [[1, pad, 1, pad, 1, 5] for pad in (2, 3, 4, 8, 3, 2, 4, 3)]  # "|   |   |\n", "|    |    |\n", ...
+    reply = [tok for row in rows for tok in row]
+    assert _stop_index([], reply) is None  # token by token, no two rows are the same
+    assert _stop_index([], reply, piece=pieces.__getitem__) == MIN_LOOP_TOKENS - 1
+    # a newline is not padding: rows ended by one or by two newlines differ
+    ends = [5, 7, 7, 5, 7, 5, 5, 7]
+    other = [tok for row, end in zip(rows, ends, strict=True) for tok in [*row[:-1], end]]
+    assert _stop_index([], other, piece=pieces.__getitem__) is None
 
 
 def test_spans_longer_than_the_longest_period_looked_for_are_not_stopped():
