@@ -199,6 +199,8 @@ class LiveCosts:
         if seconds <= 0 or not self.learn:
             return
         after, self._after = self._after, 0
+        if batch_size == 1 and n_logits == 0:  # a token the grammar gave put into the cache: no step's price
+            return
         if batch_size == 1:
             if after and self._singles:  # the batch before made this step slower: charge it there
                 base = self._single_s()

@@ -164,19 +164,21 @@ class PlainDecoder:
         self.record_gaps = record_gaps
 
     def step(self, kv: KvState, pending: list[int], confidence: bool = False) -> StepOutcome:
-        """One token; ``confidence``: also report whether the model was sure of it (``Confidence``)."""
-        self.batch.set_single_seq(pending, kv.n, self.seqs, last_logits=True)
+        """One token; ``confidence``: also report whether the model was sure of it (``Confidence``). A token the
+        grammar gives needs no logits: the pass only puts ``pending`` into the cache."""
+        given = bool(self.drawer.given(1))
+        self.batch.set_single_seq(pending, kv.n, self.seqs, last_logits=not given)
         t0 = time.perf_counter()
         self.ctx.decode(self.batch)
         decode_s = time.perf_counter() - t0
         kv.tokens.extend(pending)
-        row = self.ctx.logits_rows(1)[0]
+        row = None if given else self.ctx.logits_rows(1)[0]
         tok = self.drawer.draw(len(pending) - 1, row)
-        gaps = [top2_gap(row)] if self.record_gaps else []
+        gaps = [top2_gap(row) if row is not None else math.inf] if self.record_gaps else []
         return StepOutcome(
             committed=[tok],
             batch_size=len(pending),
-            n_logits=1,
+            n_logits=0 if given else 1,
             n_drafted=0,
             n_accepted=0,
             n_reevaluated=len(pending) - 1,
@@ -185,7 +187,7 @@ class PlainDecoder:
             guesses=0,
             top2_gaps=gaps,
             decode_s=decode_s,
-            confidence=Confidence(row, tok) if confidence else NO_CONFIDENCE,
+            confidence=_confidence(row, tok) if confidence else NO_CONFIDENCE,
         )
 
 

@@ -97,6 +97,13 @@ def test_a_batch_whose_rows_a_grammar_gives_teaches_its_size_with_the_curves_pri
     assert live.cost(3, 0) < 1.4 and live.cost(3, 1) == live.cost(3, 0)
 
 
+def test_a_token_the_grammar_gave_put_into_the_cache_alone_is_no_1_token_step():
+    live = with_base(0.010)
+    for _ in range(30):
+        live.record(1, 0, 0.004)  # no logits asked for: cheaper than a step, and not one
+    assert live.in_steps(0.020, 2, 2) == pytest.approx(2.0)  # the base is still the 1-token steps' 10 ms
+
+
 def test_a_steps_measured_time_reads_in_1_token_steps_once_there_are_enough_of_those():
     live = LiveCosts(CURVE)
     assert live.in_steps(0.5, 4, 4) == pytest.approx(2.4)  # no 1-token steps yet: the batch's price

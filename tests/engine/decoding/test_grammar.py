@@ -275,6 +275,14 @@ def test_a_position_the_grammar_gives_is_decoded_without_logits_and_the_text_sta
     assert [t for ev in events for t in ev.token_ids] == [t for ev in plain for t in ev.token_ids]
     # the opening '{"name": ' and every later key were decoded with logits on fewer rows than the batch had
     assert sum(plan.n_logits < plan.size for plan in plans) >= 3
+    # plain decoding puts a given token into the cache without asking for the next position's logits, and its
+    # text is the one with logits everywhere
+    given = [ev for ev in plain if ev.n_logits == 0]
+    assert len(given) >= 5 and all(ev.batch_size == 1 and len(ev.token_ids) == 1 for ev in given)
+    monkeypatch.setattr(decoders.TokenDrawer, "given", lambda self, limit: ())
+    with_logits = _reply(engine, constraint, None, SAMPLERS[sampler])
+    assert all(ev.n_logits == 1 for ev in with_logits)
+    assert [t for ev in with_logits for t in ev.token_ids] == [t for ev in plain for t in ev.token_ids]
 
 
 def test_the_drawer_takes_a_given_token_without_logits_and_refuses_to_guess_an_open_one(engine):
