@@ -69,7 +69,6 @@ class LoopGuard:
                 self._runs[p] = 0
         return looping
 
-
     def _like(self, token: int) -> int:
         """``token``, or SPACES for a token of spaces alone (with ``piece``, its text)."""
         if self._piece is None:
